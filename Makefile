@@ -1,0 +1,33 @@
+# Quick start:  make demo   (partition a bundled example and verify it on 8 CPU devices)
+#               make test   (the test suite; this is what CI runs)
+# Both create .venv with Python 3.12 and the pinned jax/jaxlib when it is missing.
+
+PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && echo python3.12 || echo $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12.1/bin/python)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv demo test bench corpus clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) -m hlo_passes run examples/megatron_mlp.hlo --passes=spmd-partition,collective-fusion --num-partitions=8 --stats -o out/megatron_mlp.partitioned.hlo
+	$(PY) -m hlo_passes verify examples/megatron_mlp.hlo out/megatron_mlp.partitioned.hlo
+
+test: venv
+	$(PY) -m pytest -n 2 tests
+
+bench: venv
+	$(PY) benchmarks/parse_speed.py
+
+corpus: venv
+	$(PY) golden/corpus/make_corpus.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,144 @@
+"""Computation: an ordered set of instructions with parameters and a root."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from hlo_passes.ir.attributes import Attr
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+
+if TYPE_CHECKING:
+    from hlo_passes.ir.module import Module
+
+
+class IRError(Exception):
+    """A structural misuse of the IR (erasing a used instruction, a foreign operand, ...)."""
+
+
+class Computation:
+    def __init__(self, name: str, *, is_entry: bool = False):
+        self.name = name
+        self.is_entry = is_entry
+        self._instructions: dict[Instruction, None] = {}
+        self.parameters: list[Instruction] = []
+        self.root: Instruction | None = None
+        self.module: Module | None = None
+        self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
+        self.print_signature = True
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        return list(self._instructions)
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(list(self._instructions))
+
+    def __len__(self) -> int:
+        return len(self._instructions)
+
+    def __contains__(self, instr: Instruction) -> bool:
+        return instr in self._instructions
+
+    # ------------------------------------------------------------ building --
+    def add(self, instr: Instruction, *, name_hint: str | None = None,
+            before: Instruction | None = None, after: Instruction | None = None) -> Instruction:
+        """Add `instr` (operands must already be here) with a module-unique name."""
+        if instr.parent is not None:
+            raise IRError(f"{instr.name} already belongs to computation {instr.parent.name}")
+        for op in instr.operands:
+            if op.parent is not self:
+                raise IRError(f"operand {op.name} of new instruction {instr.name} is not in {self.name}")
+        if self.module is not None:
+            instr.name = self.module.names.unique(name_hint or instr.name)
+        instr.parent = self
+        if before is None and after is None:
+            self._instructions[instr] = None
+        else:
+            items = list(self._instructions)
+            index = items.index(before) if before is not None else items.index(after) + 1
+            items.insert(index, instr)
+            self._instructions = dict.fromkeys(items)
+        if instr.opcode is Opcode.PARAMETER:
+            self._register_parameter(instr)
+        return instr
+
+    def _register_parameter(self, instr: Instruction) -> None:
+        n = instr.parameter_number
+        while len(self.parameters) <= n:
+            self.parameters.append(None)  # type: ignore[arg-type]
+        if self.parameters[n] is not None:
+            raise IRError(f"{self.name} has two parameters numbered {n}")
+        self.parameters[n] = instr
+
+    def remove(self, instr: Instruction) -> None:
+        """Erase `instr`; it must have no users and not be the root."""
+        if instr.users:
+            users = ", ".join(u.name for u in instr.users)
+            raise IRError(f"cannot erase {instr.name}: still used by {users}")
+        if instr is self.root:
+            raise IRError(f"cannot erase {instr.name}: it is the root of {self.name}")
+        if instr.control_successors:
+            raise IRError(f"cannot erase {instr.name}: it is a control predecessor")
+        instr.drop_operands()
+        del self._instructions[instr]
+        if instr.opcode is Opcode.PARAMETER:
+            self.parameters[instr.parameter_number] = None  # type: ignore[call-overload]
+            while self.parameters and self.parameters[-1] is None:
+                self.parameters.pop()
+        if self.module is not None:
+            self.module.names.release(instr.name)
+        instr.parent = None
+
+    def replace(self, old: Instruction, new: Instruction) -> Instruction:
+        """Put `new` (added here if not yet) in place of `old` and erase `old`."""
+        if new.parent is None:
+            self.add(new, before=old)
+        old.replace_all_uses_with(new)
+        for succ in list(old.control_successors):
+            succ.control_predecessors.remove(old)
+            old.control_successors.remove(succ)
+            succ.add_control_predecessor(new)
+        self.remove(old)
+        return new
+
+    # ----------------------------------------------------------- traversal --
+    def post_order(self) -> list[Instruction]:
+        """Operands (and control predecessors) before users; ties keep stored order."""
+        order: list[Instruction] = []
+        state: dict[Instruction, int] = {}
+        for start in self._instructions:
+            if start in state:
+                continue
+            stack = [(start, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    if state.get(node) != 2:
+                        state[node] = 2
+                        order.append(node)
+                    continue
+                if state.get(node):
+                    continue
+                state[node] = 1
+                stack.append((node, True))
+                preds = node.operands + node.control_predecessors
+                for op in reversed(preds):
+                    if op.parent is self and not state.get(op):
+                        stack.append((op, False))
+        return order
+
+    def sort_topologically(self) -> None:
+        self._instructions = dict.fromkeys(self.post_order())
+
+    def find(self, name: str) -> Instruction | None:
+        for instr in self._instructions:
+            if instr.name == name:
+                return instr
+        return None
+
+    def parameter_shapes(self):
+        return [p.shape for p in self.parameters]
+
+    def __repr__(self) -> str:
+        return f"<computation {self.name}: {len(self)} instructions>"

@@ -1,0 +1,200 @@
+"""Module: computations, the entry, header attributes and debug tables."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from hlo_passes.ir.attributes import Attr
+from hlo_passes.ir.computation import Computation, IRError
+from hlo_passes.ir.instruction import Instruction
+
+
+class NameTable:
+    """Hands out unique names in XLA's style: `add`, `add.1`, `add.2`, ..."""
+
+    _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def reserve(self, name: str) -> bool:
+        """Record an existing name; False when it was taken already."""
+        if name in self._used:
+            return False
+        self._used.add(name)
+        return True
+
+    def release(self, name: str) -> None:
+        self._used.discard(name)
+
+    def unique(self, hint: str) -> str:
+        hint = hint.lstrip("%") or "instruction"
+        if hint not in self._used:
+            self._used.add(hint)
+            return hint
+        base = self._SUFFIX.match(hint).group(1) or hint
+        n = self._next.get(base, 1)
+        while f"{base}.{n}" in self._used:
+            n += 1
+        self._next[base] = n + 1
+        name = f"{base}.{n}"
+        self._used.add(name)
+        return name
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._used
+
+
+@dataclass
+class DebugTables:
+    """FileNames / FunctionNames / FileLocations / StackFrames that newer XLA prints.
+
+    Used to point remarks at the user's source line; printed back as parsed.
+    """
+
+    file_names: dict[int, str] = field(default_factory=dict)
+    function_names: dict[int, str] = field(default_factory=dict)
+    file_locations: dict[int, dict[str, int]] = field(default_factory=dict)
+    stack_frames: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.file_names or self.function_names or self.file_locations or self.stack_frames)
+
+    def source_location(self, stack_frame_id: int) -> tuple[str, int] | None:
+        """(file, line) of the innermost frame of `stack_frame_id`."""
+        frame = self.stack_frames.get(stack_frame_id)
+        if frame is None:
+            return None
+        loc = self.file_locations.get(frame.get("file_location_id", -1))
+        if loc is None:
+            return None
+        return self.file_names.get(loc.get("file_name_id", -1), "?"), loc.get("line", 0)
+
+
+@dataclass
+class PrintStyle:
+    """How names and operands were spelled in the parsed text, reused when printing."""
+
+    percent_names: bool = True
+    operand_shapes: bool = False
+
+
+class Module:
+    def __init__(self, name: str):
+        self.name = name
+        self.attributes: dict[str, Attr] = {}
+        self.computations: list[Computation] = []
+        self.entry: Computation | None = None
+        self.tables = DebugTables()
+        self.style = PrintStyle()
+        self.names = NameTable()  # instruction names, unique across the module
+        self.computation_names = NameTable()
+        # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
+        self.parsed_entry_signature: tuple | None = None
+
+    # -------------------------------------------------------- computations --
+    def add_computation(self, comp: Computation, *, entry: bool = False, before: Computation | None = None,
+                        name_hint: str | None = None) -> Computation:
+        comp.name = self.computation_names.unique(name_hint or comp.name)
+        comp.module = self
+        if before is not None:
+            self.computations.insert(self.computations.index(before), comp)
+        else:
+            self.computations.append(comp)
+        for instr in comp.instructions:
+            if not self.names.reserve(instr.name):
+                instr.name = self.names.unique(instr.name)
+        if entry:
+            comp.is_entry = True
+            self.entry = comp
+        return comp
+
+    def remove_computation(self, comp: Computation) -> None:
+        for other in self.computations:
+            for instr in other.instructions:
+                if comp in instr.called_computations():
+                    raise IRError(f"cannot remove {comp.name}: called by {instr.name}")
+        self.computations.remove(comp)
+        self.computation_names.release(comp.name)
+        for instr in comp.instructions:
+            self.names.release(instr.name)
+
+    def computation(self, name: str) -> Computation:
+        for comp in self.computations:
+            if comp.name == name:
+                return comp
+        raise KeyError(name)
+
+    def all_instructions(self) -> Iterator[Instruction]:
+        for comp in self.computations:
+            yield from comp.instructions
+
+    def computation_post_order(self) -> list[Computation]:
+        """Callees before callers."""
+        seen: set[int] = set()
+        order: list[Computation] = []
+
+        def visit(c: Computation) -> None:
+            if id(c) in seen:
+                return
+            seen.add(id(c))
+            for instr in c.instructions:
+                for callee in instr.called_computations():
+                    visit(callee)
+            order.append(c)
+
+        for comp in self.computations:
+            visit(comp)
+        return order
+
+    def clone_computation(self, comp: Computation, suffix: str = "clone") -> Computation:
+        """A deep copy of `comp` (sharing its callees) added to this module."""
+        new = Computation(f"{comp.name}.{suffix}")
+        new.print_signature = comp.print_signature
+        new.attributes = dict(comp.attributes)
+        mapping: dict[Instruction, Instruction] = {}
+        for instr in comp.post_order():
+            copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands],
+                               name=f"{instr.name}.{suffix}", attributes=dict(instr.attributes),
+                               called=dict(instr.called), literal=instr.literal,
+                               parameter_number=instr.parameter_number)
+            mapping[instr] = copy
+            copy.parent = new
+            new._instructions[copy] = None
+            if copy.parameter_number is not None and copy.opcode.value == "parameter":
+                new._register_parameter(copy)
+        for instr in comp.instructions:
+            for pred in instr.control_predecessors:
+                mapping[instr].add_control_predecessor(mapping[pred])
+        new.root = mapping[comp.root]
+        return self.add_computation(new, before=comp)
+
+    # ------------------------------------------------------------- header --
+    def header_attr(self, key: str, default: Any = None) -> Any:
+        slot = self.attributes.get(key)
+        if slot is None:
+            return default
+        from hlo_passes.parse.attribute_reader import reader_for
+
+        return slot.value(reader_for(key))
+
+    def set_header_attr(self, key: str, value: Any) -> None:
+        self.attributes[key] = Attr(value=value)
+
+    @property
+    def num_partitions(self) -> int:
+        return self.header_attr("num_partitions", 1)
+
+    @num_partitions.setter
+    def num_partitions(self, n: int) -> None:
+        self.set_header_attr("num_partitions", n)
+
+    @property
+    def replica_count(self) -> int:
+        return self.header_attr("replica_count", 1)
+
+    def __repr__(self) -> str:
+        return f"<module {self.name}: {len(self.computations)} computations>"

@@ -1,0 +1,74 @@
+"""Replica groups of a collective, as a value.
+
+Three spellings exist in HLO text: explicit lists `{{0,1},{2,3}}`, the iota form
+`[2,4]<=[4,2]T(1,0)` and the mesh form newer XLA prints,
+`mesh['x'=4,'y'=2] {'x'}` (groups vary over the named axes).  All compare by
+the groups they denote; the spelling is kept for printing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hlo_passes.ir.sharding import IotaDevices
+
+
+@dataclass(frozen=True, eq=False)
+class ReplicaGroups:
+    groups: tuple[tuple[int, ...], ...]
+    iota: tuple[tuple[int, int], IotaDevices] | None = None  # ((num_groups, group_size), devices)
+    mesh_spelling: str = ""  # verbatim mesh form, printed when set
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ReplicaGroups) and self.groups == other.groups
+
+    def __hash__(self) -> int:
+        return hash(self.groups)
+
+    @classmethod
+    def explicit(cls, groups) -> "ReplicaGroups":
+        return cls(tuple(tuple(int(d) for d in g) for g in groups))
+
+    @classmethod
+    def from_iota(cls, group_dims: tuple[int, int], devices: IotaDevices) -> "ReplicaGroups":
+        arr = devices.expand().reshape(group_dims)
+        return cls(tuple(tuple(int(d) for d in row) for row in arr), iota=(tuple(group_dims), devices))
+
+    @classmethod
+    def from_mesh(cls, axes: list[tuple[str, int]], selected: list[str], spelling: str) -> "ReplicaGroups":
+        names = [a for a, _ in axes]
+        sizes = [s for _, s in axes]
+        arr = np.arange(int(np.prod(sizes))).reshape(sizes)
+        chosen = [names.index(s) for s in selected]
+        others = [i for i in range(len(sizes)) if i not in chosen]
+        arr = arr.transpose(others + chosen).reshape(-1, int(np.prod([sizes[i] for i in chosen])) if chosen else 1)
+        return cls(tuple(tuple(int(d) for d in row) for row in arr), mesh_spelling=spelling)
+
+    @property
+    def is_empty(self) -> bool:
+        """`{}`: one group of all participants."""
+        return not self.groups
+
+    @property
+    def group_size(self) -> int | None:
+        sizes = {len(g) for g in self.groups}
+        return sizes.pop() if len(sizes) == 1 else None
+
+    def group_of(self, device: int) -> tuple[int, ...]:
+        for g in self.groups:
+            if device in g:
+                return g
+        raise KeyError(f"device {device} is in no replica group of {self.to_hlo()}")
+
+    def to_hlo(self) -> str:
+        if self.mesh_spelling:
+            return self.mesh_spelling
+        if self.iota is not None:
+            dims, devices = self.iota
+            return f"[{dims[0]},{dims[1]}]" + devices.to_hlo()
+        return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in self.groups) + "}"
+
+    def __repr__(self) -> str:
+        return f"ReplicaGroups({self.to_hlo()})"

@@ -1,0 +1,131 @@
+"""Shapes: arrays (with optional layout and dynamic dimensions) and tuples.
+
+Shapes are frozen values: passes build new ones with `with_dims` / `with_layout`
+rather than mutating.  Printing matches XLA's `ShapeUtil::HumanStringWithLayout`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hlo_passes.ir.types import PrimitiveType
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """`{1,0}` or `{1,0:T(8,128)S(1)}`: minor-to-major order plus XLA's layout extras kept verbatim."""
+
+    minor_to_major: tuple[int, ...]
+    extras: str = ""  # the text after ':' (tiles, memory space, element size), unparsed
+
+    def to_hlo(self) -> str:
+        body = ",".join(map(str, self.minor_to_major))
+        return "{" + body + (":" + self.extras if self.extras else "") + "}"
+
+    @staticmethod
+    def default_for_rank(rank: int) -> "Layout":
+        return Layout(tuple(range(rank - 1, -1, -1)))
+
+
+class Shape:
+    """Common base of ArrayShape and TupleShape."""
+
+    __slots__ = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return isinstance(self, TupleShape)
+
+    @property
+    def is_array(self) -> bool:
+        return isinstance(self, ArrayShape)
+
+    def to_hlo(self, with_layout: bool = True) -> str:
+        raise NotImplementedError
+
+    def byte_size(self) -> int:
+        raise NotImplementedError
+
+    def leaves(self) -> list["ArrayShape"]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.to_hlo()
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayShape(Shape):
+    """`f32[8,<=16]{1,0}`; `token[]` and `opaque[]` are arrays of rank 0 of those types."""
+
+    element_type: PrimitiveType
+    dims: tuple[int, ...] = ()
+    dynamic: tuple[bool, ...] = ()  # per dim: True for `<=N` (bounded dynamic)
+    layout: Layout | None = field(default=None, compare=True)
+    unbounded: tuple[bool, ...] = ()  # per dim: True for `?`
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def element_count(self) -> int:
+        return math.prod(self.dims)
+
+    def byte_size(self) -> int:
+        if not self.element_type.is_array:
+            return 0
+        return self.element_count * self.element_type.byte_size
+
+    def leaves(self) -> list["ArrayShape"]:
+        return [self]
+
+    def with_dims(self, dims: tuple[int, ...] | list[int]) -> "ArrayShape":
+        """Same type and layout (kept when the rank is unchanged), new dimensions."""
+        dims = tuple(int(d) for d in dims)
+        layout = self.layout if self.layout is not None and len(dims) == self.rank else (
+            Layout.default_for_rank(len(dims)) if self.layout is not None else None)
+        return ArrayShape(self.element_type, dims, (), layout)
+
+    def with_element_type(self, element_type: PrimitiveType) -> "ArrayShape":
+        return replace(self, element_type=element_type)
+
+    def without_layout(self) -> "ArrayShape":
+        return replace(self, layout=None)
+
+    def _dim_text(self, i: int) -> str:
+        if self.unbounded and self.unbounded[i]:
+            return "?"
+        if self.dynamic and self.dynamic[i]:
+            return f"<={self.dims[i]}"
+        return str(self.dims[i])
+
+    def to_hlo(self, with_layout: bool = True) -> str:
+        dims = ",".join(self._dim_text(i) for i in range(self.rank))
+        text = f"{self.element_type.value}[{dims}]"
+        if with_layout and self.layout is not None:
+            text += self.layout.to_hlo()
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class TupleShape(Shape):
+    """`(f32[8], s32[])`."""
+
+    elements: tuple[Shape, ...] = ()
+
+    def byte_size(self) -> int:
+        return sum(e.byte_size() for e in self.elements)
+
+    def leaves(self) -> list[ArrayShape]:
+        return [leaf for e in self.elements for leaf in e.leaves()]
+
+    def to_hlo(self, with_layout: bool = True) -> str:
+        return "(" + ", ".join(e.to_hlo(with_layout) for e in self.elements) + ")"
+
+
+def scalar(element_type: PrimitiveType) -> ArrayShape:
+    return ArrayShape(element_type, ())
+
+
+TOKEN_SHAPE = ArrayShape(PrimitiveType.TOKEN, ())

@@ -1,0 +1,312 @@
+"""HloSharding as a value: which device holds which tile of an array.
+
+XLA spells the same device layout in several ways (an explicit device list or an
+iota `<=[4,2]T(1,0)`; `last_tile_dims={replicated}` or `last_tile_dim_replicate`).
+A Sharding keeps the spelling it was parsed from so unchanged text prints back
+exactly, but compares and hashes by meaning: the tile-dimension sizes, the device
+at each tile position, and the subgroup kinds of the trailing dimensions.
+
+Device arrays are kept flattened in row-major order (`devices`), with the tile
+grid's dimensions in `tile_dims`.  The last `len(subgroups)` tile dimensions are
+not data dimensions: they enumerate devices that hold the same data (REPLICATED)
+or that run a manual (MANUAL) region.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+
+class ShardingKind(enum.Enum):
+    REPLICATED = "replicated"
+    MAXIMAL = "maximal"
+    MANUAL = "manual"
+    UNKNOWN = "unknown"
+    TILED = "tiled"
+    TUPLE = "tuple"
+
+
+class SubgroupKind(enum.Enum):
+    """What a trailing tile dimension means (XLA's OpSharding::Type for last_tile_dims)."""
+
+    REPLICATED = "replicated"
+    MANUAL = "manual"
+    MAXIMAL = "maximal"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class IotaDevices:
+    """`<=[reshape_dims]T(transpose)`: iota(prod).reshape(reshape_dims).transpose(perm)."""
+
+    reshape_dims: tuple[int, ...]
+    transpose: tuple[int, ...] = ()
+
+    def expand(self) -> np.ndarray:
+        arr = np.arange(math.prod(self.reshape_dims)).reshape(self.reshape_dims)
+        if self.transpose:
+            arr = arr.transpose(self.transpose)
+        return arr.reshape(-1)
+
+    def to_hlo(self) -> str:
+        text = "<=[" + ",".join(map(str, self.reshape_dims)) + "]"
+        if self.transpose and tuple(self.transpose) != tuple(range(len(self.transpose))):
+            text += "T(" + ",".join(map(str, self.transpose)) + ")"
+        return text
+
+    @staticmethod
+    def find(devices: tuple[int, ...], tile_dims: tuple[int, ...]) -> "IotaDevices | None":
+        """An iota spelling of `devices` (a tile grid of `tile_dims`) if one of the simple forms fits."""
+        n = len(devices)
+        if tuple(devices) == tuple(range(n)):
+            return IotaDevices((n,))
+        # Transposed 2-factor forms cover what JAX's meshes produce most often.
+        arr = np.asarray(devices)
+        for a in range(2, n):
+            if n % a:
+                continue
+            candidate = np.arange(n).reshape(a, n // a).T.reshape(-1)
+            if np.array_equal(candidate, arr):
+                return IotaDevices((a, n // a), (1, 0))
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Sharding:
+    """One HLO sharding (see module docstring).  Build with the class methods."""
+
+    kind: ShardingKind
+    tile_dims: tuple[int, ...] = ()
+    devices: tuple[int, ...] = ()
+    subgroups: tuple[SubgroupKind, ...] = ()
+    device: int | None = None  # MAXIMAL
+    elements: tuple["Sharding", ...] = ()  # TUPLE
+    shard_group: tuple[str, int] | None = None  # ("shard_as"|"shard_like", id)
+    # Spelling, not meaning:
+    iota: IotaDevices | None = None
+    replicate_spelled_as_flag: bool = True  # last_tile_dim_replicate vs last_tile_dims={replicated}
+    metadata: str = ""  # raw `metadata={...}` group text
+
+    # ------------------------------------------------------------ builders --
+    @classmethod
+    def replicated(cls) -> "Sharding":
+        return cls(ShardingKind.REPLICATED)
+
+    @classmethod
+    def manual(cls) -> "Sharding":
+        return cls(ShardingKind.MANUAL)
+
+    @classmethod
+    def unknown(cls) -> "Sharding":
+        return cls(ShardingKind.UNKNOWN)
+
+    @classmethod
+    def maximal(cls, device: int) -> "Sharding":
+        return cls(ShardingKind.MAXIMAL, device=device)
+
+    @classmethod
+    def tuple_of(cls, elements) -> "Sharding":
+        return cls(ShardingKind.TUPLE, elements=tuple(elements))
+
+    @classmethod
+    def tiled(cls, tile_assignment, subgroups=(), *, iota: IotaDevices | None = None,
+              replicate_spelled_as_flag: bool = True, metadata: str = "") -> "Sharding":
+        """A tiled sharding from an integer device array whose shape is the tile grid."""
+        arr = np.asarray(tile_assignment)
+        return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape),
+                   tuple(int(d) for d in arr.reshape(-1)), tuple(subgroups), iota=iota,
+                   replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata)
+
+    @classmethod
+    def from_mesh(cls, mesh_shape: tuple[int, ...], dim_to_axes: list[tuple[int, ...]],
+                  device_ids=None) -> "Sharding":
+        """Tile a rank-r array over a logical mesh: `dim_to_axes[i]` lists the mesh axes
+        (major to minor) that split data dim i; mesh axes used by no dim replicate."""
+        n = math.prod(mesh_shape)
+        mesh = np.arange(n).reshape(mesh_shape) if device_ids is None else np.asarray(device_ids).reshape(mesh_shape)
+        used = [a for axes in dim_to_axes for a in axes]
+        unused = [a for a in range(len(mesh_shape)) if a not in used]
+        arr = mesh.transpose(used + unused)
+        tile_dims = [math.prod(mesh_shape[a] for a in axes) for axes in dim_to_axes]
+        replicate = math.prod(mesh_shape[a] for a in unused)
+        if replicate == 1 and all(t == 1 for t in tile_dims):
+            return cls.replicated()
+        if replicate > 1:
+            return cls.tiled(arr.reshape(tile_dims + [replicate]), (SubgroupKind.REPLICATED,))
+        return cls.tiled(arr.reshape(tile_dims))
+
+    # ----------------------------------------------------------- meaning --
+    def _key(self):
+        if self.kind is ShardingKind.TILED:
+            norm = self.normalized()
+            if norm is not self:
+                return norm._key()
+            return (self.kind, self.tile_dims, self.devices, self.subgroups, self.shard_group)
+        if self.kind is ShardingKind.TUPLE:
+            return (self.kind, tuple(e._key() for e in self.elements))
+        return (self.kind, self.device, self.shard_group)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sharding) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def normalized(self) -> "Sharding":
+        """Same meaning, canonical form: size-1 subgroup dims dropped, all-replicated → REPLICATED."""
+        if self.kind is not ShardingKind.TILED:
+            return self
+        dims, subgroups = list(self.tile_dims), list(self.subgroups)
+        data_rank = len(dims) - len(subgroups)
+        keep = [i for i in range(len(dims)) if i < data_rank or dims[i] != 1]
+        new_dims = [dims[i] for i in keep]
+        new_subgroups = [subgroups[i - data_rank] for i in keep if i >= data_rank]
+        # Merge several REPLICATED subgroup dims into one, sorted like XLA (manual before replicated).
+        if new_subgroups.count(SubgroupKind.REPLICATED) > 1 or (
+                new_subgroups and new_subgroups != sorted(new_subgroups, key=_SUBGROUP_ORDER.index)):
+            arr = np.asarray(self.devices).reshape(dims)
+            arr = arr.reshape(new_dims)
+            d_rank = data_rank
+            order = sorted(range(len(new_subgroups)), key=lambda i: _SUBGROUP_ORDER.index(new_subgroups[i]))
+            arr = arr.transpose(list(range(d_rank)) + [d_rank + i for i in order])
+            kinds = [new_subgroups[i] for i in order]
+            merged_dims, merged_kinds = list(arr.shape[:d_rank]), []
+            for k, size in zip(kinds, arr.shape[d_rank:]):
+                if merged_kinds and merged_kinds[-1] is k:
+                    merged_dims[-1] *= size
+                else:
+                    merged_dims.append(size)
+                    merged_kinds.append(k)
+            arr = arr.reshape(merged_dims)
+            new_dims, new_subgroups = list(arr.shape), merged_kinds
+            devices = tuple(int(d) for d in arr.reshape(-1))
+        else:
+            devices = self.devices
+        data_dims = new_dims[:data_rank]
+        if all(d == 1 for d in data_dims) and all(k is SubgroupKind.REPLICATED for k in new_subgroups):
+            return Sharding(ShardingKind.REPLICATED, shard_group=self.shard_group)
+        if all(k is SubgroupKind.MANUAL for k in new_subgroups) and new_subgroups and all(d == 1 for d in data_dims):
+            return Sharding(ShardingKind.MANUAL, shard_group=self.shard_group)
+        if new_dims == dims and new_subgroups == subgroups and devices == self.devices:
+            return self
+        return Sharding(ShardingKind.TILED, tuple(new_dims), devices, tuple(new_subgroups),
+                        shard_group=self.shard_group)
+
+    @property
+    def is_replicated(self) -> bool:
+        if self.kind is ShardingKind.TUPLE:
+            return all(e.is_replicated for e in self.elements)
+        return self.normalized().kind is ShardingKind.REPLICATED
+
+    @property
+    def is_manual(self) -> bool:
+        if self.kind is ShardingKind.TUPLE:
+            return all(e.is_manual for e in self.elements)
+        return self.normalized().kind is ShardingKind.MANUAL
+
+    @property
+    def is_tiled(self) -> bool:
+        return self.kind is ShardingKind.TILED
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.kind is ShardingKind.TUPLE
+
+    @property
+    def data_rank(self) -> int:
+        """Number of tile dimensions that split the array (the rest enumerate replicas)."""
+        return len(self.tile_dims) - len(self.subgroups)
+
+    @property
+    def data_tile_dims(self) -> tuple[int, ...]:
+        return self.tile_dims[: self.data_rank]
+
+    @property
+    def replication_factor(self) -> int:
+        return math.prod(self.tile_dims[self.data_rank:])
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices) if self.kind is ShardingKind.TILED else 0
+
+    @cached_property
+    def tile_assignment(self) -> np.ndarray:
+        return np.asarray(self.devices, dtype=np.int64).reshape(self.tile_dims)
+
+    @cached_property
+    def _tile_index_by_device(self) -> dict[int, tuple[int, ...]]:
+        arr = self.tile_assignment
+        return {int(arr[idx]): tuple(int(i) for i in idx) for idx in np.ndindex(arr.shape)}
+
+    def tile_index(self, device: int) -> tuple[int, ...]:
+        """Position of `device` in the data dimensions of the tile grid (for TILED), else all zeros."""
+        if self.kind is not ShardingKind.TILED:
+            raise ValueError(f"tile_index on a {self.kind.value} sharding")
+        return self._tile_index_by_device[device][: self.data_rank]
+
+    def tile_shape(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-device dimensions of an array of `dims`: ceil(dim / tiles), the way XLA pads uneven shards."""
+        if self.kind is not ShardingKind.TILED:
+            return tuple(dims)
+        if len(dims) != self.data_rank:
+            raise ValueError(f"sharding of rank {self.data_rank} applied to rank {len(dims)}")
+        return tuple(-(-d // t) for d, t in zip(dims, self.data_tile_dims))
+
+    def tile_offset(self, device: int, dims: tuple[int, ...]) -> tuple[int, ...]:
+        """Start of `device`'s tile in the global array (may exceed the dim for padding-only tiles)."""
+        if self.kind is not ShardingKind.TILED:
+            return tuple(0 for _ in dims)
+        shape = self.tile_shape(dims)
+        return tuple(i * s for i, s in zip(self.tile_index(device), shape))
+
+    def element(self, index: int) -> "Sharding":
+        """Sharding of tuple element `index` (the sharding itself when not a tuple)."""
+        return self.elements[index] if self.kind is ShardingKind.TUPLE else self
+
+    def without_metadata(self) -> "Sharding":
+        from dataclasses import replace
+        if self.kind is ShardingKind.TUPLE:
+            return replace(self, metadata="", elements=tuple(e.without_metadata() for e in self.elements))
+        return replace(self, metadata="")
+
+    # ------------------------------------------------------------ printing --
+    def to_hlo(self) -> str:
+        if self.kind is ShardingKind.TUPLE:
+            return "{" + ", ".join(e.to_hlo() for e in self.elements) + "}"
+        return "{" + self._body() + "}"
+
+    def _body(self) -> str:
+        parts: list[str]
+        if self.kind is ShardingKind.TILED:
+            dims = "[" + ",".join(map(str, self.tile_dims)) + "]"
+            iota = self.iota or IotaDevices.find(self.devices, self.tile_dims)
+            if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)):
+                parts = ["devices=" + dims + iota.to_hlo()]
+            else:
+                parts = ["devices=" + dims + ",".join(map(str, self.devices))]
+            if self.subgroups == (SubgroupKind.REPLICATED,) and self.replicate_spelled_as_flag:
+                parts.append("last_tile_dim_replicate")
+            elif self.subgroups:
+                parts.append("last_tile_dims={" + ", ".join(k.value for k in self.subgroups) + "}")
+        elif self.kind is ShardingKind.MAXIMAL:
+            parts = [f"maximal device={self.device}"]
+        else:
+            parts = [self.kind.value]
+        if self.shard_group is not None:
+            parts.append(f"{self.shard_group[0]} {self.shard_group[1]}")
+        if self.metadata:
+            parts.append("metadata=" + self.metadata)
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Sharding({self.to_hlo()})"
+
+    __str__ = to_hlo
+
+
+_SUBGROUP_ORDER = [SubgroupKind.MANUAL, SubgroupKind.REPLICATED, SubgroupKind.MAXIMAL, SubgroupKind.OTHER]

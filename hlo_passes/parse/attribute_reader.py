@@ -1,0 +1,331 @@
+"""Typed readings of attribute values, by attribute key.
+
+`reader_for(key)` returns a function from the value's text to its typed value,
+or None for keys that stay text.  Structured values are parsed with the
+grammar's `attr_*` start rules; results are cached by text because the same
+sharding or replica-group spelling repeats thousands of times in big dumps.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, Callable
+
+import lark
+
+from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata,
+                                      PaddingConfig, SliceSpec, Window, WindowDimension)
+from hlo_passes.ir.replica_groups import ReplicaGroups
+from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
+from hlo_passes.parse import grammar
+
+
+class AttributeError_(ValueError):
+    """An attribute value that does not read as its key requires."""
+
+
+def _ints(items) -> tuple[int, ...]:
+    return tuple(int(x) for x in items)
+
+
+class _TypedBuilder(lark.Transformer):
+    # shared pieces
+    def int_seq(self, c):
+        return _ints(c)
+
+    def int_group(self, c):
+        return c[0] if c else ()
+
+    def iota_transpose(self, c):
+        return c[0]
+
+    raw = ""  # the value text being read; groups are returned as slices of it
+
+    def group(self, c):
+        first, last = c[0], c[-1]
+        start = first.start_pos if isinstance(first, lark.Token) else first[0]
+        end = last.end_pos if isinstance(last, lark.Token) else last[1]
+        return start, end
+
+    inner_group = group
+
+    def _text(self, span) -> str:
+        return self.raw[span[0]:span[1]]
+
+    # sharding
+    def replicated(self, c):
+        return ("replicated",)
+
+    def manual(self, c):
+        return ("manual",)
+
+    def unknown(self, c):
+        return ("unknown",)
+
+    def maximal(self, c):
+        return ("maximal", int(c[0]))
+
+    def explicit_devices(self, c):
+        return ("explicit", _ints(c))
+
+    def iota_devices(self, c):
+        return ("iota", IotaDevices(c[0], c[1] if len(c) > 1 else ()))
+
+    def tiled(self, c):
+        return ("tiled", c[0], c[1])
+
+    def last_tile_dim_replicate(self, c):
+        return ("subgroups", (SubgroupKind.REPLICATED,), True)
+
+    def subgroup_kind(self, c):
+        return SubgroupKind(c[0].value)
+
+    def last_tile_dims(self, c):
+        return ("subgroups", tuple(c), False)
+
+    def sharding_metadata(self, c):
+        return ("metadata", self._text(c[0]))
+
+    def shard_as(self, c):
+        return ("shard_group", ("shard_as", int(c[0])))
+
+    def shard_like(self, c):
+        return ("shard_group", ("shard_like", int(c[0])))
+
+    def sharding_body(self, c):
+        kind, options = c[0], c[1:]
+        subgroups, flag, metadata, shard_group = (), True, "", None
+        for opt in options:
+            if opt[0] == "subgroups":
+                subgroups, flag = opt[1], opt[2]
+            elif opt[0] == "metadata":
+                metadata = opt[1]
+            else:
+                shard_group = opt[1]
+        if kind[0] == "tiled":
+            tile_dims, devices = kind[1], kind[2]
+            if devices[0] == "iota":
+                iota = devices[1]
+                ids = iota.expand()
+                if len(ids) != _prod(tile_dims):
+                    raise AttributeError_(f"iota of {len(ids)} devices for a tile grid of {_prod(tile_dims)}")
+            else:
+                iota, ids = None, devices[1]
+                if len(ids) != _prod(tile_dims):
+                    raise AttributeError_(f"{len(ids)} devices listed for a tile grid of {_prod(tile_dims)}")
+            s = Sharding.tiled(__import__("numpy").asarray(ids).reshape(tile_dims), subgroups, iota=iota,
+                               replicate_spelled_as_flag=flag, metadata=metadata)
+        elif kind[0] == "maximal":
+            s = Sharding.maximal(kind[1])
+        else:
+            s = {"replicated": Sharding.replicated, "manual": Sharding.manual,
+                 "unknown": Sharding.unknown}[kind[0]]()
+        if metadata or shard_group:
+            from dataclasses import replace
+
+            s = replace(s, metadata=metadata, shard_group=shard_group)
+        return s
+
+    def attr_sharding(self, c):
+        return c[0]
+
+    def tuple_sharding(self, c):
+        return Sharding.tuple_of(c)
+
+    def empty_tuple_sharding(self, c):
+        return Sharding.tuple_of(())
+
+    # replica groups
+    def explicit_groups(self, c):
+        return ReplicaGroups.explicit(c)
+
+    def iota_groups(self, c):
+        dims = c[0]
+        if len(dims) != 2:
+            raise AttributeError_("iota replica groups need [num_groups,group_size]")
+        return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices(c[1], c[2] if len(c) > 2 else ()))
+
+    def mesh_axis(self, c):
+        return c[0].value.strip("'"), int(c[1])
+
+    def mesh_groups(self, c):
+        axes = [x for x in c if isinstance(x, tuple)]
+        selected = [x.value.strip("'") for x in c if isinstance(x, lark.Token)]
+        return ReplicaGroups.from_mesh(axes, selected, spelling="")
+
+    def attr_pairs(self, c):
+        return tuple(c)
+
+    def attr_int_list(self, c):
+        return c[0] if c else ()
+
+    def slice_dim(self, c):
+        v = _ints(c)
+        return v if len(v) == 3 else (v[0], v[1], 1)
+
+    def attr_slice(self, c):
+        return SliceSpec(tuple(d[0] for d in c), tuple(d[1] for d in c), tuple(d[2] for d in c))
+
+    def attr_padding(self, c):
+        dims = []
+        for part in c[0].value.split("x"):
+            nums = [int(x) for x in part.split("_")]
+            dims.append((nums[0], nums[1], nums[2] if len(nums) > 2 else 0))
+        return PaddingConfig(tuple(dims))
+
+    def window_field(self, c):
+        return c[0].value, c[1].value.split("x")
+
+    def attr_window(self, c):
+        fields = dict(c)
+        n = len(fields.get("size", []))
+        dims = []
+        for i in range(n):
+            pad = fields.get("pad", ["0_0"] * n)[i].split("_")
+            dims.append(WindowDimension(
+                size=int(fields["size"][i]), stride=int(fields.get("stride", ["1"] * n)[i]),
+                padding_low=int(pad[0]), padding_high=int(pad[1]),
+                lhs_dilation=int(fields.get("lhs_dilate", ["1"] * n)[i]),
+                rhs_dilation=int(fields.get("rhs_dilate", ["1"] * n)[i]),
+                reversal=fields.get("rhs_reversal", ["0"] * n)[i] == "1"))
+        return Window(tuple(dims))
+
+    def attr_dim_labels(self, c):
+        lhs, out = c[0].value.split("->")
+        inp, kernel = lhs.split("_")
+        return ConvDimensionLabels(inp, kernel, out)
+
+    def metadata_field(self, c):
+        v = c[1]
+        if v.type == "STRING":
+            return c[0].value, json.loads(v.value)
+        if v.type == "INT":
+            return c[0].value, int(v.value)
+        return c[0].value, v.value
+
+    def attr_metadata(self, c):
+        return OpMetadata(tuple(c))
+
+    def frontend_entry(self, c):
+        v = c[1]
+        if isinstance(v, lark.Token) and v.type == "STRING":
+            return c[0].value, json.loads(v.value), False
+        return c[0].value, self._text(v), True
+
+    def attr_frontend_attributes(self, c):
+        return FrontendAttributes(tuple((k, v) for k, v, _ in c),
+                                  frozenset(k for k, _, raw in c if raw))
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+_typed_parser_holder: list = []
+
+
+def _typed_parser() -> lark.Lark:
+    if not _typed_parser_holder:
+        _typed_parser_holder.append(grammar.lark_parser(None))
+    return _typed_parser_holder[0]
+
+
+_BUILDER = _TypedBuilder()
+
+
+def _structured(start: str) -> Callable[[str], Any]:
+    @functools.lru_cache(maxsize=4096)
+    def read(raw: str):
+        try:
+            tree = _typed_parser().parse(raw, start=start)
+            _BUILDER.raw = raw
+            return _BUILDER.transform(tree)
+        except lark.exceptions.VisitError as e:
+            raise AttributeError_(f"{start[5:]}: {e.orig_exc}") from None
+        except lark.exceptions.LarkError as e:
+            first = str(e).strip().splitlines()[0]
+            raise AttributeError_(f"cannot read {start[5:].replace('_', ' ')} '{raw}': {first}") from None
+
+    return read
+
+
+def _read_int(raw: str) -> int:
+    return int(raw)
+
+
+def _read_float(raw: str) -> float:
+    return float(raw)
+
+
+def _read_bool(raw: str) -> bool:
+    if raw not in ("true", "false"):
+        raise AttributeError_(f"expected true or false, got '{raw}'")
+    return raw == "true"
+
+
+def _read_string(raw: str) -> str:
+    if raw.startswith('"'):
+        return json.loads(raw)
+    return raw
+
+
+def _read_word(raw: str) -> str:
+    return raw
+
+
+def _read_replica_groups(raw: str) -> ReplicaGroups:
+    groups = _structured("attr_replica_groups")(raw)
+    if raw.startswith("mesh"):
+        return ReplicaGroups(groups.groups, mesh_spelling=raw)
+    return groups
+
+
+_INT_LIST_KEYS = (
+    "dimensions", "lhs_contracting_dims", "rhs_contracting_dims", "lhs_batch_dims", "rhs_batch_dims",
+    "slice_sizes", "offset_dims", "collapsed_slice_dims", "start_index_map", "update_window_dims",
+    "inserted_window_dims", "scatter_dims_to_operand_dims", "dynamic_slice_sizes", "fft_length",
+    "operand_batching_dims", "start_indices_batching_dims", "input_batching_dims",
+    "scatter_indices_batching_dims", "lhs_ragged_dims", "rhs_group_dims",
+)
+_INT_KEYS = (
+    "index", "index_vector_dim", "channel_id", "iota_dimension", "feature_index", "k",
+    "exponent_bits", "mantissa_bits", "feature_group_count", "batch_group_count",
+    "split_dimension", "concat_dimension", "all_gather_dimension", "replica_count",
+    "num_partitions", "parameter_number",
+)
+_BOOL_KEYS = (
+    "use_global_device_ids", "constrain_layout", "indices_are_sorted", "unique_indices", "is_stable",
+    "largest", "custom_call_has_side_effect", "is_host_transfer", "is_scheduled",
+)
+_STRING_KEYS = ("custom_call_target", "execution_thread", "async_execution_thread", "opaque")
+
+READERS: dict[str, Callable[[str], Any]] = {
+    "sharding": _structured("attr_sharding"),
+    "replica_groups": _read_replica_groups,
+    "source_target_pairs": _structured("attr_pairs"),
+    "slice": _structured("attr_slice"),
+    "padding": _structured("attr_padding"),
+    "window": _structured("attr_window"),
+    "dim_labels": _structured("attr_dim_labels"),
+    "metadata": _structured("attr_metadata"),
+    "frontend_attributes": _structured("attr_frontend_attributes"),
+    "epsilon": _read_float,
+    "comparison_direction": _read_word,
+    "type": _read_word,
+    "kind": _read_word,
+    "distribution": _read_word,
+    "api_version": _read_word,
+    "backend_config": _read_string,
+    **{k: _structured("attr_int_list") for k in _INT_LIST_KEYS},
+    **{k: _read_int for k in _INT_KEYS},
+    **{k: _read_bool for k in _BOOL_KEYS},
+    **{k: _read_string for k in _STRING_KEYS},
+}
+
+
+def reader_for(key: str) -> Callable[[str], Any] | None:
+    return READERS.get(key)

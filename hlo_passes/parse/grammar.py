@@ -1,0 +1,36 @@
+"""Loads grammar/hlo.lark once: one LALR parser with a start rule per entry point."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import lark
+
+GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "hlo.lark"
+if not GRAMMAR_PATH.exists():  # installed as a wheel: the grammar ships inside the package
+    GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "hlo.lark"
+
+START_RULES = (
+    "module", "attr_sharding", "attr_replica_groups", "attr_pairs", "attr_int_list", "attr_slice",
+    "attr_padding", "attr_window", "attr_dim_labels", "attr_metadata", "attr_frontend_attributes",
+)
+
+# Human names for terminals in "expected ..." messages.
+TERMINAL_NAMES = {
+    "NAME": "a name", "INT": "an integer", "NUMBER": "a number", "STRING": "a string",
+    "ATOM": "an attribute value", "LAYOUT": "a layout", "COMMA": "','", "LBRACE": "'{'",
+    "RBRACE": "'}'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "EQUAL": "'='",
+    "COLON": "':'", "ROOT": "'ROOT'", "ENTRY": "'ENTRY'", "__ANON_0": "'->'", "IOTA_LE": "'<='",
+    "IOTA_T": "'T'", "ELLIPSIS": "'...'", "QMARK": "'?'", "LESSTHAN": "'<'", "MORETHAN": "'>'",
+}
+
+
+def grammar_text() -> str:
+    return GRAMMAR_PATH.read_text()
+
+
+@functools.cache
+def lark_parser(transformer: lark.Transformer | None = None) -> lark.Lark:
+    return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", start=list(START_RULES),
+                     transformer=transformer, maybe_placeholders=False, cache=False)

@@ -1,0 +1,420 @@
+"""Text → IR: runs the Lark grammar and builds Module / Computation / Instruction.
+
+The builder is a Lark Transformer applied inline by the LALR parser, so no parse
+tree is kept for the (large) module.  Attribute values are kept as their exact
+source text and read into typed values on demand (see attribute_reader).
+Names are resolved after each computation (operands may be used before they are
+defined, as in XLA) and called computations after the whole module.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import lark
+from lark import Token
+
+from hlo_passes.ir.attributes import Attr
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
+from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
+from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
+from hlo_passes.parse import grammar
+from hlo_passes.parse.errors import HloParseError, SemanticError, position_of
+
+_LITERAL_NAMES = {"true", "false", "nan", "inf", "-inf", "-nan"}
+
+
+def _span(item) -> tuple[int, int]:
+    if isinstance(item, Token):
+        return item.start_pos, item.end_pos
+    return item
+
+
+def _bare(name: str) -> str:
+    return name[1:] if name.startswith("%") else name
+
+
+@dataclass
+class _PendingInstruction:
+    instr: Instruction
+    name_token: Token
+    operand_refs: list  # ("ref", Token) per operand
+    attrs: list[tuple[Token, Attr]]
+    is_root: bool
+    extra: list = field(default_factory=list)  # nested instructions to add before this one
+
+
+class _Builder(lark.Transformer):
+    """Inline LALR callbacks.  `text` and `module` are set per parse (under a lock)."""
+
+    def __init__(self) -> None:
+        super().__init__(visit_tokens=False)
+        self.text = ""
+        self.nested_counter = 0
+        self.percent_names = False
+        self.operand_shapes = False
+
+    # --------------------------------------------------------------- shapes --
+    def static_dim(self, c):
+        return int(c[0]), False, False
+
+    def bounded_dim(self, c):
+        return int(c[0]), True, False
+
+    def unbounded_dim(self, c):
+        return -1, False, True
+
+    def layout(self, c):
+        tok = c[0]
+        body = tok.value[1:-1]
+        m2m, _, extras = body.partition(":")
+        dims = tuple(int(x) for x in m2m.replace(" ", "").split(",") if x)
+        return Layout(dims, extras)
+
+    def array_shape(self, c):
+        type_tok = c[0]
+        etype = PRIMITIVE_TYPES_BY_NAME.get(type_tok.value)
+        if etype is None:
+            raise SemanticError(f"unknown element type '{type_tok.value}'", type_tok)
+        layout = c[-1] if c and isinstance(c[-1], Layout) else None
+        dims = [d for d in c[1:] if isinstance(d, tuple)]
+        return ArrayShape(etype, tuple(d[0] for d in dims),
+                          tuple(d[1] for d in dims) if any(d[1] for d in dims) else (),
+                          layout, tuple(d[2] for d in dims) if any(d[2] for d in dims) else ())
+
+    def tuple_shape(self, c):
+        return TupleShape(tuple(c))
+
+    # ------------------------------------------------------------- literals --
+    def literal_scalar(self, c):
+        return ("lit", _span(c[0]))
+
+    def _literal_span(self, c):
+        return _span(c[0])[0], _span(c[-1])[1]
+
+    def literal_braces(self, c):
+        return self._literal_span(c)
+
+    def literal_paren(self, c):
+        return self._literal_span(c)
+
+    # -------------------------------------------------------------- operands --
+    def operand_ref(self, c):
+        return ("ref", c[0])
+
+    def typed_operand_ref(self, c):
+        self.operand_shapes = True
+        return ("ref", c[1])
+
+    def nested_instruction(self, c):
+        shape, opcode_tok, operands = c[0], c[1], c[2]
+        return ("nested", shape, opcode_tok, operands)
+
+    def operand(self, c):  # a literal reached through `operand`
+        item = c[0]
+        return item if item[0] == "lit" else ("lit", item)
+
+    def operand_list(self, c):
+        return c
+
+    # ------------------------------------------------------------ attributes --
+    def group(self, c):
+        return _span(c[0])[0], _span(c[-1])[1]
+
+    inner_group = group
+
+    def attr_value(self, c):
+        start, end = _span(c[0])[0], _span(c[-1])[1]
+        return self.text[start:end]
+
+    def attribute(self, c):
+        return c[0], Attr(raw=c[1])
+
+    def instruction_attrs(self, c):
+        return c
+
+    computation_attrs = instruction_attrs
+    module_attrs = instruction_attrs
+
+    # ----------------------------------------------------------- instruction --
+    def instruction(self, c):
+        is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
+        if is_root:
+            c = c[1:]
+        name_tok, shape, opcode_tok, operands, attrs = c
+        if name_tok.value.startswith("%"):
+            self.percent_names = True
+        pending = self._make_instruction(_bare(name_tok.value), shape, opcode_tok, operands, attrs, name_tok)
+        pending.is_root = is_root
+        return pending
+
+    def _make_instruction(self, name, shape, opcode_tok, operands, attrs, name_tok) -> _PendingInstruction:
+        opcode = OPCODES_BY_NAME.get(opcode_tok.value)
+        if opcode is None:
+            raise SemanticError(f"unknown opcode '{opcode_tok.value}'", opcode_tok)
+        instr = Instruction(opcode, shape, name=name)
+        refs, extra = [], []
+        if opcode is Opcode.CONSTANT:
+            if not operands:
+                raise SemanticError("constant needs a literal, as in constant(0)", opcode_tok)
+            start = self._operand_span(operands[0])[0]
+            end = self._operand_span(operands[-1])[1]
+            instr.literal = self.text[start:end]
+        elif opcode is Opcode.PARAMETER:
+            if len(operands) != 1 or operands[0][0] != "lit":
+                raise SemanticError("parameter needs its number, as in parameter(0)", opcode_tok)
+            s, e = self._operand_span(operands[0])
+            try:
+                instr.parameter_number = int(self.text[s:e])
+            except ValueError:
+                raise SemanticError("parameter number must be an integer", pos=s) from None
+        else:
+            for op in operands:
+                if op[0] == "ref":
+                    refs.append(op)
+                elif op[0] == "nested":
+                    self.nested_counter += 1
+                    _, nshape, nop_tok, noperands = op
+                    nested = self._make_instruction(f"{nop_tok.value}.nested.{self.nested_counter}",
+                                                    nshape, nop_tok, noperands, [], nop_tok)
+                    extra.extend(nested.extra)
+                    extra.append(nested)
+                    refs.append(("nested_ref", nested.instr))
+                else:
+                    raise SemanticError(f"{opcode.value} expects operand names, got a literal",
+                                        pos=self._operand_span(op)[0])
+        pending = _PendingInstruction(instr, name_tok, refs, [], False, extra)
+        for key_tok, attr in attrs:
+            key = key_tok.value
+            if key in instr.attributes:
+                raise SemanticError(f"attribute '{key}' given twice", key_tok)
+            instr.attributes[key] = attr
+            pending.attrs.append((key_tok, attr))
+        return pending
+
+    def _operand_span(self, op):
+        if op[0] == "lit":
+            return op[1]
+        tok = op[1]
+        return tok.start_pos, tok.end_pos
+
+    # ------------------------------------------------------------ computation --
+    def param_decl(self, c):
+        return c[0], c[1]
+
+    def signature(self, c):
+        return ("signature", c[:-1], c[-1])
+
+    def computation(self, c):
+        is_entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
+        if is_entry:
+            c = c[1:]
+        name_tok = c[0]
+        rest = c[1:]
+        signature = None
+        if rest and isinstance(rest[0], tuple) and rest[0] and rest[0][0] == "signature":
+            signature, rest = rest[0], rest[1:]
+        attrs = rest[-1]
+        pendings = rest[:-1]
+        comp = Computation(_bare(name_tok.value), is_entry=is_entry)
+        comp.print_signature = signature is not None
+        by_name: dict[str, _PendingInstruction] = {}
+        ordered: list[_PendingInstruction] = []
+        for p in pendings:
+            for nested in p.extra:
+                ordered.append(nested)
+            if p.instr.name in by_name:
+                raise SemanticError(f"instruction name '{p.instr.name}' is used twice in computation "
+                                    f"'{comp.name}'", p.name_token)
+            by_name[p.instr.name] = p
+            ordered.append(p)
+        roots = [p for p in ordered if p.is_root]
+        if len(roots) > 1:
+            raise SemanticError(f"computation '{comp.name}' has more than one ROOT", roots[1].name_token)
+        for p in ordered:
+            for ref in p.operand_refs:
+                if ref[0] == "nested_ref":
+                    p.instr.append_operand(ref[1])
+                    continue
+                target = by_name.get(_bare(ref[1].value))
+                if target is None:
+                    raise SemanticError(f"'{_bare(ref[1].value)}' is not defined in computation "
+                                        f"'{comp.name}'", ref[1])
+                p.instr.append_operand(target.instr)
+            p.instr.parent = comp
+            comp._instructions[p.instr] = None
+            if p.instr.opcode is Opcode.PARAMETER:
+                n = p.instr.parameter_number
+                if n < len(comp.parameters) and comp.parameters[n] is not None:
+                    raise SemanticError(f"parameter number {n} is used twice in computation "
+                                        f"'{comp.name}'", p.name_token)
+                comp._register_parameter(p.instr)
+        if any(x is None for x in comp.parameters):
+            missing = comp.parameters.index(None)
+            raise SemanticError(f"computation '{comp.name}' has no parameter({missing})", name_tok)
+        comp.root = roots[0].instr if roots else ordered[-1].instr
+        for key_tok, attr in attrs:
+            comp.attributes[key_tok.value] = attr
+        if signature is not None:
+            params = signature[1]
+            if len(params) != len(comp.parameters):
+                raise SemanticError(f"signature of '{comp.name}' declares {len(params)} parameters, "
+                                    f"the body has {len(comp.parameters)}", name_tok)
+        return ("computation", comp, name_tok, ordered)
+
+    # ---------------------------------------------------------------- tables --
+    def string_row(self, c):
+        return int(c[0]), _unquote(c[1].value)
+
+    def record_field(self, c):
+        return c[0].value, int(c[1])
+
+    def record_row(self, c):
+        return int(c[0]), dict(c[1:])
+
+    def file_names_table(self, c):
+        return ("file_names", dict(c))
+
+    def function_names_table(self, c):
+        return ("function_names", dict(c))
+
+    def file_locations_table(self, c):
+        return ("file_locations", dict(c))
+
+    def stack_frames_table(self, c):
+        return ("stack_frames", dict(c))
+
+    # ---------------------------------------------------------------- module --
+    def module(self, c):
+        module = Module(_bare(c[0].value))
+        for key_tok, attr in c[1]:
+            if key_tok.value in module.attributes:
+                raise SemanticError(f"module attribute '{key_tok.value}' given twice", key_tok)
+            module.attributes[key_tok.value] = attr
+        comps = []
+        for item in c[2:]:
+            if item[0] == "computation":
+                comps.append(item)
+            else:
+                setattr(module.tables, item[0], item[1])
+        module.style.percent_names = self.percent_names
+        module.style.operand_shapes = self.operand_shapes
+        by_name: dict[str, Computation] = {}
+        entry = None
+        for _, comp, name_tok, _ in comps:
+            if comp.name in by_name:
+                raise SemanticError(f"computation name '{comp.name}' is used twice", name_tok)
+            by_name[comp.name] = comp
+            if comp.is_entry:
+                if entry is not None:
+                    raise SemanticError("a module has only one ENTRY computation", name_tok)
+                entry = comp
+        if entry is None:  # XLA takes the last computation as the entry
+            entry = comps[-1][1]
+            entry.is_entry = True
+        for _, comp, _, ordered in comps:
+            comp.module = module
+            module.computations.append(comp)
+            module.computation_names.reserve(comp.name)
+            for p in ordered:
+                module.names.reserve(p.instr.name)
+                self._resolve_references(p, by_name, comp)
+        module.entry = entry
+        module.parsed_entry_signature = entry_signature(module)
+        return module
+
+    def _resolve_references(self, p: _PendingInstruction, by_name, comp) -> None:
+        for key_tok, attr in p.attrs:
+            key = key_tok.value
+            if key in CALLED_COMPUTATION_KEYS:
+                names = _computation_names(attr.raw)
+                missing = [n for n in names if n not in by_name]
+                if missing:
+                    raise SemanticError(f"computation '{missing[0]}' is not defined", key_tok)
+                called = tuple(by_name[n] for n in names)
+                list_form = attr.raw.strip().startswith("{")
+                p.instr.called[key] = called if list_form else called[0]
+            elif key == "control-predecessors":
+                local = {i.name: i for i in comp.instructions}
+                for n in _computation_names(attr.raw):
+                    if n not in local:
+                        raise SemanticError(f"control predecessor '{n}' is not defined in "
+                                            f"'{comp.name}'", key_tok)
+                    p.instr.add_control_predecessor(local[n])
+
+
+def _computation_names(raw: str) -> list[str]:
+    body = raw.strip()
+    if body.startswith("{"):
+        body = body[1:-1]
+    return [_bare(x.strip()) for x in body.split(",") if x.strip()]
+
+
+def _unquote(s: str) -> str:
+    import json
+
+    return json.loads(s)
+
+
+def entry_signature(module: Module) -> tuple:
+    entry = module.entry
+    return (tuple(p.shape for p in entry.parameters), entry.root.shape)
+
+
+_lock = threading.Lock()
+_builder = _Builder()
+
+
+def parse_module(text: str, filename: str = "<input>") -> Module:
+    """Parse HLO module text; raises HloParseError with file:line:col on any error."""
+    with _lock:
+        _builder.text = text
+        _builder.nested_counter = 0
+        _builder.percent_names = False
+        _builder.operand_shapes = False
+        try:
+            return grammar.lark_parser(_builder).parse(text, start="module")
+        except SemanticError as e:
+            pos = e.token.start_pos if e.token is not None else (e.pos or 0)
+            raise _error(text, filename, pos, e.message) from None
+        except lark.exceptions.UnexpectedInput as e:
+            raise _lark_error(text, filename, e) from None
+        finally:
+            _builder.text = ""
+
+
+def _error(text: str, filename: str, pos: int, message: str) -> HloParseError:
+    line, col, source = position_of(text, pos)
+    return HloParseError(message, filename=filename, line=line, column=col, source_line=source)
+
+
+def _lark_error(text: str, filename: str, e: lark.exceptions.UnexpectedInput) -> HloParseError:
+    pos = getattr(e, "pos_in_stream", None)
+    if isinstance(e, lark.exceptions.UnexpectedToken):
+        tok = e.token
+        pos = tok.start_pos if tok.start_pos is not None else len(text)
+        got = "end of input" if tok.type == "$END" else repr(tok.value)
+        expected = sorted({grammar.TERMINAL_NAMES.get(t, repr(t.lower()) if t.isupper() else t)
+                           for t in e.expected})
+        message = f"expected {_one_of(expected)}, got {got}"
+    elif isinstance(e, lark.exceptions.UnexpectedCharacters):
+        pos = e.pos_in_stream
+        expected = sorted({grammar.TERMINAL_NAMES.get(t, t) for t in (e.allowed or ())})
+        message = f"unexpected character {text[pos]!r}" + (
+            f"; expected {_one_of(expected)}" if expected else "")
+    elif isinstance(e, lark.exceptions.UnexpectedEOF):
+        pos = len(text)
+        message = "unexpected end of input"
+    else:
+        message = str(e)
+    return _error(text, filename, pos or 0, message)
+
+
+def _one_of(items: list[str]) -> str:
+    if len(items) == 1:
+        return items[0]
+    return "one of " + ", ".join(items)

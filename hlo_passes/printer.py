@@ -1,0 +1,136 @@
+"""IR → HLO text that XLA's parser accepts.
+
+Deterministic: print → parse → print gives the same bytes.  Attributes parsed
+from text print their original text; attributes set by passes print from their
+typed values.  Called computations and control predecessors print from the IR
+objects, so renaming a computation needs no text edits.  Instructions print in
+a stable post-order (operands first, stored order otherwise), so instructions
+that a pass appended still come after their operands.
+"""
+
+from __future__ import annotations
+
+import io
+
+from hlo_passes.ir.attributes import quote
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import TupleShape
+
+
+def print_module(module: Module) -> str:
+    out = io.StringIO()
+    _Printer(module, out).module()
+    return out.getvalue()
+
+
+class _Printer:
+    def __init__(self, module: Module, out: io.StringIO):
+        self.m = module
+        self.out = out
+        self.pct = "%" if module.style.percent_names else ""
+
+    def module(self) -> None:
+        m, w = self.m, self.out.write
+        header = [f"HloModule {m.name}"]
+        for key, attr in self._header_attrs():
+            header.append(f"{key}={attr}")
+        w(", ".join(header) + "\n\n")
+        self.tables()
+        for i, comp in enumerate(m.computations):
+            self.computation(comp)
+            w("\n" if i < len(m.computations) - 1 else "")
+
+    def _header_attrs(self):
+        from hlo_passes.parse.module_parser import entry_signature
+
+        m = self.m
+        for key, attr in m.attributes.items():
+            if key == "entry_computation_layout" and m.entry is not None and (
+                    attr.raw is None or entry_signature(m) != m.parsed_entry_signature):
+                yield key, entry_computation_layout(m)
+            else:
+                yield key, attr.text(key)
+
+    def tables(self) -> None:
+        t, w = self.m.tables, self.out.write
+        if not t:
+            return
+        for title, rows in (("FileNames", t.file_names), ("FunctionNames", t.function_names)):
+            if rows:
+                w(title + "\n" + "".join(f"{k} {quote(v)}\n" for k, v in rows.items()) + "\n")
+        for title, rows in (("FileLocations", t.file_locations), ("StackFrames", t.stack_frames)):
+            if rows:
+                w(title + "\n")
+                for k, fields in rows.items():
+                    w(f"{k} {{" + " ".join(f"{f}={v}" for f, v in fields.items()) + "}\n")
+                w("\n")
+        w("\n")
+
+    def computation(self, comp: Computation) -> None:
+        w, pct = self.out.write, self.pct
+        head = ("ENTRY " if comp.is_entry else "") + pct + comp.name
+        if comp.print_signature:
+            params = ", ".join(f"{p.name}: {p.shape.to_hlo(False)}" for p in comp.parameters)
+            head += f" ({params}) -> {comp.root.shape.to_hlo(False)}"
+        w(head + " {\n")
+        for instr in comp.post_order():
+            w("  " + self.instruction(instr) + "\n")
+        tail = "".join(f", {k}={a.text(k)}" for k, a in comp.attributes.items())
+        w("}" + tail + "\n")
+
+    def instruction(self, instr: Instruction) -> str:
+        pct = self.pct
+        if instr.opcode is Opcode.CONSTANT:
+            operands = instr.literal
+        elif instr.opcode is Opcode.PARAMETER:
+            operands = str(instr.parameter_number)
+        elif self.m.style.operand_shapes:
+            operands = ", ".join(f"{o.shape.to_hlo()} {pct}{o.name}" for o in instr.operands)
+        else:
+            operands = ", ".join(pct + o.name for o in instr.operands)
+        text = (("ROOT " if instr.is_root else "") + f"{pct}{instr.name} = {instr.shape.to_hlo()} "
+                f"{instr.opcode.value}({operands})")
+        parts = []
+        printed_called = set()
+        for key, attr in instr.attributes.items():
+            if key in instr.called:
+                parts.append(f"{key}={self.called(instr.called[key])}")
+                printed_called.add(key)
+            elif key == "control-predecessors":
+                continue
+            elif key in CALLED_COMPUTATION_KEYS:
+                continue  # the pass removed the callee
+            else:
+                parts.append(f"{key}={attr.text(key)}")
+        for key, callee in instr.called.items():
+            if key not in printed_called:
+                parts.append(f"{key}={self.called(callee)}")
+        if instr.control_predecessors:
+            parts.append("control-predecessors={" + ", ".join(pct + p.name for p in instr.control_predecessors) + "}")
+        return text + "".join(", " + p for p in parts)
+
+    def called(self, callee) -> str:
+        if isinstance(callee, tuple):
+            return "{" + ", ".join(self.pct + c.name for c in callee) + "}"
+        return self.pct + callee.name
+
+
+def entry_computation_layout(module: Module) -> str:
+    entry = module.entry
+    params = ", ".join(_with_default_layout(p.shape) for p in entry.parameters)
+    return "{(" + params + ")->" + _with_default_layout(entry.root.shape) + "}"
+
+
+def _with_default_layout(shape) -> str:
+    from hlo_passes.ir.shape import ArrayShape, Layout
+
+    if isinstance(shape, TupleShape):
+        return "(" + ", ".join(_with_default_layout(e) for e in shape.elements) + ")"
+    assert isinstance(shape, ArrayShape)
+    if shape.layout is None and shape.element_type.is_array:
+        shape = ArrayShape(shape.element_type, shape.dims, shape.dynamic, Layout.default_for_rank(shape.rank),
+                           shape.unbounded)
+    return shape.to_hlo()
