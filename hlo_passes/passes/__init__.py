@@ -1,0 +1,1 @@
+"""Passes: one module per pass, each registering a ModulePass subclass by name."""

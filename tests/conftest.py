@@ -1,0 +1,7 @@
+"""Shared pytest set-up.  JAX must see 8 virtual CPU devices, so XLA_FLAGS is set
+before anything imports jax."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
