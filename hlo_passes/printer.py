@@ -10,6 +10,7 @@ that a pass appended still come after their operands.
 
 from __future__ import annotations
 
+import gc
 import io
 
 from hlo_passes.ir.attributes import quote
@@ -20,9 +21,18 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import TupleShape
 
 
+_OPCODE_TEXT = {op: op.value for op in Opcode}
+
+
 def print_module(module: Module) -> str:
     out = io.StringIO()
-    _Printer(module, out).module()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # printing allocates many short strings and no cycles
+    try:
+        _Printer(module, out).module()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return out.getvalue()
 
 
@@ -31,6 +41,7 @@ class _Printer:
         self.m = module
         self.out = out
         self.pct = "%" if module.style.percent_names else ""
+        self.operand_shapes = module.style.operand_shapes
 
     def module(self) -> None:
         m, w = self.m, self.out.write
@@ -83,30 +94,34 @@ class _Printer:
 
     def instruction(self, instr: Instruction) -> str:
         pct = self.pct
-        if instr.opcode is Opcode.CONSTANT:
+        opcode = instr.opcode
+        if opcode is Opcode.CONSTANT:
             operands = instr.literal
-        elif instr.opcode is Opcode.PARAMETER:
+        elif opcode is Opcode.PARAMETER:
             operands = str(instr.parameter_number)
-        elif self.m.style.operand_shapes:
+        elif self.operand_shapes:
             operands = ", ".join(f"{o.shape.to_hlo()} {pct}{o.name}" for o in instr.operands)
         else:
-            operands = ", ".join(pct + o.name for o in instr.operands)
-        text = (("ROOT " if instr.is_root else "") + f"{pct}{instr.name} = {instr.shape.to_hlo()} "
-                f"{instr.opcode.value}({operands})")
+            operands = ", ".join([pct + o.name for o in instr.operands])
+        parent = instr.parent
+        root = "ROOT " if parent is not None and parent.root is instr else ""
+        text = f"{root}{pct}{instr.name} = {instr.shape.to_hlo()} {_OPCODE_TEXT[opcode]}({operands})"
+        called = instr.called
+        if not called and not instr.control_predecessors:
+            if not instr.attributes:
+                return text
+            return text + "".join([f", {key}={attr.raw if attr.raw is not None else attr.text(key)}"
+                                   for key, attr in instr.attributes.items()])
         parts = []
-        printed_called = set()
         for key, attr in instr.attributes.items():
-            if key in instr.called:
-                parts.append(f"{key}={self.called(instr.called[key])}")
-                printed_called.add(key)
-            elif key == "control-predecessors":
-                continue
-            elif key in CALLED_COMPUTATION_KEYS:
-                continue  # the pass removed the callee
+            if key in called:
+                parts.append(f"{key}={self.called(called[key])}")
+            elif key == "control-predecessors" or key in CALLED_COMPUTATION_KEYS:
+                continue  # printed from the IR below, or the pass removed the callee
             else:
                 parts.append(f"{key}={attr.text(key)}")
-        for key, callee in instr.called.items():
-            if key not in printed_called:
+        for key, callee in called.items():
+            if key not in instr.attributes:
                 parts.append(f"{key}={self.called(callee)}")
         if instr.control_predecessors:
             parts.append("control-predecessors={" + ", ".join(pct + p.name for p in instr.control_predecessors) + "}")

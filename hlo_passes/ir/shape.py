@@ -63,6 +63,7 @@ class ArrayShape(Shape):
     dynamic: tuple[bool, ...] = ()  # per dim: True for `<=N` (bounded dynamic)
     layout: Layout | None = field(default=None, compare=True)
     unbounded: tuple[bool, ...] = ()  # per dim: True for `?`
+    _text: str | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -101,10 +102,14 @@ class ArrayShape(Shape):
         return str(self.dims[i])
 
     def to_hlo(self, with_layout: bool = True) -> str:
+        if with_layout and self._text is not None:
+            return self._text
         dims = ",".join(self._dim_text(i) for i in range(self.rank))
         text = f"{self.element_type.value}[{dims}]"
         if with_layout and self.layout is not None:
             text += self.layout.to_hlo()
+        if with_layout:
+            object.__setattr__(self, "_text", text)  # shapes are shared and printed often
         return text
 
 

@@ -12,7 +12,8 @@ if not GRAMMAR_PATH.exists():  # installed as a wheel: the grammar ships inside 
     GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "hlo.lark"
 
 START_RULES = (
-    "module", "attr_sharding", "attr_replica_groups", "attr_pairs", "attr_int_list", "attr_slice",
+    "module", "module_header", "table", "computation_header", "instruction", "shape",
+    "attr_sharding", "attr_replica_groups", "attr_pairs", "attr_int_list", "attr_slice",
     "attr_padding", "attr_window", "attr_dim_labels", "attr_metadata", "attr_frontend_attributes",
 )
 

@@ -9,6 +9,7 @@ defined, as in XLA) and called computations after the whole module.
 
 from __future__ import annotations
 
+import gc
 import threading
 from dataclasses import dataclass, field
 
@@ -209,17 +210,17 @@ class _Builder(lark.Transformer):
     def signature(self, c):
         return ("signature", c[:-1], c[-1])
 
-    def computation(self, c):
-        is_entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
+    def computation_header(self, c):
+        is_entry = getattr(c[0], "type", None) == "ENTRY"
         if is_entry:
             c = c[1:]
-        name_tok = c[0]
-        rest = c[1:]
-        signature = None
-        if rest and isinstance(rest[0], tuple) and rest[0] and rest[0][0] == "signature":
-            signature, rest = rest[0], rest[1:]
-        attrs = rest[-1]
-        pendings = rest[:-1]
+        signature = c[1] if len(c) > 1 else None
+        return is_entry, c[0], signature
+
+    def computation(self, c):
+        is_entry, name_tok, signature = c[0]
+        attrs = c[-1]
+        pendings = c[1:-1]
         comp = Computation(_bare(name_tok.value), is_entry=is_entry)
         comp.print_signature = signature is not None
         by_name: dict[str, _PendingInstruction] = {}
@@ -289,7 +290,12 @@ class _Builder(lark.Transformer):
         return ("stack_frames", dict(c))
 
     # ---------------------------------------------------------------- module --
+    def module_header(self, c):
+        return c[0], c[1]
+
     def module(self, c):
+        name_tok, header_attrs = c[0]
+        c = [name_tok, header_attrs, *c[1:]]
         module = Module(_bare(c[0].value))
         for key_tok, attr in c[1]:
             if key_tok.value in module.attributes:
@@ -369,13 +375,47 @@ _lock = threading.Lock()
 _builder = _Builder()
 
 
-def parse_module(text: str, filename: str = "<input>") -> Module:
-    """Parse HLO module text; raises HloParseError with file:line:col on any error."""
+def _reset_builder(text: str) -> None:
+    _builder.text = text
+    _builder.nested_counter = 0
+    _builder.percent_names = False
+    _builder.operand_shapes = False
+
+
+def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto") -> Module:
+    """Parse HLO module text; raises HloParseError with file:line:col on any error.
+
+    engine: "auto" reads XLA-printed text line by line (see line_scanner) and
+    falls back to the full grammar for anything else; "lark" always uses the
+    full grammar; "fast" fails instead of falling back (for tests).
+    """
+    if engine not in ("auto", "lark", "fast"):
+        raise ValueError(f"unknown parser engine {engine!r}")
+    # Building a module allocates hundreds of thousands of objects and no garbage
+    # cycles; the cyclic collector would rescan them all many times over.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_locked(text, filename, engine)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_locked(text: str, filename: str, engine: str) -> Module:
     with _lock:
-        _builder.text = text
-        _builder.nested_counter = 0
-        _builder.percent_names = False
-        _builder.operand_shapes = False
+        if engine != "lark":
+            from hlo_passes.parse.line_scanner import Fallback, LineScanner
+
+            _reset_builder(text)
+            try:
+                return LineScanner(_builder, text).scan()
+            except (Fallback, SemanticError, lark.exceptions.LarkError):
+                if engine == "fast":
+                    raise
+            finally:
+                _builder.text = ""
+        _reset_builder(text)
         try:
             return grammar.lark_parser(_builder).parse(text, start="module")
         except SemanticError as e:

@@ -1,0 +1,316 @@
+"""Fast path of the parser: reads HLO as XLA prints it, one instruction per line.
+
+Lark's LALR parser over the whole grammar reads about 1 MB/s; XLA's C++ parser
+about 20 MB/s.  Dumps of real models are tens of MB, so the common shape of a
+line — `[ROOT] name = shape opcode(operands), key=value, ...` — is split here
+with a few regular expressions, and everything structured still goes through
+the grammar: shapes (cached by their text: a model repeats a few hundred shapes
+tens of thousands of times), module headers, computation headers and tables are
+parsed with the grammar's own start rules, and attribute values are kept as
+text exactly like the Lark path keeps them, to be read by the same typed
+readers on demand.
+
+The scanner never reports errors itself.  Any line it does not recognise, and
+any inconsistency, raises `Fallback`, and the caller parses the whole text with
+the Lark path, which gives the precise `file:line:col` message.  Both paths call
+the same builder callbacks, and the test suite checks that they build identical
+modules for every file of the corpus.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hlo_passes.ir.attributes import Attr
+from hlo_passes.parse import grammar
+
+
+class Token:
+    """The few fields of a lark Token the builder reads, at a fraction of its cost."""
+
+    __slots__ = ("type", "value", "start_pos")
+
+    def __init__(self, type_: str, value: str, start_pos: int):
+        self.type = type_
+        self.value = value
+        self.start_pos = start_pos
+
+    @property
+    def end_pos(self) -> int:
+        return self.start_pos + len(self.value)
+
+
+class Fallback(Exception):
+    """The fast path cannot read this text; use the full grammar."""
+
+
+_NAME = r"%?[A-Za-z_][\w.\-]*"
+_ARRAY_SHAPE = r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\})?"
+_HEAD = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*")
+_HEAD_ARRAY = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*({_ARRAY_SHAPE})\s*([a-z][a-z0-9\-]*)\(")
+_ARRAY_SHAPE_RE = re.compile(_ARRAY_SHAPE)
+_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
+_OPERAND_NAME = re.compile(rf"\s*({_NAME})\s*$")
+_TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME})\s*(?:,|$)")
+_ATTR_START = re.compile(r",\s*([A-Za-z_][\w\-.]*)=")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_COMMENT = re.compile(r"/\*.*?\*/")
+_PARENS = re.compile(r"[()]")
+_COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME})\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
+_PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
+_STRING_ROW = re.compile(r'\s*(\d+)\s+("(?:[^"\\]|\\.)*")\s*$')
+_RECORD_ROW = re.compile(r"\s*(\d+)\s+\{((?:\s*[A-Za-z_]\w*=-?\d+)*)\s*\}\s*$")
+_TABLE_TITLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+
+
+def _json_string(text: str) -> str:
+    import json
+
+    return json.loads(text)
+
+
+def _balanced_end(text: str, open_index: int) -> int:
+    """Index just past the ')' that closes the '(' at `open_index`."""
+    depth = 0
+    for m in _PARENS.finditer(text, open_index):
+        depth += 1 if m.group() == "(" else -1
+        if depth == 0:
+            return m.end()
+    raise Fallback
+
+
+def _brackets_balance(segment: str) -> bool:
+    return (segment.count("{") == segment.count("}") and segment.count("[") == segment.count("]")
+            and segment.count("(") == segment.count(")"))
+
+
+def _is_balanced(segment: str) -> bool:
+    """Whether `segment` closes every bracket and string it opens (a value ends here)."""
+    if '"' not in segment:
+        return _brackets_balance(segment)
+    if (segment.count('"') - segment.count('\\"')) % 2:
+        return False
+    if _brackets_balance(segment):
+        return True
+    # Brackets inside strings do not count: look again without the strings.
+    return _brackets_balance(_STRING.sub('""', segment))
+
+
+def split_attributes(tail: str, offset: int) -> list[tuple[Token, Attr]]:
+    """`, k=v, k2=v2` → [(key token, Attr(raw value))], splitting only at top-level commas."""
+    if not tail or tail.isspace():
+        return []
+    starts = list(_ATTR_START.finditer(tail))
+    if not starts or tail[: starts[0].start()].strip():
+        raise Fallback
+    result = []
+    i = 0
+    while i < len(starts):
+        m = starts[i]
+        j = i + 1
+        while True:
+            end = starts[j].start() if j < len(starts) else len(tail)
+            value = tail[m.end():end]
+            if _is_balanced(value):
+                break
+            if j >= len(starts):
+                raise Fallback
+            j += 1
+        raw = value.strip()
+        if not raw or "//" in _STRING.sub("", raw) or "/*" in _STRING.sub("", raw):
+            raise Fallback
+        result.append((Token("NAME", m.group(1), offset + m.start(1)), Attr(raw=raw)))
+        i = j
+    return result
+
+
+class LineScanner:
+    """Builds a module from XLA-printed text through the parser's builder callbacks."""
+
+    def __init__(self, builder, text: str):
+        self.b = builder
+        self.text = text
+        self.parser = grammar.lark_parser(builder)
+        self.shapes: dict[str, object] = {}
+
+    def shape(self, text: str):
+        shape = self.shapes.get(text)
+        if shape is None:
+            shape = self.parser.parse(text, start="shape")
+            self.shapes[text] = shape
+        return shape
+
+    def scan(self):
+        b = self.b
+        lines = self.text.splitlines(keepends=True)
+        offset = 0
+        header = None
+        tables: list = []
+        computations: list = []
+        current = None  # (header tuple, pendings)
+        i = 0
+        n = len(lines)
+        while i < n:
+            line = lines[i]
+            start = offset
+            offset += len(line)
+            i += 1
+            stripped = line.strip()
+            if not stripped:
+                continue
+            if stripped.startswith("//"):
+                continue
+            if current is not None:
+                if stripped.startswith("}"):
+                    close = line.index("}")
+                    attrs = split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1)
+                    computations.append(b.computation([current[0], *current[1], attrs]))
+                    current = None
+                else:
+                    current[1].append(self.instruction(line, start))
+                continue
+            if header is None:
+                if not stripped.startswith("HloModule"):
+                    raise Fallback
+                header = self.parser.parse(line, start="module_header")
+                continue
+            if stripped in _TABLE_TITLES:
+                block = [line]
+                while i < n and lines[i].strip() and lines[i].strip() not in _TABLE_TITLES:
+                    block.append(lines[i])
+                    offset += len(lines[i])
+                    i += 1
+                tables.append(self.table(block))
+                continue
+            if stripped.endswith("{"):
+                current = (self.computation_header(line, start), [])
+                continue
+            raise Fallback
+        if header is None or current is not None or not computations:
+            raise Fallback
+        return b.module([header, *tables, *computations])
+
+    def computation_header(self, line: str, offset: int):
+        m = _COMP_HEAD.match(line)
+        if m is None:
+            raise Fallback
+        entry = Token("ENTRY", "ENTRY", offset + m.start(1)) if m.group(1) else None
+        name_tok = Token("NAME", m.group(2), offset + m.start(2))
+        signature = None
+        if m.group(4) is not None:
+            params = []
+            body = m.group(3)
+            pos = 0
+            while pos < len(body):
+                pm = _PARAM_DECL.match(body, pos)
+                if pm is None:
+                    raise Fallback
+                if pm.group(2) == "(":
+                    end = _balanced_end(body, pm.start(2))
+                else:
+                    end = pm.end()
+                params.append((Token("NAME", pm.group(1), offset + m.start(3) + pm.start(1)),
+                               self.shape(body[pm.start(2):end])))
+                rest = body[end:].lstrip()
+                if rest and not rest.startswith(","):
+                    raise Fallback
+                pos = len(body) - len(rest) + (1 if rest else 0)
+            signature = ("signature", params, self.shape(m.group(4).strip()))
+        children = [c for c in (entry, name_tok, signature) if c is not None]
+        return self.b.computation_header(children)
+
+    def table(self, block: list[str]):
+        title = block[0].strip()
+        rows = []
+        for line in block[1:]:
+            if title in ("FileNames", "FunctionNames"):
+                m = _STRING_ROW.match(line)
+                if m is None:
+                    raise Fallback
+                rows.append((int(m.group(1)), _json_string(m.group(2))))
+            else:
+                m = _RECORD_ROW.match(line)
+                if m is None:
+                    raise Fallback
+                fields = dict((k, int(v)) for k, v in (f.split("=") for f in m.group(2).split()))
+                rows.append((int(m.group(1)), fields))
+        key = {"FileNames": "file_names", "FunctionNames": "function_names",
+               "FileLocations": "file_locations", "StackFrames": "stack_frames"}[title]
+        return key, dict(rows)
+
+    def instruction(self, line: str, offset: int):
+        if "/*" in line:
+            quote = line.find('"')
+            head = line if quote < 0 else line[:quote]
+            line = _COMMENT.sub("", head) + ("" if quote < 0 else line[quote:])
+        m = _HEAD_ARRAY.match(line)
+        if m is not None:  # the common case: an array-shaped instruction
+            shape = self.shapes.get(m.group(3)) or self.shape(m.group(3))
+            opcode = m.group(4)
+            opcode_pos = m.start(4)
+            open_paren = m.end() - 1
+        else:
+            m = _HEAD.match(line)
+            if m is None:
+                raise Fallback
+            pos = m.end()
+            if line.startswith("(", pos):
+                shape_end = _balanced_end(line, pos)
+            else:
+                sm = _ARRAY_SHAPE_RE.match(line, pos)
+                if sm is None:
+                    raise Fallback
+                shape_end = sm.end()
+            shape = self.shape(line[pos:shape_end])
+            om = _OPCODE.match(line, shape_end)
+            if om is None:
+                raise Fallback
+            opcode = om.group(1)
+            opcode_pos = om.start(1)
+            open_paren = om.end() - 1
+        close = line.find(")", open_paren)
+        if close < 0:
+            raise Fallback
+        if "(" in line[open_paren + 1:close]:
+            close = _balanced_end(line, open_paren) - 1
+        body = line[open_paren + 1:close]
+        body_offset = offset + open_paren + 1
+        if opcode == "constant" or opcode == "parameter":
+            lstrip = len(body) - len(body.lstrip())
+            literal = body.strip()
+            if not literal:
+                raise Fallback
+            s = body_offset + lstrip
+            operands = [("lit", (s, s + len(literal)))]
+        elif not body.strip():
+            operands = []
+        elif "[" in body or "(" in body:
+            operands = []
+            pos_b = 0
+            while pos_b < len(body):
+                tm = _TYPED_OPERAND.match(body, pos_b)
+                if tm is None:
+                    raise Fallback
+                if tm.group(1):
+                    self.b.operand_shapes = True
+                operands.append(("ref", Token("NAME", tm.group(2), body_offset + tm.start(2))))
+                pos_b = tm.end()
+        else:
+            operands = []
+            pos_b = 0
+            for part in body.split(","):
+                nm = _OPERAND_NAME.match(part)
+                if nm is None:
+                    raise Fallback
+                operands.append(("ref", Token("NAME", nm.group(1), body_offset + pos_b + nm.start(1))))
+                pos_b += len(part) + 1
+        name = m.group(2)
+        name_tok = Token("NAME", name, offset + m.start(2))
+        if name.startswith("%"):
+            self.b.percent_names = True
+        attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1)
+        opcode_tok = Token("NAME", opcode, offset + opcode_pos)
+        pending = self.b._make_instruction(name.lstrip("%") if name.startswith("%") else name, shape,
+                                           opcode_tok, operands, attrs, name_tok)
+        pending.is_root = m.group(1) is not None
+        return pending
