@@ -88,7 +88,7 @@ class Builder:
 
     def compare(self, a, b, direction: str) -> Instruction:
         shape = ArrayShape(PRED, a.shape.dims, a.shape.dynamic, a.shape.layout)
-        return self.op(Opcode.COMPARE, shape, [a, b], comparison_direction=direction)
+        return self.op(Opcode.COMPARE, shape, [a, b], direction=direction)
 
     def select(self, pred, on_true, on_false):
         return self.op(Opcode.SELECT, on_true.shape, [pred, on_true, on_false])

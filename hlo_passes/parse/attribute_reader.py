@@ -314,7 +314,7 @@ READERS: dict[str, Callable[[str], Any]] = {
     "metadata": _structured("attr_metadata"),
     "frontend_attributes": _structured("attr_frontend_attributes"),
     "epsilon": _read_float,
-    "comparison_direction": _read_word,
+    "direction": _read_word,
     "type": _read_word,
     "kind": _read_word,
     "distribution": _read_word,

@@ -35,3 +35,16 @@ def grammar_text() -> str:
 def lark_parser(transformer: lark.Transformer | None = None) -> lark.Lark:
     return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", start=list(START_RULES),
                      transformer=transformer, maybe_placeholders=False, cache=False)
+
+
+def terminal_description(name: str) -> str:
+    """How an "expected ..." message names a terminal: keywords and punctuation quoted."""
+    if name in TERMINAL_NAMES:
+        return TERMINAL_NAMES[name]
+    try:
+        pattern = lark_parser().get_terminal(name).pattern
+    except KeyError:
+        return name
+    if pattern.type == "str":
+        return repr(pattern.value)
+    return name.lower().replace("_", " ")

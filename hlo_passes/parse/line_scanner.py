@@ -133,6 +133,15 @@ class LineScanner:
         self.parser = grammar.lark_parser(builder)
         self.shapes: dict[str, object] = {}
 
+    def sub_parse(self, text: str, start: str):
+        """Parse one piece with a grammar start rule; attribute texts are sliced from `text`."""
+        full = self.b.text
+        self.b.text = text
+        try:
+            return self.parser.parse(text, start=start)
+        finally:
+            self.b.text = full
+
     def shape(self, text: str):
         shape = self.shapes.get(text)
         if shape is None:
@@ -169,10 +178,8 @@ class LineScanner:
                 else:
                     current[1].append(self.instruction(line, start))
                 continue
-            if header is None:
-                if not stripped.startswith("HloModule"):
-                    raise Fallback
-                header = self.parser.parse(line, start="module_header")
+            if header is None and not computations and not tables and stripped.startswith("HloModule"):
+                header = self.sub_parse(line, "module_header")
                 continue
             if stripped in _TABLE_TITLES:
                 block = [line]
@@ -186,9 +193,9 @@ class LineScanner:
                 current = (self.computation_header(line, start), [])
                 continue
             raise Fallback
-        if header is None or current is not None or not computations:
+        if current is not None or not computations:
             raise Fallback
-        return b.module([header, *tables, *computations])
+        return b.module([header, *tables, *computations] if header is not None else [*tables, *computations])
 
     def computation_header(self, line: str, offset: int):
         m = _COMP_HEAD.match(line)

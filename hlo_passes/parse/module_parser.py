@@ -56,6 +56,7 @@ class _Builder(lark.Transformer):
         super().__init__(visit_tokens=False)
         self.text = ""
         self.nested_counter = 0
+        self.anonymous_names: dict[str, int] = {}
         self.percent_names = False
         self.operand_shapes = False
 
@@ -178,9 +179,8 @@ class _Builder(lark.Transformer):
                 if op[0] == "ref":
                     refs.append(op)
                 elif op[0] == "nested":
-                    self.nested_counter += 1
                     _, nshape, nop_tok, noperands = op
-                    nested = self._make_instruction(f"{nop_tok.value}.nested.{self.nested_counter}",
+                    nested = self._make_instruction(self._anonymous_name(nop_tok.value),
                                                     nshape, nop_tok, noperands, [], nop_tok)
                     extra.extend(nested.extra)
                     extra.append(nested)
@@ -196,6 +196,14 @@ class _Builder(lark.Transformer):
             instr.attributes[key] = attr
             pending.attrs.append((key_tok, attr))
         return pending
+
+    def _anonymous_name(self, opcode: str) -> str:
+        """XLA's name for a nested (anonymous) instruction: `negate.anon`, `negate.anon.1`, ..."""
+        self.nested_counter += 1
+        base = f"{opcode}.anon"
+        n = self.anonymous_names.get(base, 0)
+        self.anonymous_names[base] = n + 1
+        return base if n == 0 else f"{base}.{n}"
 
     def _operand_span(self, op):
         if op[0] == "lit":
@@ -291,12 +299,15 @@ class _Builder(lark.Transformer):
 
     # ---------------------------------------------------------------- module --
     def module_header(self, c):
-        return c[0], c[1]
+        return ("header", c[0], c[1])
 
     def module(self, c):
-        name_tok, header_attrs = c[0]
-        c = [name_tok, header_attrs, *c[1:]]
-        module = Module(_bare(c[0].value))
+        if isinstance(c[0], tuple) and c[0][0] == "header":
+            _, name_tok, header_attrs = c[0]
+            c = [name_tok, header_attrs, *c[1:]]
+        else:
+            c = [None, [], *c]
+        module = Module(_bare(c[0].value) if c[0] is not None else "")
         for key_tok, attr in c[1]:
             if key_tok.value in module.attributes:
                 raise SemanticError(f"module attribute '{key_tok.value}' given twice", key_tok)
@@ -322,6 +333,8 @@ class _Builder(lark.Transformer):
         if entry is None:  # XLA takes the last computation as the entry
             entry = comps[-1][1]
             entry.is_entry = True
+        if not module.name:  # no header: XLA names the module after its entry
+            module.name = f"module_{entry.name}"
         for _, comp, _, ordered in comps:
             comp.module = module
             module.computations.append(comp)
@@ -378,6 +391,7 @@ _builder = _Builder()
 def _reset_builder(text: str) -> None:
     _builder.text = text
     _builder.nested_counter = 0
+    _builder.anonymous_names = {}
     _builder.percent_names = False
     _builder.operand_shapes = False
 
@@ -438,12 +452,11 @@ def _lark_error(text: str, filename: str, e: lark.exceptions.UnexpectedInput) ->
         tok = e.token
         pos = tok.start_pos if tok.start_pos is not None else len(text)
         got = "end of input" if tok.type == "$END" else repr(tok.value)
-        expected = sorted({grammar.TERMINAL_NAMES.get(t, repr(t.lower()) if t.isupper() else t)
-                           for t in e.expected})
+        expected = sorted({grammar.terminal_description(t) for t in e.expected})
         message = f"expected {_one_of(expected)}, got {got}"
     elif isinstance(e, lark.exceptions.UnexpectedCharacters):
         pos = e.pos_in_stream
-        expected = sorted({grammar.TERMINAL_NAMES.get(t, t) for t in (e.allowed or ())})
+        expected = sorted({grammar.terminal_description(t) for t in (e.allowed or ())})
         message = f"unexpected character {text[pos]!r}" + (
             f"; expected {_one_of(expected)}" if expected else "")
     elif isinstance(e, lark.exceptions.UnexpectedEOF):
