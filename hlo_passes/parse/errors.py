@@ -17,7 +17,7 @@ class HloParseError(Exception):
 
     def format(self) -> str:
         head = f"{self.filename}:{self.line}:{self.column}: error: {self.message}"
-        if not self.source_line:
+        if self.line == 0:
             return head
         caret = " " * max(self.column - 1, 0) + "^"
         return f"{head}\n{self.source_line}\n{caret}"

@@ -450,7 +450,7 @@ def _lark_error(text: str, filename: str, e: lark.exceptions.UnexpectedInput) ->
     pos = getattr(e, "pos_in_stream", None)
     if isinstance(e, lark.exceptions.UnexpectedToken):
         tok = e.token
-        pos = tok.start_pos if tok.start_pos is not None else len(text)
+        pos = tok.start_pos if tok.start_pos is not None and tok.type != "$END" else len(text)
         got = "end of input" if tok.type == "$END" else repr(tok.value)
         expected = sorted({grammar.terminal_description(t) for t in e.expected})
         message = f"expected {_one_of(expected)}, got {got}"
