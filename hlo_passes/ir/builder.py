@@ -64,6 +64,16 @@ class Builder:
         text = "{" + ", ".join(str(int(v)) for v in values) + "}"
         return self.op(Opcode.CONSTANT, ArrayShape(element_type, (len(values),)), literal=text, name="constant")
 
+    def constant_from_array(self, values, element_type: PrimitiveType) -> Instruction:
+        """A constant of any rank holding `values` (a numpy array)."""
+        import numpy as np
+
+        from hlo_passes.ir.literal import format_literal
+
+        arr = np.asarray(values)
+        return self.op(Opcode.CONSTANT, ArrayShape(element_type, tuple(arr.shape)),
+                       literal=format_literal(arr), name="constant")
+
     # --------------------------------------------------------- elementwise --
     def _binary(self, opcode: Opcode, a: Instruction, b: Instruction, **attrs) -> Instruction:
         return self.op(opcode, _strip_layout_like(a.shape), [a, b], **attrs)

@@ -139,6 +139,14 @@ class Instruction:
             result.extend(value if isinstance(value, tuple) else (value,))
         return result
 
+    def literal_value(self):
+        """The constant's values as a numpy array (constants only)."""
+        from hlo_passes.ir.literal import literal_array
+
+        if self.opcode is not Opcode.CONSTANT:
+            raise ValueError(f"{self.name} is a {self.opcode.value}, not a constant")
+        return literal_array(self.literal, self.shape)
+
     # -------------------------------------------------------------- traits --
     @property
     def custom_call_target(self) -> str | None:

@@ -90,6 +90,7 @@ class Sharding:
     # Spelling, not meaning:
     iota: IotaDevices | None = None
     replicate_spelled_as_flag: bool = True  # last_tile_dim_replicate vs last_tile_dims={replicated}
+    devices_spelled_explicitly: bool = False  # `devices=[2]0,1` rather than an iota
     metadata: str = ""  # raw `metadata={...}` group text
 
     # ------------------------------------------------------------ builders --
@@ -115,12 +116,14 @@ class Sharding:
 
     @classmethod
     def tiled(cls, tile_assignment, subgroups=(), *, iota: IotaDevices | None = None,
-              replicate_spelled_as_flag: bool = True, metadata: str = "") -> "Sharding":
+              replicate_spelled_as_flag: bool = True, metadata: str = "",
+              devices_spelled_explicitly: bool = False) -> "Sharding":
         """A tiled sharding from an integer device array whose shape is the tile grid."""
         arr = np.asarray(tile_assignment)
         return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape),
                    tuple(int(d) for d in arr.reshape(-1)), tuple(subgroups), iota=iota,
-                   replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata)
+                   replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata,
+                   devices_spelled_explicitly=devices_spelled_explicitly)
 
     @classmethod
     def from_mesh(cls, mesh_shape: tuple[int, ...], dim_to_axes: list[tuple[int, ...]],
@@ -284,7 +287,8 @@ class Sharding:
         parts: list[str]
         if self.kind is ShardingKind.TILED:
             dims = "[" + ",".join(map(str, self.tile_dims)) + "]"
-            iota = self.iota or IotaDevices.find(self.devices, self.tile_dims)
+            iota = self.iota or (None if self.devices_spelled_explicitly
+                                 else IotaDevices.find(self.devices, self.tile_dims))
             if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)):
                 parts = ["devices=" + dims + iota.to_hlo()]
             else:

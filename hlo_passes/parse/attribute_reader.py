@@ -115,7 +115,8 @@ class _TypedBuilder(lark.Transformer):
                 if len(ids) != _prod(tile_dims):
                     raise AttributeError_(f"{len(ids)} devices listed for a tile grid of {_prod(tile_dims)}")
             s = Sharding.tiled(__import__("numpy").asarray(ids).reshape(tile_dims), subgroups, iota=iota,
-                               replicate_spelled_as_flag=flag, metadata=metadata)
+                               replicate_spelled_as_flag=flag, metadata=metadata,
+                               devices_spelled_explicitly=iota is None)
         elif kind[0] == "maximal":
             s = Sharding.maximal(kind[1])
         else:

@@ -1,0 +1,106 @@
+"""Sharding value type: meaning-based equality and the device → tile mapping,
+checked against JAX's own NamedSharding.devices_indices_map (the oracle)."""
+
+import itertools
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from hlo_passes.ir import Sharding, SubgroupKind
+from hlo_passes.parse.attribute_reader import reader_for
+
+read_sharding = reader_for("sharding")
+
+MESHES = [(8,), (4, 2), (2, 4), (2, 2, 2), (1, 8), (2, 1, 4)]
+
+
+@st.composite
+def mesh_and_spec(draw):
+    mesh_shape = draw(st.sampled_from(MESHES))
+    axes = [f"a{i}" for i in range(len(mesh_shape))]
+    rank = draw(st.integers(1, 3))
+    unused = list(axes)
+    spec = []
+    for _ in range(rank):
+        k = draw(st.integers(0, min(2, len(unused))))
+        chosen = draw(st.permutations(unused).map(lambda p: p[:k]))
+        for a in chosen:
+            unused.remove(a)
+        spec.append(tuple(chosen) if len(chosen) > 1 else (chosen[0] if chosen else None))
+    dims = [draw(st.integers(1, 3)) * 8 for _ in range(rank)]
+    return mesh_shape, axes, spec, dims
+
+
+@settings(max_examples=60, deadline=None)
+@given(mesh_and_spec())
+def test_tile_offsets_match_jax(case):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh_shape, axes, spec, dims = case
+    mesh = jax.make_mesh(mesh_shape, tuple(axes), devices=jax.devices()[:8])
+    named = NamedSharding(mesh, PartitionSpec(*spec))
+    ours = read_sharding(str(named._to_xla_hlo_sharding(len(dims))))
+    expected = named.devices_indices_map(tuple(dims))
+    for device, index in expected.items():
+        starts = tuple(s.start or 0 for s in index)
+        sizes = tuple((s.stop if s.stop is not None else d) - (s.start or 0) for s, d in zip(index, dims))
+        if ours.is_replicated:
+            assert starts == (0,) * len(dims) and sizes == tuple(dims)
+            continue
+        assert ours.tile_offset(device.id, tuple(dims)) == starts
+        assert ours.tile_shape(tuple(dims)) == sizes
+
+
+@settings(max_examples=40, deadline=None)
+@given(mesh_and_spec())
+def test_from_mesh_equals_jax_spelling(case):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh_shape, axes, spec, dims = case
+    mesh = jax.make_mesh(mesh_shape, tuple(axes), devices=jax.devices()[:8])
+    named = NamedSharding(mesh, PartitionSpec(*spec))
+    jax_spelling = read_sharding(str(named._to_xla_hlo_sharding(len(dims))))
+    dim_to_axes = []
+    for entry in spec:
+        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        dim_to_axes.append(tuple(axes.index(n) for n in names))
+    assert Sharding.from_mesh(mesh_shape, dim_to_axes) == jax_spelling
+
+
+def test_spellings_of_the_same_layout_are_equal():
+    explicit = read_sharding("{devices=[2,2]0,2,1,3}")
+    iota = read_sharding("{devices=[2,2]<=[2,2]T(1,0)}")
+    assert explicit == iota and hash(explicit) == hash(iota)
+    flag = read_sharding("{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
+    dims = read_sharding("{devices=[2,1,4]<=[8] last_tile_dims={replicated}}")
+    assert flag == dims
+    assert read_sharding("{devices=[1,1,8]<=[8] last_tile_dim_replicate}") == Sharding.replicated()
+    assert read_sharding("{devices=[2,1]<=[2] metadata={op_name=\"a\"}}") == read_sharding("{devices=[2,1]<=[2]}")
+    assert read_sharding("{devices=[2,2]0,1,2,3}") != read_sharding("{devices=[2,2]0,2,1,3}")
+    assert read_sharding("{maximal device=1}") != read_sharding("{maximal device=2}")
+
+
+def test_printing_keeps_spelling_and_reads_back():
+    for text in ["{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}", "{devices=[2,2]0,2,1,3}",
+                 "{devices=[2,1,2,2]<=[8] last_tile_dims={manual, replicated}}", "{maximal device=3}",
+                 "{{replicated}, {manual}}", "{replicated}", "{unknown shard_as 1}"]:
+        s = read_sharding(text)
+        assert s.to_hlo() == text
+        assert read_sharding(s.to_hlo()) == s
+
+
+def test_tile_shape_pads_uneven_dims_like_xla():
+    s = read_sharding("{devices=[4,1]<=[4]}")
+    assert s.tile_shape((10, 6)) == (3, 6)
+    assert [s.tile_offset(d, (10, 6)) for d in range(4)] == [(0, 0), (3, 0), (6, 0), (9, 0)]
+
+
+def test_subgroup_dims_are_not_data_dims():
+    s = read_sharding("{devices=[2,1,2,2]<=[8] last_tile_dims={manual, replicated}}")
+    assert s.data_rank == 2 and s.subgroups == (SubgroupKind.MANUAL, SubgroupKind.REPLICATED)
+    assert s.replication_factor == 4
+    assert s.tile_index(5) == (1, 0)
