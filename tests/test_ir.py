@@ -1,0 +1,113 @@
+"""IR invariants: use-def chains stay exact through every mutation, names stay
+unique, erasing a used instruction is an error, clones are independent."""
+
+import pytest
+
+from hlo_passes import parse_module, print_module
+from hlo_passes.ir import IRError, Opcode
+from hlo_passes.ir.builder import Builder, reduction_computation
+from tests.frontend.xla_oracle import xla_canonical
+
+TEXT = """HloModule m
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  a = f32[4] add(p, q)
+  m = f32[4] multiply(a, a)
+  ROOT n = f32[4] negate(m)
+}
+"""
+
+
+def users(instr):
+    return sorted(u.name for u in instr.users)
+
+
+def test_users_are_tracked_from_parse():
+    m = parse_module(TEXT)
+    e = m.entry
+    a, mul = e.find("a"), e.find("m")
+    assert users(e.find("p")) == ["a"] and users(a) == ["m"]
+    assert mul.operands == [a, a]
+
+
+def test_replace_all_uses_with_updates_users_and_root():
+    m = parse_module(TEXT)
+    e = m.entry
+    a, mul, n = e.find("a"), e.find("m"), e.find("n")
+    b = Builder(e, before=mul)
+    s = b.subtract(e.find("p"), e.find("q"))
+    a.replace_all_uses_with(s)
+    assert mul.operands == [s, s] and not a.users and users(s) == ["m"]
+    e.remove(a)
+    assert users(e.find("p")) == ["subtract"]
+    n.replace_all_uses_with(mul)
+    assert e.root is mul
+    e.remove(n)
+    out = print_module(m)
+    assert "ROOT m = f32[4] multiply(subtract, subtract)" in out
+    xla_canonical(out)
+
+
+def test_erasing_a_used_instruction_is_an_error():
+    m = parse_module(TEXT)
+    with pytest.raises(IRError, match="still used by m"):
+        m.entry.remove(m.entry.find("a"))
+    with pytest.raises(IRError, match="root"):
+        m.entry.remove(m.entry.root)
+
+
+def test_new_names_are_unique_and_old_names_kept():
+    m = parse_module(TEXT)
+    e = m.entry
+    b = Builder(e, before=e.root)
+    x = b.add(e.find("p"), e.find("q"))
+    y = b.add(x, x)
+    assert (x.name, y.name) == ("add", "add.1")
+    z = b.op(Opcode.NEGATE, x.shape, [y], name="a")
+    assert z.name == "a.1"
+    assert [i.name for i in e.instructions][:5] == ["p", "q", "a", "m", "add"]
+
+
+def test_builder_collectives_and_reductions_print_valid_hlo():
+    m = parse_module(TEXT)
+    e = m.entry
+    b = Builder(e, before=e.root, metadata=e.find("m").attributes.get("metadata"))
+    from hlo_passes.ir import ReplicaGroups
+
+    red = reduction_computation(m, "add", e.find("p").shape.element_type)
+    ar = b.all_reduce([e.find("m")], ReplicaGroups.explicit([[0]]), red)
+    e.root.replace_operand(e.find("m"), ar)
+    assert reduction_computation(m, "add", e.find("p").shape.element_type) is red
+    xla_canonical(print_module(m))
+
+
+def test_clone_computation_is_independent():
+    m = parse_module(TEXT)
+    clone = m.clone_computation(m.entry)
+    assert clone.root is not m.entry.root
+    assert {i.name for i in clone.instructions}.isdisjoint({i.name for i in m.entry.instructions})
+    assert all(op.parent is clone for i in clone.instructions for op in i.operands)
+
+
+def test_entry_layout_is_rebuilt_when_the_signature_changes():
+    text = TEXT.replace("HloModule m", "HloModule m, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}")
+    m = parse_module(text)
+    assert print_module(m).startswith("HloModule m, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}")
+    for p in m.entry.parameters:
+        p.shape = p.shape.with_dims((2,))
+    for name in "amn":
+        m.entry.find(name).shape = m.entry.find(name).shape.with_dims((2,))
+    out = print_module(m)
+    assert "entry_computation_layout={(f32[2]{0}, f32[2]{0})->f32[2]{0}}" in out
+    xla_canonical(out)
+
+
+def test_literal_values_round_trip():
+    m = parse_module("HloModule m\nENTRY e {\n  ROOT c = s32[2,2] constant({ {1, 2}, {3, 4} })\n}\n")
+    values = m.entry.root.literal_value()
+    assert values.tolist() == [[1, 2], [3, 4]]
+    b = Builder(m.entry)
+    c = b.constant_from_array(values * 2, m.entry.root.shape.element_type)
+    assert c.literal_value().tolist() == [[2, 4], [6, 8]]
