@@ -54,13 +54,24 @@ _OPERAND_NAME = re.compile(rf"\s*({_NAME})\s*$")
 _TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME})\s*(?:,|$)")
 _ATTR_START = re.compile(r",\s*([A-Za-z_][\w\-.]*)=")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_COMMENT = re.compile(r"/\*.*?\*/")
+_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/')
 _PARENS = re.compile(r"[()]")
+_MODULE_HEAD = re.compile(rf"\s*HloModule\s+({_NAME})")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME})\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
 _PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
 _STRING_ROW = re.compile(r'\s*(\d+)\s+("(?:[^"\\]|\\.)*")\s*$')
 _RECORD_ROW = re.compile(r"\s*(\d+)\s+\{((?:\s*[A-Za-z_]\w*=-?\d+)*)\s*\}\s*$")
 _TABLE_TITLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+
+
+def strip_comments(text: str) -> str:
+    """`text` without its /* ... */ comments (strings are left alone).
+
+    Both parser paths keep attribute values without comments, so that long
+    tuples' `/*index=5*/` markers never end up inside a value's text."""
+    if "/*" not in text:
+        return text
+    return _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else "", text)
 
 
 def _json_string(text: str) -> str:
@@ -179,7 +190,7 @@ class LineScanner:
                     current[1].append(self.instruction(line, start))
                 continue
             if header is None and not computations and not tables and stripped.startswith("HloModule"):
-                header = self.sub_parse(line, "module_header")
+                header = self.module_header(line, start)
                 continue
             if stripped in _TABLE_TITLES:
                 block = [line]
@@ -196,6 +207,14 @@ class LineScanner:
         if current is not None or not computations:
             raise Fallback
         return b.module([header, *tables, *computations] if header is not None else [*tables, *computations])
+
+    def module_header(self, line: str, offset: int):
+        line = strip_comments(line)
+        m = _MODULE_HEAD.match(line)
+        if m is None:
+            raise Fallback
+        name_tok = Token("NAME", m.group(1), offset + m.start(1))
+        return self.b.module_header([name_tok, split_attributes(line[m.end():].rstrip("\r\n"), offset + m.end())])
 
     def computation_header(self, line: str, offset: int):
         m = _COMP_HEAD.match(line)
@@ -246,10 +265,7 @@ class LineScanner:
         return key, dict(rows)
 
     def instruction(self, line: str, offset: int):
-        if "/*" in line:
-            quote = line.find('"')
-            head = line if quote < 0 else line[:quote]
-            line = _COMMENT.sub("", head) + ("" if quote < 0 else line[quote:])
+        line = strip_comments(line)
         m = _HEAD_ARRAY.match(line)
         if m is not None:  # the common case: an array-shaped instruction
             shape = self.shapes.get(m.group(3)) or self.shape(m.group(3))

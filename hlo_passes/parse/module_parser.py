@@ -25,6 +25,7 @@ from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 from hlo_passes.parse import grammar
 from hlo_passes.parse.errors import HloParseError, SemanticError, position_of
+from hlo_passes.parse.line_scanner import strip_comments
 
 _LITERAL_NAMES = {"true", "false", "nan", "inf", "-inf", "-nan"}
 
@@ -131,7 +132,7 @@ class _Builder(lark.Transformer):
 
     def attr_value(self, c):
         start, end = _span(c[0])[0], _span(c[-1])[1]
-        return self.text[start:end]
+        return strip_comments(self.text[start:end])
 
     def attribute(self, c):
         return c[0], Attr(raw=c[1])

@@ -1,0 +1,141 @@
+"""Readers for the Shardy attribute strings in frontend attributes (grammar/sdy.lark).
+
+    read_meshes('{mesh = #sdy.mesh<["x"=4, "y"=2]>}')     -> {"mesh": SdyMesh(...)}
+    read_sharding('#sdy.sharding<@mesh, [{"x"}, {}]>')     -> SdySharding(...)
+    read_sharding_per_value('#sdy.sharding_per_value<[<@mesh, [{"x"}]>]>') -> (SdySharding, ...)
+    read_manual_axes('#sdy<manual_axes{"x"}>')             -> (AxisRef("x"),)
+
+Errors raise `SdyAttributeError` naming what was expected.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import lark
+
+from hlo_passes.ir.sdy import AxisRef, DimSharding, SdyMesh, SdySharding
+
+GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "sdy.lark"
+if not GRAMMAR_PATH.exists():  # installed as a wheel: the grammar ships inside the package
+    GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "sdy.lark"
+
+_STARTS = ("sdy_meshes", "sdy_sharding", "sdy_sharding_per_value", "sdy_manual_axes")
+
+
+class SdyAttributeError(ValueError):
+    """A Shardy attribute string that does not read as expected."""
+
+
+class _Build(lark.Transformer):
+    def STRING(self, t):
+        return json.loads(t.value)
+
+    def NAME(self, t):
+        return t.value
+
+    def INT(self, t):
+        return int(t.value)
+
+    def int_seq(self, c):
+        return tuple(c)
+
+    def mesh_axis(self, c):
+        return (c[0], c[1])
+
+    def mesh_body(self, c):
+        axes = tuple(x for x in c if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str))
+        ids = next((x for x in c if isinstance(x, tuple) and x and isinstance(x[0], int)), ())
+        return SdyMesh(axes, ids)
+
+    def mesh_entry(self, c):
+        return c[0], c[1]
+
+    def sdy_meshes(self, c):
+        return dict(x for x in c if x is not None)
+
+    def axis_ref(self, c):
+        if len(c) == 3:
+            return AxisRef(c[0], c[1], c[2])
+        return AxisRef(c[0])
+
+    def dim_axes(self, c):
+        refs = tuple(x for x in c if isinstance(x, AxisRef))
+        return refs, any(isinstance(x, lark.Token) and x.type == "OPEN" for x in c)
+
+    def open_only(self, c):
+        return (), True
+
+    def dim_sharding(self, c):
+        axes, is_open, priority = (), False, None
+        for x in c:
+            if isinstance(x, tuple):
+                axes, is_open = x
+            elif isinstance(x, lark.Token) and x.type == "PRIORITY":
+                priority = int(x.value[1:])
+        return DimSharding(axes, is_open, priority)
+
+    def sharding_extra(self, c):
+        return c[0].value, tuple(x for x in c[1:] if x is not None)
+
+    def mesh_by_name(self, c):
+        return c[0]
+
+    def mesh_inline(self, c):
+        return c[0]
+
+    def tensor_sharding(self, c):
+        mesh = c[0]
+        dims = tuple(x for x in c[1:] if isinstance(x, DimSharding))
+        extras = dict(x for x in c[1:] if isinstance(x, tuple))
+        return SdySharding(mesh, dims, extras.get("replicated", ()), extras.get("unreduced", ()))
+
+    def value_sharding(self, c):
+        return c[0]
+
+    def sdy_sharding(self, c):
+        return c[0]
+
+    def sdy_sharding_per_value(self, c):
+        return tuple(x for x in c if x is not None)
+
+    def sdy_manual_axes(self, c):
+        return tuple(x for x in c if x is not None)
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    return lark.Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="contextual", start=list(_STARTS),
+                     maybe_placeholders=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read(start: str, text: str):
+    try:
+        return _Build().transform(_parser().parse(text, start=start))
+    except lark.exceptions.UnexpectedInput as e:
+        expected = sorted(getattr(e, "expected", None) or getattr(e, "allowed", None) or ())
+        got = text[e.pos_in_stream:e.pos_in_stream + 12] if getattr(e, "pos_in_stream", None) is not None else "?"
+        raise SdyAttributeError(
+            f"cannot read {start.replace('_', ' ')} '{text}': at column {getattr(e, 'column', '?')} "
+            f"expected {' or '.join(expected) or 'more input'}, got '{got}'") from None
+    except lark.exceptions.LarkError as e:
+        raise SdyAttributeError(f"cannot read {start.replace('_', ' ')} '{text}': {e}") from None
+
+
+def read_meshes(text: str) -> dict[str, SdyMesh]:
+    return _read("sdy_meshes", text)
+
+
+def read_sharding(text: str) -> SdySharding:
+    return _read("sdy_sharding", text)
+
+
+def read_sharding_per_value(text: str) -> tuple[SdySharding, ...]:
+    return _read("sdy_sharding_per_value", text)
+
+
+def read_manual_axes(text: str) -> tuple[AxisRef, ...]:
+    return _read("sdy_manual_axes", text)
