@@ -274,6 +274,12 @@ def _read_string(raw: str) -> str:
     return raw
 
 
+def _read_bool_list(raw: str) -> tuple[bool, ...]:
+    """`{true,false}` (one flag per entry parameter or output leaf) or a single `true`."""
+    body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
+    return tuple(_read_bool(part.strip()) for part in body.split(",") if part.strip())
+
+
 def _read_word(raw: str) -> str:
     return raw
 
@@ -321,6 +327,8 @@ READERS: dict[str, Callable[[str], Any]] = {
     "distribution": _read_word,
     "api_version": _read_word,
     "backend_config": _read_string,
+    "allow_spmd_sharding_propagation_to_parameters": _read_bool_list,
+    "allow_spmd_sharding_propagation_to_output": _read_bool_list,
     **{k: _structured("attr_int_list") for k in _INT_LIST_KEYS},
     **{k: _read_int for k in _INT_KEYS},
     **{k: _read_bool for k in _BOOL_KEYS},
