@@ -1,0 +1,1 @@
+"""SPMD passes: sharding propagation and partitioning."""

@@ -1,0 +1,199 @@
+"""Rewrite JAX's Shardy-form HLO into the GSPMD form that XLA's SPMD partitioner reads.
+
+With Shardy (JAX's default), some shardings live only in frontend attributes:
+
+    %r = f32[16] custom-call(%x), custom_call_target="xla.sdy.FuncResultSharding",
+         frontend_attributes={xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{\\"x\\"}]>]>"}
+    %l = f32[4,8] custom-call(%g), custom_call_target="xla.sdy.GlobalToLocalShape", ...
+    %c = f32[4,8] call(%l), to_apply=xla.sdy.manual_computation_body.2
+    %o = f32[16,8] custom-call(%c), custom_call_target="xla.sdy.LocalToGlobalShape", ...
+
+`import_shardy` makes them HLO shardings:
+
+    %r = f32[16] custom-call(%x), custom_call_target="Sharding", sharding={devices=[4,2]<=[8] last_tile_dim_replicate}
+    %s = f32[16,8] custom-call(%g), custom_call_target="Sharding", sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+    %l = f32[4,8] custom-call(%s), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}
+    ... and SPMDShardToFullShape on the way out,
+
+gives values inside manual computation bodies their manual shardings (Shardy writes
+`{replicated}` there), and drops every `xla.sdy.*` frontend attribute, the mesh table
+included, so the module reads the same as JAX's GSPMD lowering.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.attributes import FrontendAttributes
+from hlo_passes.ir.builder import Builder
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sdy import AxisRef, SdyMesh, SdySharding, mesh_sharding, to_hlo_sharding
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.module import Module
+from hlo_passes.parse.sdy import read_manual_axes, read_meshes, read_sharding, read_sharding_per_value
+
+SDY_PREFIX = "xla.sdy."
+FUNC_RESULT = "xla.sdy.FuncResultSharding"
+GLOBAL_TO_LOCAL = "xla.sdy.GlobalToLocalShape"
+LOCAL_TO_GLOBAL = "xla.sdy.LocalToGlobalShape"
+
+
+def _frontend(obj_attr_getter) -> FrontendAttributes | None:
+    value = obj_attr_getter("frontend_attributes")
+    return value if isinstance(value, FrontendAttributes) else None
+
+
+def has_shardy_attributes(module: Module) -> bool:
+    fe = _frontend(module.header_attr)
+    if fe is not None and any(k.startswith(SDY_PREFIX) for k, _ in fe.entries):
+        return True
+    return any(i.custom_call_target in (FUNC_RESULT, GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL)
+               for i in module.all_instructions())
+
+
+def import_shardy(module: Module) -> bool:
+    """Convert Shardy-only shardings to HLO ones (see the module docstring); True if anything changed."""
+    if not has_shardy_attributes(module):
+        return False
+    fe = _frontend(module.header_attr)
+    meshes: dict[str, SdyMesh] = {}
+    if fe is not None and fe.get("xla.sdy.meshes") is not None:
+        meshes = read_meshes(fe.get("xla.sdy.meshes"))
+    manual = _manual_axes_by_computation(module)
+    for comp in list(module.computations):
+        axes = manual.get(comp, ())
+        for instr in comp.post_order():
+            target = instr.custom_call_target
+            if target == FUNC_RESULT:
+                _func_result(instr, meshes, axes)
+            elif target == GLOBAL_TO_LOCAL:
+                _manual_boundary(instr, meshes, entering=True)
+            elif target == LOCAL_TO_GLOBAL:
+                _manual_boundary(instr, meshes, entering=False)
+            elif axes and _sdy_entry(instr, "xla.sdy.sharding") is not None:
+                # Inside a manual body the HLO sharding Shardy writes is not the manual one.
+                instr.sharding = _value_sharding(instr, meshes, axes)
+            elif instr.sharding is None and _sdy_entry(instr, "xla.sdy.sharding") is not None:
+                instr.sharding = _value_sharding(instr, meshes, axes)
+    for instr in list(module.all_instructions()):
+        _drop_sdy_frontend(instr.attr, instr.set_attr, instr.remove_attr)
+    _drop_sdy_frontend(module.header_attr, module.set_header_attr, module.attributes.pop)
+    return True
+
+
+# ------------------------------------------------------------------ helpers --
+def _sdy_entry(instr: Instruction, key: str) -> str | None:
+    fe = _frontend(instr.attr)
+    return None if fe is None else fe.get(key)
+
+
+def _shardings_of(instr: Instruction, key: str) -> tuple[SdySharding, ...]:
+    text = _sdy_entry(instr, key)
+    if text is None:
+        return ()
+    if text.startswith("#sdy.sharding_per_value"):
+        return read_sharding_per_value(text)
+    return (read_sharding(text),)
+
+
+def _value_sharding(instr: Instruction, meshes, manual_axes) -> Sharding:
+    values = _shardings_of(instr, "xla.sdy.sharding")
+    shardings = [to_hlo_sharding(v, meshes, manual_axes) for v in values]
+    if instr.shape.is_tuple:
+        return Sharding.tuple_of(shardings)
+    return shardings[0]
+
+
+def _func_result(instr: Instruction, meshes, manual_axes) -> None:
+    """FuncResultSharding -> a `Sharding` annotation (same name, same operand)."""
+    sharding = _value_sharding(instr, meshes, manual_axes)
+    instr.set_attr("custom_call_target", "Sharding")
+    instr.remove_attr("custom_call_has_side_effect")
+    instr.sharding = sharding
+    root = instr.parent.root
+    if root is instr or root.sharding is not None:
+        return
+    if root.opcode is Opcode.TUPLE and all(o.custom_call_target == "Sharding" and o.sharding is not None
+                                           for o in root.operands):
+        leaves = [o.sharding for o in root.operands]
+        if all(not s.is_tuple for s in leaves):
+            root.sharding = Sharding.tuple_of(leaves)
+
+
+def _local_sharding(value: SdySharding, meshes, manual_axes: tuple[AxisRef, ...]) -> Sharding:
+    """The sharding of the per-device part: manual axes are gone from the dims."""
+    mesh = value.resolve_mesh(meshes)
+    names = {a.name for a in manual_axes}
+    dims = [tuple(a for a in d.axes if a.name not in names) for d in value.dims]
+    return mesh_sharding(mesh, dims, manual_axes)
+
+
+def _manual_boundary(instr: Instruction, meshes, *, entering: bool) -> None:
+    """GlobalToLocalShape -> Sharding + SPMDFullToShardShape per value;
+    LocalToGlobalShape -> Sharding + SPMDShardToFullShape per value."""
+    comp = instr.parent
+    manual_axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+    values = _shardings_of(instr, "xla.sdy.in_shardings" if entering else "xla.sdy.out_shardings")
+    shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
+    b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
+    results = []
+    for i, (operand, value) in enumerate(zip(instr.operands, values)):
+        global_sharding = to_hlo_sharding(value, meshes)
+        local = _local_sharding(value, meshes, manual_axes)
+        first, second, target = ((global_sharding, local, "SPMDFullToShardShape") if entering
+                                 else (local, global_sharding, "SPMDShardToFullShape"))
+        annotated = b.op(Opcode.CUSTOM_CALL, operand.shape, [operand], name=instr.name,
+                         custom_call_target="Sharding", sharding=first)
+        results.append(b.op(Opcode.CUSTOM_CALL, shapes[i], [annotated], name=instr.name,
+                            custom_call_target=target, sharding=second))
+    if instr.shape.is_tuple:
+        for user in list(instr.users):
+            if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                user.replace_all_uses_with(results[user.attr("index")])
+                comp.remove(user)
+        if instr.users or instr.is_root:
+            replacement = b.op(Opcode.TUPLE, instr.shape, results, name=instr.name)
+            instr.replace_all_uses_with(replacement)
+    else:
+        instr.replace_all_uses_with(results[0])
+    comp.remove(instr)
+
+
+def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisRef, ...]]:
+    """Manual axes of each computation inside a shard_map body (callees of bodies included)."""
+    found: dict[Computation, tuple[AxisRef, ...]] = {}
+    for instr in module.all_instructions():
+        if instr.custom_call_target != GLOBAL_TO_LOCAL:
+            continue
+        axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+        stack = list(instr.users)
+        while stack:
+            user = stack.pop()
+            if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                stack.extend(user.users)
+            elif user.opcode is Opcode.CALL:
+                for callee in user.called_computations():
+                    _mark(callee, axes, found)
+    return found
+
+
+def _mark(comp: Computation, axes, found) -> None:
+    if comp in found:
+        return
+    found[comp] = axes
+    for instr in comp.instructions:
+        for callee in instr.called_computations():
+            _mark(callee, axes, found)
+
+
+def _drop_sdy_frontend(get, set_, remove) -> None:
+    fe = _frontend(get)
+    if fe is None:
+        return
+    entries = tuple((k, v) for k, v in fe.entries if not k.startswith(SDY_PREFIX))
+    if len(entries) == len(fe.entries):
+        return
+    if entries:
+        set_("frontend_attributes", FrontendAttributes(entries, fe.raw_value_keys))
+    else:
+        remove("frontend_attributes")

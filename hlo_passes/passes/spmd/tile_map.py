@@ -1,0 +1,240 @@
+"""TileMap: a tiled sharding as "which tile does each device hold", for propagation rules.
+
+A propagation rule moves a sharding across an op by moving tile *coordinates*:
+a transpose permutes them, a reduce drops the reduced dimension's coordinate (its
+devices then hold the same data: replication), a broadcast inserts a 0, a dot
+takes the batch and free coordinates from one operand and the other's free ones.
+Working per device makes all of these one-liners and makes merging two partial
+shardings exact: the merge is valid iff every device still holds exactly one
+tile and every tile has the same number of holders.
+
+    tm = TileMap.from_sharding(Sharding({devices=[4,1,2]<=[8] last_tile_dim_replicate}), 8)
+    tm.remap(2, {1: 0}).to_sharding()  ->  {devices=[1,4,2]<=[8] last_tile_dim_replicate}
+
+MANUAL subgroups (partially manual regions of shard_map) are carried as a
+per-device group number that rules never touch; two maps merge only when their
+manual groups agree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+
+
+@dataclass(frozen=True, eq=False)
+class TileMap:
+    dims: tuple[int, ...]          # tile counts per data dimension
+    coords: np.ndarray             # [num_devices, rank]: tile coordinate of device d
+    manual: np.ndarray             # [num_devices]: manual group of device d (all 0 when none)
+    manual_size: int = 1           # number of manual groups
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_devices(self) -> int:
+        return self.coords.shape[0]
+
+    @property
+    def num_tiles(self) -> int:
+        return math.prod(self.dims)
+
+    # ---------------------------------------------------------- converting --
+    @classmethod
+    def replicated(cls, rank: int, num_devices: int) -> "TileMap":
+        return cls((1,) * rank, np.zeros((num_devices, rank), np.int64), np.zeros(num_devices, np.int64))
+
+    @classmethod
+    def from_sharding(cls, sharding: Sharding, num_devices: int, rank: int | None = None) -> "TileMap | None":
+        """None for shardings that are not tiles of an array (maximal, fully manual, tuple, unknown)."""
+        kind = sharding.kind
+        if kind is ShardingKind.REPLICATED:
+            return None if rank is None else cls.replicated(rank, num_devices)
+        if kind is not ShardingKind.TILED:
+            return None
+        if rank is not None and sharding.data_rank != rank:
+            return None
+        arr = sharding.tile_assignment
+        n = arr.size
+        if n != num_devices or sorted(sharding.devices) != list(range(n)):
+            return None
+        data_rank = sharding.data_rank
+        coords = np.zeros((n, data_rank), np.int64)
+        manual = np.zeros(n, np.int64)
+        manual_axes = [data_rank + i for i, k in enumerate(sharding.subgroups) if k is SubgroupKind.MANUAL]
+        if any(k not in (SubgroupKind.MANUAL, SubgroupKind.REPLICATED) for k in sharding.subgroups):
+            return None
+        manual_dims = [arr.shape[a] for a in manual_axes]
+        for idx in np.ndindex(arr.shape):
+            d = int(arr[idx])
+            coords[d] = idx[:data_rank]
+            if manual_axes:
+                manual[d] = np.ravel_multi_index([idx[a] for a in manual_axes], manual_dims)
+        return cls(tuple(arr.shape[:data_rank]), coords, manual, math.prod(manual_dims))
+
+    def to_sharding(self) -> Sharding | None:
+        """The sharding, or None when tiles have unequal numbers of holders (not expressible)."""
+        n = self.num_devices
+        groups = math.prod(self.dims) * self.manual_size
+        if n % groups:
+            return None
+        per = n // groups
+        key = self.manual.copy() if self.rank == 0 else (
+            np.ravel_multi_index(self.coords.T, self.dims) * self.manual_size + self.manual)
+        order = np.lexsort((np.arange(n), key))  # by tile, then by device id
+        counts = np.bincount(key, minlength=groups)
+        if np.any(counts != per):
+            return None
+        tile_dims = list(self.dims)
+        subgroups: list[SubgroupKind] = []
+        if self.manual_size > 1:
+            tile_dims.append(self.manual_size)
+            subgroups.append(SubgroupKind.MANUAL)
+        if per > 1:
+            tile_dims.append(per)
+            subgroups.append(SubgroupKind.REPLICATED)
+        if not subgroups and all(t == 1 for t in self.dims):
+            return Sharding.replicated()
+        if subgroups == [SubgroupKind.REPLICATED] and all(t == 1 for t in self.dims):
+            return Sharding.replicated()
+        return Sharding.tiled(order.reshape(tile_dims), tuple(subgroups))
+
+    # ---------------------------------------------------------- operations --
+    def remap(self, rank: int, source: dict[int, int]) -> "TileMap":
+        """A map of rank `rank` whose dim i takes the tiling of this map's dim `source[i]`;
+        dims not in `source` are untiled and dims never used are dropped (replicated)."""
+        coords = np.zeros((self.num_devices, rank), np.int64)
+        dims = [1] * rank
+        for out, src in source.items():
+            coords[:, out] = self.coords[:, src]
+            dims[out] = self.dims[src]
+        return TileMap(tuple(dims), coords, self.manual, self.manual_size)
+
+    def keep_dims(self, keep) -> "TileMap":
+        """Same rank; dims not in `keep` become untiled."""
+        return self.remap(self.rank, {d: d for d in keep})
+
+    def transpose(self, perm) -> "TileMap":
+        """Output dim i is input dim perm[i]."""
+        return self.remap(len(perm), {i: p for i, p in enumerate(perm)})
+
+    def same_manual(self, other: "TileMap") -> bool:
+        return self.manual_size == other.manual_size and np.array_equal(self.manual, other.manual)
+
+    def merge(self, other: "TileMap") -> "TileMap | None":
+        """Both maps' tilings at once (dims tiled in both must agree), or None if impossible."""
+        if self.rank != other.rank or self.num_devices != other.num_devices or not self.same_manual(other):
+            return None
+        coords = self.coords.copy()
+        dims = list(self.dims)
+        for i in range(self.rank):
+            if other.dims[i] == 1:
+                continue
+            if self.dims[i] == 1:
+                coords[:, i] = other.coords[:, i]
+                dims[i] = other.dims[i]
+            elif self.dims[i] != other.dims[i] or not np.array_equal(self.coords[:, i], other.coords[:, i]):
+                return None
+        merged = TileMap(tuple(dims), coords, self.manual, self.manual_size)
+        return merged if merged.to_sharding() is not None else None
+
+
+def reshape_tile_map(tm: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int, ...]) -> TileMap:
+    """Carry tiles across a reshape from `in_dims` to `out_dims`.
+
+    Dimensions are grouped where their products agree ([a,b,c] -> [a*b,c] groups {a,b}->{ab}
+    and {c}->{c}).  A group's tiles carry over when they cut the group's row-major element
+    order into equal contiguous chunks, and those chunks cut the output dims the same way;
+    other groups lose their tiling (their devices become replicas)."""
+    out_coords = np.zeros((tm.num_devices, len(out_dims)), np.int64)
+    out_tiles = [1] * len(out_dims)
+    for ins, outs in _reshape_groups(in_dims, out_dims):
+        chunk = _group_chunks(tm, ins, in_dims)
+        if chunk is None:
+            continue
+        count, index = chunk
+        split = _split_chunks(count, [out_dims[o] for o in outs])
+        if split is None:
+            continue
+        rest = index.copy()
+        for o, t in reversed(list(zip(outs, split))):
+            out_coords[:, o] = rest % t
+            rest //= t
+            out_tiles[o] = t
+    return TileMap(tuple(out_tiles), out_coords, tm.manual, tm.manual_size)
+
+
+def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Minimal runs of dims of `a` and `b` with equal products; trailing 1s join the last run."""
+    if 0 in a or 0 in b or not a or not b:
+        return [(list(range(len(a))), list(range(len(b))))]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        gi, gj, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                pa *= a[i]
+                gi.append(i)
+                i += 1
+            else:
+                pb *= b[j]
+                gj.append(j)
+                j += 1
+        groups.append((gi, gj))
+    groups[-1][0].extend(range(i, len(a)))
+    groups[-1][1].extend(range(j, len(b)))
+    return groups
+
+
+def _group_chunks(tm: TileMap, ins: list[int], dims: tuple[int, ...]):
+    """(chunk count, per-device chunk index) if the group's tiles cut its row-major order into
+    contiguous chunks; when they don't, the tiling of the most minor tiled dims is dropped until
+    they do (XLA keeps the major part of the sharding the same way)."""
+    tiled = [i for i in ins if tm.dims[i] > 1]
+    for keep in range(len(tiled), 0, -1):
+        found = _chunks_of(tm, ins, dims, tiled[:keep])
+        if found is not None:
+            return found
+    return 1, np.zeros(tm.num_devices, np.int64)
+
+
+def _chunks_of(tm: TileMap, ins: list[int], dims: tuple[int, ...], tiled: list[int]):
+    first, last = ins.index(tiled[0]), ins.index(tiled[-1])
+    for i in ins[first:last]:
+        if tm.dims[i] != dims[i]:  # major dims of a chunk must be cut into single rows
+            return None
+    if len(ins) > 1 and dims[ins[last]] % tm.dims[ins[last]]:
+        return None
+    span = ins[first:last + 1]
+    counts = [tm.dims[i] for i in span]
+    return math.prod(counts), np.ravel_multi_index(tm.coords[:, span].T, counts)
+
+
+def _split_chunks(count: int, sizes: list[int]) -> list[int] | None:
+    """Tile counts per output dim that cut it into `count` row-major contiguous chunks."""
+    tiles = []
+    remaining = count
+    real = [s for s in sizes if s != 1]
+    for size in sizes:
+        if remaining == 1 or size == 1:
+            tiles.append(1)
+        elif size % remaining == 0:
+            tiles.append(remaining)
+            remaining = 1
+        elif remaining % size == 0:
+            tiles.append(size)
+            remaining //= size
+        elif len(real) == 1:
+            tiles.append(remaining)  # one dim to one dim: uneven tiles are fine
+            remaining = 1
+        else:
+            return None
+    return tiles if remaining == 1 else None
