@@ -208,6 +208,8 @@ def _group_chunks(tm: TileMap, ins: list[int], dims: tuple[int, ...]):
 
 def _chunks_of(tm: TileMap, ins: list[int], dims: tuple[int, ...], tiled: list[int]):
     first, last = ins.index(tiled[0]), ins.index(tiled[-1])
+    if any(dims[i] != 1 for i in ins[:first]):  # an untiled major dim interleaves the chunks
+        return None
     for i in ins[first:last]:
         if tm.dims[i] != dims[i]:  # major dims of a chunk must be cut into single rows
             return None
