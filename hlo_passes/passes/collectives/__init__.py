@@ -1,0 +1,2 @@
+"""Collective fusion: combiners, reduce-scatter creation, reassociation, simplification and
+async conversion of collectives, and the `collective-fusion` pipeline that runs them in order."""
