@@ -1,0 +1,80 @@
+"""collective-permute-combiner: merge independent collective-permutes with the same
+source-target pairs into one.
+
+The merged permute moves one packed buffer: each member is flattened into a row of a
+`[1, total]` array, the rows are concatenated, permuted once, and sliced back out.  (A
+variadic collective-permute is valid HLO, but XLA's CPU path through StableHLO accepts only
+one operand.)  Devices that receive nothing get zeros either way.
+
+    a = f32[4,2] collective-permute(x), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+    b = f32[3] collective-permute(y), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+  becomes
+    xy = f32[1,11] concatenate(reshape(x) f32[1,8], reshape(y) f32[1,3]), dimensions={1}
+    cp = f32[1,11] collective-permute(xy), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
+    a = f32[4,2] reshape(slice(cp) [0:1, 0:8]);  b = f32[3] reshape(slice(cp) [0:1, 8:11])
+
+Members agree on the pairs, element type and channel presence; cycles, control edges and
+channel ids are handled as in all-reduce-combiner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_passes.ir.builder import Builder, next_channel_id
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
+                                                                DEFAULT_THRESHOLD_COUNT)
+from hlo_passes.passes.collectives.common import (collective_computations, combine_in_computation,
+                                                   replace_members)
+from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
+from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.registry import register_pass
+
+
+@register_pass
+class CollectivePermuteCombiner(ModulePass):
+    name = "collective-permute-combiner"
+    summary = "Merge independent collective-permutes with the same pairs into one packed permute"
+
+    @dataclass(frozen=True)
+    class Options:
+        threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined result, in bytes")
+        threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collective-permutes merged into one")
+
+    def run(self, module: Module) -> bool:
+        combined = 0
+        for comp in collective_computations(module):
+            candidates = [(i, key) for i in comp.post_order() if (key := self._key(i)) is not None]
+            combined += combine_in_computation(
+                comp, candidates, threshold_bytes=self.options.threshold_bytes,
+                threshold_count=self.options.threshold_count,
+                rewrite=lambda members, comp=comp: self._combine(module, comp, members))
+        return combined > 0
+
+    def _key(self, instr: Instruction):
+        if (instr.opcode is not Opcode.COLLECTIVE_PERMUTE or len(instr.operands) != 1
+                or not instr.shape.is_array or instr.sharding is not None):
+            return None
+        return (instr.attr("source_target_pairs"), instr.attr("channel_id") is not None,
+                instr.shape.element_type)
+
+    def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
+        first = members[0]
+        b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
+        added: list[Instruction] = []
+        dims = [0] * len(members)
+        packed = pack(b, [m.operands[0] for m in members], dims, 1, added)
+        width = packed_width([m.shape for m in members], 1)
+        combined = b.op(Opcode.COLLECTIVE_PERMUTE, ArrayShape(first.shape.element_type, (1, width)), [packed],
+                        channel_id=next_channel_id(module) if first.attr("channel_id") is not None else None,
+                        source_target_pairs=first.attr("source_target_pairs"))
+        values = unpack(b, combined, [m.shape for m in members], dims, 1, 1, added)
+        self.remark(combined, f"combined {len(members)} collective-permutes: "
+                    + ", ".join(m.name for m in members), "applied")
+        added += replace_members(comp, members, combined, [[v] for v in values])
+        return combined, added
