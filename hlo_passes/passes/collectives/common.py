@@ -264,3 +264,17 @@ def collective_computations(module: Module) -> list[Computation]:
 
 def most_common(values: Iterable[Hashable]):
     return Counter(values).most_common(1)[0][0]
+
+
+def erase_if_dead(instr: Instruction) -> None:
+    """Erase `instr` and then its operands while they are unused and free of side effects."""
+    work = [instr]
+    while work:
+        x = work.pop()
+        if (x.parent is None or x.users or x.is_root or x.control_successors or x.has_side_effect
+                or x.opcode is Opcode.PARAMETER):
+            continue
+        comp = x.parent
+        operands = list(x.operands)
+        comp.remove(x)
+        work.extend(operands)

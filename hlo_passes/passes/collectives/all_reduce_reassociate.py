@@ -1,0 +1,102 @@
+"""all-reduce-reassociate: `all-reduce(a) + all-reduce(b)` → `all-reduce(a + b)`.
+
+When two all-reduces with the same groups and reduction meet only in the very operation
+they reduce with, the combination can happen before the communication: one all-reduce
+instead of two, half the bytes.
+
+    ra = f32[64] all-reduce(a), replica_groups={{0,1,2,3}}, to_apply=add
+    rb = f32[64] all-reduce(b), replica_groups={{0,1,2,3}}, to_apply=add
+    ROOT s = f32[64] add(ra, rb)
+  becomes
+    ab = f32[64] add(a, b)
+    ROOT s = f32[64] all-reduce(ab), replica_groups={{0,1,2,3}}, to_apply=add
+
+Conditions: the combining op is the reduction's own opcode (add for sums, maximum for max,
+...), both all-reduces are used only by it, and they agree on groups, channel presence and
+`use_global_device_ids`.  Floating-point sums are reassociated, as XLA does.  Through converts
+(`convert(all-reduce(a)) max convert(all-reduce(b))`) only for maximum/minimum, where a
+(monotone) convert commutes with the reduction exactly: the result is
+`convert(all-reduce(max(a, b)))` in the narrow type.  Chains (`ar0 + ar1 + ar2`) fold
+one step at a time.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.builder import Builder, next_channel_id
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.collectives.common import group_mode, reduction_of, replica_groups
+from hlo_passes.passes.pass_base import ModulePass
+from hlo_passes.passes.registry import register_pass
+
+_EXACT_THROUGH_CONVERT = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM})
+
+
+@register_pass
+class AllReduceReassociate(ModulePass):
+    name = "all-reduce-reassociate"
+    summary = "Rewrite all-reduce(a) op all-reduce(b) as all-reduce(a op b)"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            progress = True
+            while progress:
+                progress = False
+                for instr in comp.post_order():
+                    if instr.parent is comp and instr.opcode.is_elementwise_binary and self._try(module, comp, instr):
+                        progress = changed = True
+                        break
+        return changed
+
+    @staticmethod
+    def _through_convert(x: Instruction) -> tuple[Instruction, Instruction | None]:
+        if x.opcode is Opcode.CONVERT and len(x.users) == 1:
+            return x.operands[0], x
+        return x, None
+
+    def _try(self, module: Module, comp: Computation, op: Instruction) -> bool:
+        if len(op.operands) != 2 or op.operands[0] is op.operands[1]:
+            return False
+        (ra, ca), (rb, cb) = (self._through_convert(o) for o in op.operands)
+        if ra.opcode is not Opcode.ALL_REDUCE or rb.opcode is not Opcode.ALL_REDUCE or ra is rb:
+            return False
+        if not ra.shape.is_array or not rb.shape.is_array or len(ra.users) != 1 or len(rb.users) != 1:
+            return False
+        kind_a, kind_b = reduction_of(ra), reduction_of(rb)
+        if kind_a is None or kind_a != kind_b or kind_a.opcode is not op.opcode:
+            if kind_a is not None and kind_a == kind_b and (ca or cb) is None:
+                self.remark(op, f"{op.opcode.value} does not match the all-reduces' {kind_a.opcode.value}",
+                            "missed")
+            return False
+        if (replica_groups(ra) != replica_groups(rb) or group_mode(ra) != group_mode(rb)
+                or ra.shape.dims != rb.shape.dims or ra.attr("constrain_layout", False)
+                or rb.attr("constrain_layout", False) or ra.sharding is not None or rb.sharding is not None):
+            return False
+        if (ca is None) != (cb is None):
+            return False
+        if ca is not None:
+            if op.opcode not in _EXACT_THROUGH_CONVERT:
+                self.remark(op, "not reassociated through converts: only max/min commute with a convert",
+                            "missed")
+                return False
+            if ca.shape.element_type is not cb.shape.element_type:
+                return False
+        if ra.control_predecessors or rb.control_predecessors or ra.control_successors or rb.control_successors:
+            return False
+        b = Builder(comp, before=op, metadata=op.attributes.get("metadata"))
+        x, y = ra.operands[0], rb.operands[0]
+        combined = b.op(op.opcode, x.shape, [x, y])
+        mode = group_mode(ra)
+        ar = b.all_reduce([combined], replica_groups(ra), ra.called["to_apply"],
+                          channel_id=next_channel_id(module) if mode.has_channel else None,
+                          use_global_device_ids=True if mode.use_global_device_ids else None)
+        result = b.convert(ar, ca.shape.element_type) if ca is not None else ar
+        comp.replace(op, result)
+        for dead in (ca, cb, ra, rb):
+            if dead is not None:
+                comp.remove(dead)
+        self.remark(ar, f"{ra.name} {op.opcode.value} {rb.name} reassociated into one all-reduce", "applied")
+        return True
