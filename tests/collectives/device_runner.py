@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from hlo_passes.ir.opcode import Opcode
 from hlo_passes.parse.module_parser import parse_module
+
+_GROUPED = {Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL,
+            Opcode.ALL_REDUCE_START, Opcode.ALL_GATHER_START}
+_PAIRED = {Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START}
 
 
 def _client():
@@ -23,35 +28,48 @@ def _client():
 def _compile(text: str, replicas: int, partitions: int):
     from jax._src.lib import xla_client as xc
 
-    if partitions > 1:
-        text = _manual_entry(text)
     hlo = xc.hlo.hlo_module_from_text(text)
     stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
     options = xc.CompileOptions()
     build = options.executable_build_options
     build.num_replicas = replicas
     build.num_partitions = partitions
-    build.use_spmd_partitioning = partitions > 1
+    build.use_spmd_partitioning = False
     n = replicas * partitions
     build.device_assignment = xc.DeviceAssignment.create(np.arange(n).reshape(replicas, partitions))
     devices = _client().devices()[:n]
     return _client().compile_and_load(stablehlo, xc.DeviceList(tuple(devices)), options), devices
 
 
-def _manual_entry(text: str) -> str:
-    """Per-device programs run as one manual SPMD region: parameters and root marked {manual}."""
-    from hlo_passes.ir.sharding import Sharding
+def as_replica_program(text: str) -> str:
+    """A `num_partitions=N` per-device program as the equivalent `replica_count=N` program.
+
+    XLA's CPU client runs partitioned programs only through its SPMD partitioner, which in
+    manual mode rejects variadic all-reduces ("supports only single-operand allreduce").  With
+    one replica, device d is partition d, so: partition-id becomes replica-id, and every
+    collective gets its device groups spelled out as replica groups without channel (the
+    cross-replica reading of the same groups).  Both sides of a comparison go through this.
+    """
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+    from hlo_passes.passes.collectives.common import participant_groups
     from hlo_passes.printer import print_module
 
     module = parse_module(text)
-    entry = module.entry
-    for param in entry.parameters:
-        param.sharding = Sharding.manual()
-    root = entry.root
-    if root.shape.is_tuple:
-        root.sharding = Sharding.tuple_of(tuple(Sharding.manual() for _ in root.shape.leaves()))
-    else:
-        root.sharding = Sharding.manual()
+    if module.replica_count != 1:
+        raise ValueError("programs with both replicas and partitions are not supported here")
+    n = module.num_partitions
+    for instr in module.all_instructions():
+        if instr.opcode is Opcode.PARTITION_ID:
+            instr.opcode = Opcode.REPLICA_ID
+        elif instr.opcode in _GROUPED:
+            groups = participant_groups(instr, module)
+            instr.set_attr("replica_groups", ReplicaGroups.explicit(groups))
+            instr.remove_attr("channel_id")
+            instr.remove_attr("use_global_device_ids")
+        elif instr.opcode in _PAIRED:
+            instr.remove_attr("channel_id")
+    module.set_header_attr("replica_count", n)
+    module.attributes.pop("num_partitions", None)
     return print_module(module)
 
 
@@ -83,6 +101,8 @@ def random_inputs(text: str, seed: int = 0) -> list[list[np.ndarray]]:
 def execute(text: str, inputs: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """Outputs per device: result[device] = flat list of output arrays."""
     replicas, partitions = device_count(text)
+    if partitions > 1:
+        text, replicas, partitions = as_replica_program(text), replicas * partitions, 1
     exe, devices = _compile(text, replicas, partitions)
     import jax
 

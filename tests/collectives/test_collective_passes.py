@@ -1,0 +1,312 @@
+"""Collective passes: hand-derived structure of each rewrite, must-not-change cases, and every
+rewrite run against the original on 8 virtual CPU devices (each device its own inputs)."""
+
+import pytest
+
+from hlo_passes.ir import Opcode
+from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.passes.registry import lookup
+from hlo_passes.printer import print_module
+from tests.collectives.device_runner import assert_same_on_every_device
+
+ADD = "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+SUM = "sum { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT z = f32[] add(y, x) }\n"
+MAX = "mx { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] maximum(a, b) }\n"
+G4 = "replica_groups={{0,1,2,3},{4,5,6,7}}"
+G2 = "replica_groups={{0,1},{2,3},{4,5},{6,7}}"
+
+
+def module(body: str, header: str = "replica_count=8") -> str:
+    return f"HloModule m, {header}\n\n{ADD}\n{SUM}\n{MAX}\nENTRY e {{\n{body}\n}}\n"
+
+
+def run(pass_name: str, text: str, *, numerics: bool = True, **options):
+    m = parse_module(text)
+    p = lookup(pass_name)(**options)
+    changed = p.run(m)
+    out = print_module(m)
+    parse_module(out)  # prints back to something we (and below, XLA) read
+    if numerics:
+        assert_same_on_every_device(text, out)
+    return changed, m, p
+
+
+def ops(m, opcode):
+    return [i for i in m.entry.instructions if i.opcode is opcode]
+
+
+# ------------------------------------------------------------ combiners --
+def test_all_reduce_combiner_merges_by_meaning_and_keeps_others_apart():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[2,3] parameter(1)
+  i = s32[4] parameter(2)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add
+  b = f32[2,3] all-reduce(q), {G4}, to_apply=sum
+  c = f32[4] all-reduce(p), {G4}, to_apply=mx
+  d = f32[4] all-reduce(p), replica_groups={{{{0,1,2,3,4,5,6,7}}}}, to_apply=add
+  ROOT t = (f32[4], f32[2,3], f32[4], f32[4]) tuple(a, b, c, d)""")
+    changed, m, _ = run("all-reduce-combiner", text)
+    assert changed
+    ars = ops(m, Opcode.ALL_REDUCE)
+    assert len(ars) == 3  # add+sum merged; max and the other groups stay
+    merged = [a for a in ars if a.shape.is_tuple]
+    assert len(merged) == 1 and [o.name for o in merged[0].operands] == ["p", "q"]
+
+
+def test_all_reduce_combiner_never_merges_dependent_all_reduces():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add
+  n = f32[4] negate(a)
+  b = f32[4] all-reduce(n), {G4}, to_apply=add
+  ROOT t = (f32[4], f32[4]) tuple(a, b)""")
+    changed, m, _ = run("all-reduce-combiner", text, numerics=False)
+    assert not changed and len(ops(m, Opcode.ALL_REDUCE)) == 2
+
+
+def test_combiner_rechecks_cycles_created_by_an_earlier_merge():
+    # Groups {a1,a2} and {b1,b2} are each independent, but a2 needs b1 and b2 needs a1:
+    # merging both would make a cycle, so the second merge must be refused.
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  a1 = f32[4] all-reduce(p), {G4}, to_apply=add
+  b1 = f32[4] all-reduce(q), {G2}, to_apply=add
+  x = f32[4] negate(b1)
+  a2 = f32[4] all-reduce(x), {G4}, to_apply=add
+  y = f32[4] negate(a1)
+  b2 = f32[4] all-reduce(y), {G2}, to_apply=add
+  ROOT t = (f32[4], f32[4]) tuple(a2, b2)""")
+    changed, m, _ = run("all-reduce-combiner", text)
+    assert changed
+    assert len([a for a in ops(m, Opcode.ALL_REDUCE) if a.shape.is_tuple]) == 1
+    m.entry.sort_topologically()  # raises nothing; and the printer found an order XLA accepted
+
+
+def test_all_reduce_combiner_thresholds_and_channels():
+    body = "\n".join(f"  p{k} = f32[8] parameter({k})\n  a{k} = f32[8] all-reduce(p{k}), channel_id={k + 1}, "
+                     f"{G4}, use_global_device_ids=true, to_apply=add" for k in range(5))
+    body += "\n  ROOT t = (f32[8], f32[8], f32[8], f32[8], f32[8]) tuple(a0, a1, a2, a3, a4)"
+    text = module(body, "num_partitions=8")
+    _, m, _ = run("all-reduce-combiner", text, threshold_count=2)
+    assert sorted(len(a.operands) for a in ops(m, Opcode.ALL_REDUCE)) == [1, 2, 2]
+    ids = [a.attr("channel_id") for a in ops(m, Opcode.ALL_REDUCE)]
+    assert len(set(ids)) == len(ids) and all(a.attr("use_global_device_ids") for a in ops(m, Opcode.ALL_REDUCE))
+    _, m, _ = run("all-reduce-combiner", text, numerics=False, threshold_bytes=64)  # 32 bytes each: pairs
+    assert sorted(len(a.operands) for a in ops(m, Opcode.ALL_REDUCE)) == [1, 2, 2]
+
+
+def test_combined_all_reduce_takes_control_edges():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  e = f32[4] exponential(q)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add, control-predecessors={{e}}
+  b = f32[4] all-reduce(q), {G4}, to_apply=add
+  l = f32[4] log(p), control-predecessors={{b}}
+  ROOT t = (f32[4], f32[4], f32[4], f32[4]) tuple(a, b, e, l)""")
+    _, m, _ = run("all-reduce-combiner", text)
+    (ar,) = ops(m, Opcode.ALL_REDUCE)
+    assert [x.name for x in ar.control_predecessors] == ["e"]
+    assert [x.name for x in ar.control_successors] == ["l"]
+
+
+def test_all_gather_combiner_dtypes_and_dimensions():
+    text = module(f"""
+  p = f32[4,2] parameter(0)
+  q = s32[3] parameter(1)
+  r = f32[2,5] parameter(2)
+  a = f32[16,2] all-gather(p), channel_id=1, {G4}, dimensions={{0}}, use_global_device_ids=true
+  b = s32[12] all-gather(q), channel_id=2, {G4}, dimensions={{0}}, use_global_device_ids=true
+  c = f32[2,20] all-gather(r), channel_id=3, {G4}, dimensions={{1}}, use_global_device_ids=true
+  ROOT t = (f32[16,2], s32[12], f32[2,20]) tuple(a, b, c)""", "num_partitions=8")
+    _, m, _ = run("all-gather-combiner", text)
+    assert sorted(len(a.operands) for a in ops(m, Opcode.ALL_GATHER)) == [1, 2]
+    _, m, _ = run("all-gather-combiner", text, combine_different_dtypes=False, combine_by_dim=False)
+    (merged,) = [a for a in ops(m, Opcode.ALL_GATHER) if a.shape.is_tuple]
+    assert merged.attr("dimensions") == (0,) and len(ops(m, Opcode.TRANSPOSE)) == 2
+
+
+@pytest.mark.parametrize("form", ["packed", "variadic"])
+def test_reduce_scatter_combiner(form):
+    text = module(f"""
+  p = f32[8,3] parameter(0)
+  q = f32[2,4] parameter(1)
+  r = f32[12] parameter(2)
+  a = f32[2,3] reduce-scatter(p), {G4}, dimensions={{0}}, to_apply=add
+  b = f32[2,1] reduce-scatter(q), {G4}, dimensions={{1}}, to_apply=add
+  c = f32[3] reduce-scatter(r), {G4}, dimensions={{0}}, to_apply=sum
+  d = f32[3] reduce-scatter(r), {G4}, dimensions={{0}}, to_apply=mx
+  ROOT t = (f32[2,3], f32[2,1], f32[3], f32[3]) tuple(a, b, c, d)""")
+    # XLA's CPU path (StableHLO) cannot run a variadic reduce-scatter: structure only.
+    _, m, _ = run("reduce-scatter-combiner", text, numerics=form == "packed", form=form)
+    rs = ops(m, Opcode.REDUCE_SCATTER)
+    if form == "packed":
+        assert len(rs) == 2 and [r.shape.dims for r in rs if r.shape.is_array and r.shape.rank == 2
+                                 and r.shape.dims[0] == 1] == [(1, 11)]
+    else:  # dimension 0 only: a and c
+        assert sorted(len(r.operands) for r in rs) == [1, 1, 2]
+
+
+def test_collective_permute_combiner():
+    pairs = "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}"
+    text = module(f"""
+  p = f32[4,2] parameter(0)
+  q = f32[3] parameter(1)
+  a = f32[4,2] collective-permute(p), channel_id=1, {pairs}
+  b = f32[3] collective-permute(q), channel_id=2, {pairs}
+  c = f32[3] collective-permute(q), channel_id=3, source_target_pairs={{{{0,1}},{{1,0}}}}
+  ROOT t = (f32[4,2], f32[3], f32[3]) tuple(a, b, c)""", "num_partitions=8")
+    _, m, _ = run("collective-permute-combiner", text)
+    assert len(ops(m, Opcode.COLLECTIVE_PERMUTE)) == 2
+
+
+# ------------------------------------------------------ reduce-scatter-creator --
+RSC_TABLE = """
+  p = f32[16,3] parameter(0)
+  ar = f32[16,3] all-reduce(p), replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=add
+  rid = u32[] replica-id()
+  table = s32[8] constant({TABLE})
+  one = s32[1] dynamic-slice(table, rid), dynamic_slice_sizes={1}
+  off = s32[] reshape(one)
+  zero = s32[] constant(0)
+  ROOT ds = f32[4,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={4,3}"""
+
+
+def test_reduce_scatter_creator_replica_table():
+    changed, m, _ = run("reduce-scatter-creator", module(RSC_TABLE.replace("TABLE", "0,4,8,12,0,4,8,12")))
+    assert changed and ops(m, Opcode.ALL_REDUCE) == [] and m.entry.root.opcode is Opcode.REDUCE_SCATTER
+    assert m.entry.root.attr("dimensions") == (0,)
+    assert ops(m, Opcode.REPLICA_ID) == []  # the offset computation died with the slice
+
+
+def test_reduce_scatter_creator_declines_wrong_offsets():
+    changed, m, p = run("reduce-scatter-creator", module(RSC_TABLE.replace("TABLE", "0,4,8,12,4,0,8,12")),
+                        numerics=False)
+    assert not changed
+    assert any("device 4 (position 0 in its group)" in r.message for r in p.remarks)
+
+
+def test_reduce_scatter_creator_partition_arithmetic():
+    text = module("""
+  p = f32[3,8] parameter(0)
+  ar = f32[3,8] all-reduce(p), channel_id=1, replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, to_apply=add
+  pid = u32[] partition-id()
+  two = u32[] constant(2)
+  pos = u32[] divide(pid, two)
+  c = s32[] convert(pos)
+  k = s32[] constant(2)
+  off = s32[] multiply(c, k)
+  zero = s32[] constant(0)
+  ROOT ds = f32[3,2] dynamic-slice(ar, zero, off), dynamic_slice_sizes={3,2}""", "num_partitions=8")
+    changed, m, _ = run("reduce-scatter-creator", text)
+    assert changed and m.entry.root.attr("dimensions") == (1,) and m.entry.root.attr("channel_id") == 1
+
+
+def test_reduce_scatter_creator_keeps_all_reduce_with_other_users():
+    text = module(RSC_TABLE.replace("TABLE", "0,4,8,12,0,4,8,12").replace(
+        "ROOT ds = f32[4,3]", "ds = f32[4,3]") + "\n  ROOT t = (f32[4,3], f32[16,3]) tuple(ds, ar)")
+    changed, _, _ = run("reduce-scatter-creator", text, numerics=False)
+    assert not changed
+
+
+# ------------------------------------------------------ reassociate / simplify --
+def test_all_reduce_reassociate_chain_and_max_through_converts():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  r = f32[4] parameter(2)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add
+  b = f32[4] all-reduce(q), {G4}, to_apply=sum
+  c = f32[4] all-reduce(r), {G4}, to_apply=add
+  s = f32[4] add(a, b)
+  s_2 = f32[4] add(s, c)
+  i = f32[4] parameter(3)
+  mi = f32[4] all-reduce(i), {G4}, to_apply=mx
+  mj = f32[4] all-reduce(p), {G4}, to_apply=mx
+  ci = f16[4] convert(mi)
+  cj = f16[4] convert(mj)
+  m = f16[4] maximum(ci, cj)
+  x = f32[4] all-reduce(p), {G4}, to_apply=add
+  y = f32[4] all-reduce(q), {G4}, to_apply=add
+  z = f32[4] multiply(x, y)
+  ROOT t = (f32[4], f16[4], f32[4]) tuple(s_2, m, z)""")
+    _, m, p = run("all-reduce-reassociate", text)
+    assert len(ops(m, Opcode.ALL_REDUCE)) == 4  # 3 -> 1, 2 -> 1, multiply keeps its 2
+    assert any(r.kind == "missed" and "multiply" in r.message for r in p.remarks)
+
+
+def test_all_reduce_reassociate_does_not_sum_through_converts():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add
+  b = f32[4] all-reduce(q), {G4}, to_apply=add
+  ca = f16[4] convert(a)
+  cb = f16[4] convert(b)
+  ROOT s = f16[4] add(ca, cb)""")
+    changed, _, _ = run("all-reduce-reassociate", text, numerics=False)
+    assert not changed
+
+
+def test_all_reduce_simplifier():
+    one = "replica_groups={{0},{1},{2},{3},{4},{5},{6},{7}}"
+    text = module(f"""
+  p = f32[4] parameter(0)
+  a = f32[4] all-reduce(p), {one}, to_apply=add
+  g = f32[4] all-gather(p), {one}, dimensions={{0}}
+  two = f32[] constant(2)
+  c = f32[4] broadcast(two), dimensions={{}}
+  s = f32[4] all-reduce(c), {G4}, to_apply=add
+  mm = f32[4] all-reduce(c), {G4}, to_apply=mx
+  k = f32[4] all-reduce(p), {G4}, to_apply=add
+  ROOT t = (f32[4], f32[4], f32[4], f32[4], f32[4]) tuple(a, g, s, mm, k)""")
+    _, m, _ = run("all-reduce-simplifier", text)
+    assert [a.name for a in ops(m, Opcode.ALL_REDUCE)] == ["k"] and not ops(m, Opcode.ALL_GATHER)
+
+
+# ------------------------------------------------------------------ async --
+def test_async_collective_creator_places_done_before_first_user():
+    text = module(f"""
+  p = f32[4] parameter(0)
+  ar = f32[4] all-reduce(p), channel_id=1, {G4}, use_global_device_ids=true, to_apply=add
+  ag = f32[16] all-gather(p), channel_id=2, {G4}, dimensions={{0}}, use_global_device_ids=true
+  cp = f32[4] collective-permute(p), channel_id=3, source_target_pairs={{{{0,1}},{{1,2}},{{2,0}}}}
+  e1 = f32[4] exponential(p)
+  e2 = f32[4] sine(e1)
+  s = f32[4] add(ar, e2)
+  s3 = f32[4] add(s, cp)
+  ROOT t = (f32[4], f32[16]) tuple(s3, ag)""", "num_partitions=8")
+    _, m, _ = run("async-collective-creator", text)
+    lines = [ln.split("=")[0].strip() for ln in print_module(m).split("ENTRY")[1].splitlines()[1:-1]]
+    assert lines.index("e2") < lines.index("ar-done") < lines.index("s")
+    assert lines.index("ar-start") < lines.index("e1")
+    assert ops(m, Opcode.ALL_GATHER_START)[0].shape.is_tuple
+
+
+# ------------------------------------------------------------ pipeline --
+def test_collective_fusion_pipeline_and_failure_is_contained(monkeypatch):
+    text = module(f"""
+  p = f32[16,3] parameter(0)
+  q = f32[16,3] parameter(1)
+  a = f32[16,3] all-reduce(p), {G4}, to_apply=add
+  b = f32[16,3] all-reduce(q), {G4}, to_apply=add
+  s = f32[16,3] add(a, b)
+  c = f32[16,3] all-reduce(q), {G4}, to_apply=mx
+  ROOT t = (f32[16,3], f32[16,3]) tuple(s, c)""")
+    changed, m, _ = run("collective-fusion", text, threshold_bytes=1 << 20)
+    assert changed and len(ops(m, Opcode.ALL_REDUCE)) == 2
+
+    from hlo_passes.passes.collectives.all_reduce_combiner import AllReduceCombiner
+
+    def broken(self, module):
+        module.entry.root.operands[0].name = "half-done"
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(AllReduceCombiner, "run", broken)
+    m = parse_module(text)
+    fusion = lookup("collective-fusion")()
+    fusion.run(m)
+    assert any("all-reduce-combiner failed" in r.message for r in fusion.remarks)
+    assert "half-done" not in print_module(m)
