@@ -198,6 +198,22 @@ class _Builder(lark.Transformer):
             pending.attrs.append((key_tok, attr))
         return pending
 
+    def _tuple_element(self, comp, tuple_instr, index, tok, cache) -> Instruction:
+        """`%call#1` — XLA's shorthand for element 1 of a tuple — as the get-tuple-element
+        XLA's parser makes of it (named `call_1`, added just before its first user)."""
+        key = (tuple_instr, index)
+        if key not in cache:
+            shape = tuple_instr.shape
+            if not isinstance(shape, TupleShape) or not 0 <= index < len(shape.elements):
+                raise SemanticError(f"'{tuple_instr.name}' has no tuple element {index}", tok)
+            gte = Instruction(Opcode.GET_TUPLE_ELEMENT, shape.elements[index], [tuple_instr],
+                              name=f"{tuple_instr.name}_{index}")
+            gte.set_attr("index", index)
+            gte.parent = comp
+            comp._instructions[gte] = None
+            cache[key] = gte
+        return cache[key]
+
     def _anonymous_name(self, opcode: str) -> str:
         """XLA's name for a nested (anonymous) instruction: `negate.anon`, `negate.anon.1`, ..."""
         self.nested_counter += 1
@@ -242,6 +258,7 @@ class _Builder(lark.Transformer):
                                     f"'{comp.name}'", p.name_token)
             by_name[p.instr.name] = p
             ordered.append(p)
+        element_refs: dict = {}
         roots = [p for p in ordered if p.is_root]
         if len(roots) > 1:
             raise SemanticError(f"computation '{comp.name}' has more than one ROOT", roots[1].name_token)
@@ -250,11 +267,15 @@ class _Builder(lark.Transformer):
                 if ref[0] == "nested_ref":
                     p.instr.append_operand(ref[1])
                     continue
-                target = by_name.get(_bare(ref[1].value))
+                name, _, index = _bare(ref[1].value).partition("#")
+                target = by_name.get(name)
                 if target is None:
-                    raise SemanticError(f"'{_bare(ref[1].value)}' is not defined in computation "
-                                        f"'{comp.name}'", ref[1])
-                p.instr.append_operand(target.instr)
+                    raise SemanticError(f"'{name}' is not defined in computation '{comp.name}'", ref[1])
+                if index:
+                    p.instr.append_operand(self._tuple_element(comp, target.instr, int(index), ref[1],
+                                                               element_refs))
+                else:
+                    p.instr.append_operand(target.instr)
             p.instr.parent = comp
             comp._instructions[p.instr] = None
             if p.instr.opcode is Opcode.PARAMETER:
@@ -340,8 +361,9 @@ class _Builder(lark.Transformer):
             comp.module = module
             module.computations.append(comp)
             module.computation_names.reserve(comp.name)
+            for instr in comp.instructions:
+                module.names.reserve(instr.name)
             for p in ordered:
-                module.names.reserve(p.instr.name)
                 self._resolve_references(p, by_name, comp)
         module.entry = entry
         module.parsed_entry_signature = entry_signature(module)

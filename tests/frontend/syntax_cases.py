@@ -326,6 +326,22 @@ ENTRY e {
   ROOT t = ((f32[8], s32[8]), (f32[2], s32[2]), s32[8], f32[8], (u64[2], u32[4]), u32[], u32[], (f32[8], s32[8])) tuple(st, tk, bc, rp, rbg, pid, rid, ob)
 }
 """),
+    "tuple_element_refs": ("`%call#1` operands (XLA's dumps) read as get-tuple-elements", """
+HloModule m
+
+body {
+  x = f32[4] parameter(0)
+  n = f32[4] negate(x)
+  ROOT t = (f32[4], f32[4]) tuple(n, x)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  %call = (f32[4], f32[4]) call(p), to_apply=body
+  a = f32[4] copy(%call#0)
+  ROOT b = f32[4] add(a, %call#1)
+}
+"""),
     "no_header": ("text without `HloModule` (XLA names the module after its entry)", ADD.replace("HloModule m", "") + """
 ENTRY e {
   p = f32[] parameter(0)
