@@ -1,0 +1,276 @@
+"""jax_hook: our pipelines inside real jax.jit compilation on 8 CPU devices.
+
+Guards: install/uninstall really (un)register the callback; modules XLA hands over at
+either stage survive parse -> print -> XLA's parser bit for bit; every way a rewrite can
+go wrong (a pass raising, output XLA's parser rejects, output that computes something
+else) falls back to XLA's module with a warning naming the pass; a data-parallel
+training run gives the same losses with the collective passes installed.
+"""
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from hlo_passes import jax_hook
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes import registry
+from hlo_passes.passes.pass_base import ModulePass
+
+
+# ------------------------------------------------------------ test passes --
+class Touch(ModulePass):
+    """Changes nothing but says it did: forces print -> XLA parse -> hand back."""
+    name = "test-touch"
+    summary = "claim a change"
+    runs = 0
+
+    def run(self, module):
+        Touch.runs += 1
+        return True
+
+
+class SubtractToAdd(ModulePass):
+    """Valid HLO that computes something else: every subtract becomes an add."""
+    name = "test-subtract-to-add"
+    summary = "corrupt numerics"
+
+    def run(self, module):
+        changed = False
+        for instr in module.all_instructions():
+            if instr.opcode is Opcode.SUBTRACT:
+                instr.opcode = Opcode.ADD
+                changed = True
+        return changed
+
+
+class Raises(ModulePass):
+    name = "test-raises"
+    summary = "a pass with a bug"
+
+    def run(self, module):
+        raise RuntimeError("bug in pass")
+
+
+class BadOperandCount(ModulePass):
+    """Output XLA's parser rejects: a unary instruction turned into an add with one operand."""
+    name = "test-bad-hlo"
+    summary = "corrupt structure"
+
+    def run(self, module):
+        for instr in module.all_instructions():
+            if len(instr.operands) == 1 and not instr.shape.is_tuple and not instr.called:
+                instr.opcode = Opcode.ADD
+                instr.attributes.clear()
+                return True
+        return False
+
+
+class ImplicitBroadcast(ModulePass):
+    """Output XLA's parser accepts but XLA's verifier rejects: add(f32[16,32], f32[])."""
+    name = "test-implicit-broadcast"
+    summary = "corrupt shapes"
+
+    def run(self, module):
+        for instr in module.all_instructions():
+            if instr.opcode is Opcode.BROADCAST and instr.operands and not instr.operands[0].shape.dims:
+                instr.opcode = Opcode.ADD
+                instr.attributes.clear()
+                instr.append_operand(instr.operands[0])
+                return True
+        return False
+
+
+@pytest.fixture(autouse=True)
+def test_passes(monkeypatch):
+    for cls in (Touch, SubtractToAdd, Raises, BadOperandCount, ImplicitBroadcast):
+        monkeypatch.setitem(registry._REGISTRY, cls.name, cls)
+
+
+# --------------------------------------------------------------- programs --
+def mesh():
+    return Mesh(np.array(jax.devices()[:8]), ("d",))
+
+
+def mlp_problem(seed=0):
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(seed), 4)
+    params = {"w1": jax.random.normal(k1, (16, 32)) * 0.3, "b1": jnp.zeros(32),
+              "w2": jax.random.normal(k2, (32, 4)) * 0.3}
+    batch = NamedSharding(mesh(), P("d"))
+    x = jax.device_put(jax.random.normal(k3, (64, 16)), batch)
+    y = jax.device_put(jax.random.normal(k4, (64, 4)), batch)
+    return params, x, y
+
+
+def loss_fn(p, x, y):
+    h = jnp.tanh(x @ p["w1"] + p["b1"])
+    return jnp.mean((h @ p["w2"] - y) ** 2)
+
+
+def make_train_step():
+    @jax.jit
+    def step(p, m, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        m = jax.tree.map(lambda mi, gi: 0.9 * mi + gi, m, g)
+        return jax.tree.map(lambda pi, mi: pi - 0.05 * mi, p, m), m, loss
+
+    return step
+
+
+def train(steps=3):
+    params, x, y = mlp_problem()
+    momentum = jax.tree.map(jnp.zeros_like, params)
+    step = make_train_step()
+    losses = []
+    for _ in range(steps):
+        params, momentum, loss = step(params, momentum, x, y)
+        losses.append(float(loss))
+    return losses, jax.tree.map(np.asarray, params)
+
+
+def while_loop(a):
+    return jax.lax.while_loop(lambda c: c[0] < 7, lambda c: (c[0] + 1, jnp.sin(c[1]) * 1.1 + c[1].sum()),
+                              (0, a))[1]
+
+
+def conv(img, kernel):
+    return jax.lax.conv_general_dilated(img, kernel, (1, 1), "SAME")
+
+
+def run_programs():
+    losses, params = train(2)
+    w = jax.jit(while_loop)(jnp.arange(8.0))
+    c = jax.jit(conv)(jnp.linspace(0, 1, 2 * 3 * 8 * 8).reshape(2, 3, 8, 8), jnp.ones((4, 3, 3, 3)))
+    return [np.asarray(losses), *params.values(), np.asarray(w), np.asarray(c)]
+
+
+# ------------------------------------------------------------------ tests --
+def test_install_runs_pass_and_uninstall_stops_it():
+    Touch.runs = 0
+    hook = jax_hook.install("test-touch")
+    try:
+        assert hook.installed
+        jax.jit(lambda a: a * 3 + 1)(jnp.ones(4)).block_until_ready()
+        assert Touch.runs >= 1 and hook.stats.modules_changed >= 1
+    finally:
+        hook.uninstall()
+    assert not hook.installed
+    seen, runs = hook.stats.modules_seen, Touch.runs
+    jax.jit(lambda a: a * 5 - 2)(jnp.ones(4)).block_until_ready()
+    assert (hook.stats.modules_seen, Touch.runs) == (seen, runs)
+    hook.uninstall()  # twice is fine
+
+
+def test_context_manager_uninstalls_on_error():
+    with pytest.raises(ZeroDivisionError):
+        with jax_hook.installed("test-touch") as hook:
+            1 / 0
+    assert not hook.installed
+
+
+def test_unknown_pass_rejected_before_registration():
+    with pytest.raises(Exception, match="no-such-pass"):
+        jax_hook.install("no-such-pass")
+
+
+@pytest.mark.parametrize("stage", jax_hook.STAGES)
+def test_round_trip_of_real_modules_is_exact(stage, tmp_path):
+    expected = run_programs()
+    with jax_hook.installed("test-touch", stage=stage, dump_dir=tmp_path) as hook:
+        actual = run_programs()
+    names = {r.name for r in hook.stats.records if r.changed}
+    assert {"jit_step", "jit_while_loop", "jit_conv"} <= names
+    assert hook.stats.fallbacks == 0
+    for want, got in zip(expected, actual):
+        np.testing.assert_array_equal(got, want)  # bit for bit
+    step_dump = (tmp_path / next(p.name for p in tmp_path.iterdir() if "jit_step.before" in p.name)).read_text()
+    assert "all-reduce(" in step_dump and "fusion(" in step_dump and "main.0_spmd" in step_dump
+    if stage == "post-scheduler":
+        assert "is_scheduled=true" in step_dump
+
+
+def test_device_assignment_read_from_proto():
+    seen = {}
+
+    def grab(proto):
+        from hlo_passes.runtime.hlo_proto import proto_to_text, parameter_replicated
+
+        name = proto_to_text(proto).split(",")[0].split()[-1]
+        seen[name] = (jax_hook.device_assignment(proto), parameter_replicated(proto))
+        return None
+
+    from jax.extend import xla as jex
+
+    jex.register_hlo_module_transformation(grab, name="test.grab", platforms=["cpu"])
+    try:
+        jax.clear_caches()
+        train(1)
+    finally:
+        jex.clear_hlo_module_transformation("test.grab", jex.PipelineStage.PRE_SCHEDULER, ["cpu"])
+    (counts, replicated) = seen["jit_step"]
+    assert counts == (1, 8)
+    # params (3) and momentum (3) replicated, x and y sharded over the batch
+    assert replicated == [True] * 6 + [False, False]
+
+
+def test_numeric_mismatch_falls_back_naming_the_pass():
+    expected, _ = train(2)
+    with pytest.warns(jax_hook.HookFallback, match="test-subtract-to-add"):
+        with jax_hook.installed("test-touch,test-subtract-to-add", verify=True) as hook:
+            actual, _ = train(2)
+    np.testing.assert_array_equal(actual, expected)
+    step = [r for r in hook.stats.records if r.name == "jit_step"]
+    assert step and all(not r.changed and "test-subtract-to-add" in r.fallback for r in step)
+
+
+def test_without_verify_the_corrupt_rewrite_is_used():
+    """Guards the test above: the corruption is real, and only verification catches it."""
+    expected, _ = train(2)
+    with jax_hook.installed("test-subtract-to-add", verify=False):
+        actual, _ = train(2)
+    assert not np.allclose(actual, expected)
+
+
+@pytest.mark.parametrize("pipeline, reason", [("test-raises", "bug in pass"),
+                                              ("test-bad-hlo", "XLA's parser rejects")])
+def test_broken_pass_falls_back(pipeline, reason, tmp_path):
+    expected, _ = train(2)
+    with pytest.warns(jax_hook.HookFallback, match=f"pass '{pipeline}'.*{reason}"):
+        with jax_hook.installed(pipeline, dump_dir=tmp_path) as hook:
+            actual, _ = train(2)
+    np.testing.assert_array_equal(actual, expected)
+    assert hook.stats.fallbacks >= 1 and hook.stats.modules_changed == 0
+    assert any(p.name.endswith(".fallback.txt") for p in tmp_path.iterdir())
+
+
+def test_rewrite_xla_cannot_compile_is_caught_by_verify():
+    expected, _ = train(2)
+    with pytest.warns(jax_hook.HookFallback, match="test-implicit-broadcast.*cannot compile"):
+        with jax_hook.installed("test-implicit-broadcast", verify=True):
+            actual, _ = train(2)
+    np.testing.assert_array_equal(actual, expected)
+
+
+def test_warnings_as_errors_never_reach_xla():
+    expected, _ = train(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with jax_hook.installed("test-raises") as hook:
+            actual, _ = train(1)
+    assert actual == expected and hook.stats.fallbacks >= 1
+
+
+def test_training_with_collective_passes_matches():
+    pipeline = ",".join(n for n in ("weight-update-sharding", "collective-fusion") if registry.lookup(n))
+    expected_losses, expected_params = train(3)
+    with jax_hook.installed(pipeline, verify=True) as hook:
+        losses, params = train(3)
+    assert hook.stats.fallbacks == 0, [r.fallback for r in hook.stats.records if r.fallback]
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for name in expected_params:
+        np.testing.assert_allclose(params[name], expected_params[name], rtol=1e-5, atol=1e-6)
