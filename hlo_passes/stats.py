@@ -1,0 +1,90 @@
+"""Module statistics for `--stats` and the benchmarks: instructions by opcode,
+collectives by kind (count and bytes each device sends into them), and FLOPs.
+
+FLOPs count 2·M·N·K for dots and convolutions (per output element: 2 × the
+contracted size), one per output element for elementwise ops and reductions'
+inputs, and nothing for data movement.  Fusion and call bodies are counted once
+per call site; while bodies once (trip counts are unknown)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+
+_DONE = {Opcode.ALL_REDUCE_DONE, Opcode.ALL_GATHER_DONE, Opcode.COLLECTIVE_PERMUTE_DONE}
+
+
+@dataclass
+class ModuleStats:
+    opcodes: Counter = field(default_factory=Counter)
+    collective_count: Counter = field(default_factory=Counter)
+    collective_bytes: Counter = field(default_factory=Counter)
+    flops: int = 0
+
+    @property
+    def instructions(self) -> int:
+        return sum(self.opcodes.values())
+
+    def format(self, title: str = "") -> str:
+        lines = [title] if title else []
+        lines.append(f"  instructions: {self.instructions}   flops: {self.flops:,}")
+        top = ", ".join(f"{op} {n}" for op, n in self.opcodes.most_common(12))
+        lines.append(f"  by opcode: {top}")
+        if self.collective_count:
+            for kind in sorted(self.collective_count):
+                lines.append(f"  {kind}: {self.collective_count[kind]} × , {self.collective_bytes[kind]:,} bytes")
+        else:
+            lines.append("  collectives: none")
+        return "\n".join(lines)
+
+
+def _operand_bytes(instr: Instruction) -> int:
+    return sum(o.shape.byte_size() for o in instr.operands)
+
+
+def _flops(instr: Instruction) -> int:
+    op = instr.opcode
+    if op is Opcode.DOT:
+        contracting = instr.attr("lhs_contracting_dims", ()) or ()
+        k = math.prod(instr.operands[0].shape.dims[d] for d in contracting) if contracting else 1
+        return 2 * instr.shape.element_count * k
+    if op is Opcode.CONVOLUTION:
+        kernel = instr.operands[1].shape
+        labels = instr.attr("dim_labels")
+        out_feature = kernel.dims[labels.kernel_output_feature] if labels is not None else 1
+        return 2 * instr.shape.element_count * max(1, kernel.element_count // max(out_feature, 1))
+    if op.is_elementwise and instr.shape.is_array:
+        return instr.shape.element_count
+    if op in (Opcode.REDUCE, Opcode.REDUCE_WINDOW) and instr.operands[0].shape.is_array:
+        return instr.operands[0].shape.element_count
+    return 0
+
+
+def module_stats(module: Module) -> ModuleStats:
+    stats = ModuleStats()
+    for instr in module.all_instructions():
+        stats.opcodes[instr.opcode.value] += 1
+        if instr.opcode.is_collective and instr.opcode not in _DONE:
+            kind = instr.opcode.value.removesuffix("-start")
+            stats.collective_count[kind] += 1
+            stats.collective_bytes[kind] += _operand_bytes(instr)
+    stats.flops = _entry_flops(module.entry, set())
+    return stats
+
+
+def _entry_flops(comp, stack: set) -> int:
+    total = 0
+    stack.add(comp)
+    for instr in comp.instructions:
+        total += _flops(instr)
+        for callee in instr.called_computations():
+            if callee not in stack and instr.opcode in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE,
+                                                         Opcode.CONDITIONAL, Opcode.ASYNC_START):
+                total += _entry_flops(callee, stack)
+    stack.discard(comp)
+    return total
