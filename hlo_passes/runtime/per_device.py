@@ -102,6 +102,8 @@ def as_replica_program(text: str, num_devices: int) -> str:
     from hlo_passes.printer import print_module
 
     module = parse_module(text)
+    if module.replica_count > 1 and module.num_partitions == 1:
+        return text  # already a replica program
     module.num_partitions = num_devices
     for instr in module.all_instructions():
         if instr.opcode is Opcode.PARTITION_ID:
