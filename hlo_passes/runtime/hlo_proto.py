@@ -38,3 +38,8 @@ def parameter_replicated(proto: bytes) -> list[bool] | None:
     if not shardings:
         return None
     return [xc.HloSharding.from_proto(s).is_replicated() for s in shardings]
+
+
+def canonical_text(text: str) -> str:
+    """XLA's own print of `text` (its parser, then its printer; module config kept)."""
+    return _hlo().hlo.hlo_module_from_text(text).to_string()
