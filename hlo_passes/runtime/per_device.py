@@ -143,9 +143,12 @@ def execute(text: str, inputs: list[list[np.ndarray]], num_devices: int) -> list
     # only reads each device's own buffer.
     mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
     everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    args = [jax.make_array_from_single_device_arrays(
-                per_device[0].shape, everywhere,
-                [jax.device_put(arr, devices[d]) for d, arr in enumerate(per_device)])
-            for per_device in inputs]
+    from hlo_passes.runtime.xla_backend import exact_dtypes
+
+    with exact_dtypes():
+        args = [jax.make_array_from_single_device_arrays(
+                    per_device[0].shape, everywhere,
+                    [jax.device_put(arr, devices[d]) for d, arr in enumerate(per_device)])
+                for per_device in inputs]
     results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
     return [[np.asarray(out[d]) for out in results] for d in range(num_devices)]

@@ -36,6 +36,13 @@ def _client():
     return xla_bridge, xc
 
 
+def exact_dtypes():
+    """A context in which 64-bit inputs are not narrowed to 32 bits by JAX."""
+    from jax._src import config
+
+    return config.enable_x64(True)
+
+
 _cache: dict[str, object] = {}
 
 
@@ -55,6 +62,7 @@ def run_single(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
         exe = client.compile_and_load(stablehlo, xc.DeviceList((client.devices()[0],)), options)
         _cache[text] = exe
     device = client.devices()[0]
-    args = [jax.device_put(x, device) for x in inputs]
+    with exact_dtypes():
+        args = [jax.device_put(x, device) for x in inputs]
     results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
     return [np.asarray(r[0]) for r in results]
