@@ -74,6 +74,14 @@ def strip_comments(text: str) -> str:
     return _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else "", text)
 
 
+def blank_comments(text: str) -> str:
+    """`text` with each /* ... */ comment replaced by spaces: positions stay those of the source."""
+    if "/*" not in text:
+        return text
+    return _STRING_OR_COMMENT.sub(lambda m: m.group() if m.group().startswith('"') else " " * len(m.group()),
+                                  text)
+
+
 def _json_string(text: str) -> str:
     import json
 
@@ -107,7 +115,7 @@ def _is_balanced(segment: str) -> bool:
     return _brackets_balance(_STRING.sub('""', segment))
 
 
-def split_attributes(tail: str, offset: int) -> list[tuple[Token, Attr]]:
+def split_attributes(tail: str, offset: int, original: str | None = None) -> list[tuple[Token, Attr]]:
     """`, k=v, k2=v2` → [(key token, Attr(raw value))], splitting only at top-level commas."""
     if not tail or tail.isspace():
         return []
@@ -128,6 +136,8 @@ def split_attributes(tail: str, offset: int) -> list[tuple[Token, Attr]]:
                 raise Fallback
             j += 1
         raw = value.strip()
+        if "  " in raw and original is not None:  # a blanked comment: keep the text as the grammar path does
+            raw = strip_comments(original[m.end():m.end() + len(value)]).strip()
         if not raw or "//" in _STRING.sub("", raw) or "/*" in _STRING.sub("", raw):
             raise Fallback
         result.append((Token("NAME", m.group(1), offset + m.start(1)), Attr(raw=raw)))
@@ -209,12 +219,13 @@ class LineScanner:
         return b.module([header, *tables, *computations] if header is not None else [*tables, *computations])
 
     def module_header(self, line: str, offset: int):
-        line = strip_comments(line)
+        original, line = line, blank_comments(line)
         m = _MODULE_HEAD.match(line)
         if m is None:
             raise Fallback
         name_tok = Token("NAME", m.group(1), offset + m.start(1))
-        return self.b.module_header([name_tok, split_attributes(line[m.end():].rstrip("\r\n"), offset + m.end())])
+        return self.b.module_header([name_tok, split_attributes(line[m.end():].rstrip("\r\n"), offset + m.end(),
+                                                                 original[m.end():].rstrip("\r\n"))])
 
     def computation_header(self, line: str, offset: int):
         m = _COMP_HEAD.match(line)
@@ -265,7 +276,7 @@ class LineScanner:
         return key, dict(rows)
 
     def instruction(self, line: str, offset: int):
-        line = strip_comments(line)
+        original, line = line, blank_comments(line)
         m = _HEAD_ARRAY.match(line)
         if m is not None:  # the common case: an array-shaped instruction
             shape = self.shapes.get(m.group(3)) or self.shape(m.group(3))
@@ -331,7 +342,8 @@ class LineScanner:
         name_tok = Token("NAME", name, offset + m.start(2))
         if name.startswith("%"):
             self.b.percent_names = True
-        attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1)
+        attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1,
+                                 original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
         pending = self.b._make_instruction(name.lstrip("%") if name.startswith("%") else name, shape,
                                            opcode_tok, operands, attrs, name_tok)
