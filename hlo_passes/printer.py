@@ -36,6 +36,14 @@ def print_module(module: Module) -> str:
     return out.getvalue()
 
 
+def print_instruction(instr: Instruction) -> str:
+    """One instruction's line as `print_module` writes it (for diagnostics)."""
+    from hlo_passes.ir.module import Module as _Module
+
+    module = instr.parent.module if instr.parent is not None and instr.parent.module is not None else _Module("")
+    return _Printer(module, io.StringIO()).instruction(instr)
+
+
 class _Printer:
     def __init__(self, module: Module, out: io.StringIO):
         self.m = module

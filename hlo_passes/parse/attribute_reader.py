@@ -280,6 +280,19 @@ def _read_bool_list(raw: str) -> tuple[bool, ...]:
     return tuple(_read_bool(part.strip()) for part in body.split(",") if part.strip())
 
 
+@functools.lru_cache(maxsize=4096)
+def _read_int_list(raw: str) -> tuple[int, ...]:
+    """`{1,0}`: read directly (thousands per dump, before the grammar is even built); other
+    spellings go through the grammar."""
+    if raw.startswith("{") and raw.endswith("}"):
+        body = raw[1:-1].strip()
+        try:
+            return tuple(int(x) for x in body.split(",")) if body else ()
+        except ValueError:
+            pass
+    return _structured("attr_int_list")(raw)
+
+
 def _read_word(raw: str) -> str:
     return raw
 
@@ -329,7 +342,7 @@ READERS: dict[str, Callable[[str], Any]] = {
     "backend_config": _read_string,
     "allow_spmd_sharding_propagation_to_parameters": _read_bool_list,
     "allow_spmd_sharding_propagation_to_output": _read_bool_list,
-    **{k: _structured("attr_int_list") for k in _INT_LIST_KEYS},
+    **{k: _read_int_list for k in _INT_LIST_KEYS},
     **{k: _read_int for k in _INT_KEYS},
     **{k: _read_bool for k in _BOOL_KEYS},
     **{k: _read_string for k in _STRING_KEYS},
