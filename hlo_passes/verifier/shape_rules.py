@@ -1,0 +1,491 @@
+"""Per-opcode operand counts and shape inference, as a rule table with a default.
+
+A rule takes an instruction and returns the shape its operands imply (compared
+with the declared shape on dimensions and element types, never layouts), or
+None when only operand constraints were checked; it raises `ShapeProblem` when
+the operands themselves do not fit the opcode.  Opcodes without a rule (custom
+calls, async wrappers, convolutions, ...) pass: XLA accepts modules this table
+does not understand, and so must we.
+
+    p = f32[2,3] parameter(0)
+    q = f32[3,4] parameter(1)
+    d = f32[2,5] dot(p, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+    # -> "d: expected f32[2,4] from the operands, got f32[2,5]"
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.types import PrimitiveType
+
+PRED = PrimitiveType.PRED
+
+
+class ShapeProblem(Exception):
+    """The operands of an instruction do not fit its opcode (message says what was expected)."""
+
+
+# ----------------------------------------------------------- comparisons --
+def same_shape(a: Shape, b: Shape, *, element_types: bool = True) -> bool:
+    """Equal dimensions (and element types), ignoring layouts and dynamic-ness."""
+    if a is b:
+        return True
+    if type(a) is ArrayShape:
+        return (type(b) is ArrayShape and a.dims == b.dims
+                and (not element_types or a.element_type is b.element_type))
+    if type(b) is not TupleShape or len(a.elements) != len(b.elements):  # type: ignore[union-attr]
+        return False
+    return all(same_shape(x, y, element_types=element_types)
+               for x, y in zip(a.elements, b.elements))  # type: ignore[union-attr]
+
+
+def text(shape: Shape) -> str:
+    return shape.to_hlo(with_layout=False)
+
+
+# -------------------------------------------------------- operand counts --
+# (minimum, maximum or None for unbounded); checked like XLA's parser does.
+_UNARY, _BINARY, _TERNARY = (1, 1), (2, 2), (3, 3)
+OPERAND_COUNTS: dict[Opcode, tuple[int, int | None]] = {
+    **{op: _UNARY for op in ELEMENTWISE_UNARY},
+    **{op: _BINARY for op in ELEMENTWISE_BINARY},
+    **{op: _TERNARY for op in ELEMENTWISE_TERNARY},
+    Opcode.BROADCAST: _UNARY, Opcode.RESHAPE: _UNARY, Opcode.TRANSPOSE: _UNARY,
+    Opcode.SLICE: _UNARY, Opcode.REVERSE: _UNARY, Opcode.BITCAST: _UNARY,
+    Opcode.GET_TUPLE_ELEMENT: _UNARY, Opcode.GET_DIMENSION_SIZE: _UNARY, Opcode.WHILE: _UNARY,
+    Opcode.OPTIMIZATION_BARRIER: _UNARY, Opcode.CHOLESKY: _UNARY, Opcode.FFT: _UNARY,
+    Opcode.DOT: (2, 4), Opcode.PAD: _BINARY, Opcode.RNG: _BINARY, Opcode.TRIANGULAR_SOLVE: _BINARY,
+    Opcode.SET_DIMENSION_SIZE: _BINARY, Opcode.CONVOLUTION: _BINARY, Opcode.GATHER: _BINARY,
+    Opcode.REDUCE_WINDOW: (2, None), Opcode.SELECT_AND_SCATTER: _TERNARY,
+    Opcode.IOTA: (0, 0), Opcode.REPLICA_ID: (0, 0), Opcode.PARTITION_ID: (0, 0),
+    Opcode.REDUCE: (2, None), Opcode.CONCATENATE: (1, None), Opcode.SORT: (1, None),
+    Opcode.DYNAMIC_SLICE: (2, None), Opcode.DYNAMIC_UPDATE_SLICE: (3, None),
+    Opcode.CONDITIONAL: (1, None), Opcode.ALL_REDUCE: (1, None), Opcode.ALL_GATHER: (1, None),
+    Opcode.REDUCE_SCATTER: (1, None), Opcode.ALL_TO_ALL: (1, None),
+    Opcode.COLLECTIVE_PERMUTE: (1, None), Opcode.MAP: (1, None), Opcode.SCATTER: (3, None),
+}
+
+
+def operand_count_problem(instr: Instruction) -> str | None:
+    bounds = OPERAND_COUNTS.get(instr.opcode)
+    if bounds is None:
+        return None
+    n = len(instr.operands)
+    low, high = bounds
+    if low <= n and (high is None or n <= high):
+        if instr.opcode is Opcode.REDUCE and n % 2:
+            return f"expects an even number of operands (inputs, then init values), but has {n}"
+        return None
+    if low == high:
+        want = f"{low} operand" + ("" if low == 1 else "s")
+    elif high is None:
+        want = f"at least {low} operands"
+    else:
+        want = f"{low} to {high} operands"
+    return f"expects {want}, but has {n}"
+
+
+# ------------------------------------------------------------- helpers --
+def _array(instr: Instruction, what: str = "operand") -> ArrayShape:
+    if type(instr.shape) is not ArrayShape:
+        raise ShapeProblem(f"{what} {instr.name} must be an array, got {text(instr.shape)}")
+    return instr.shape  # type: ignore[return-value]
+
+
+def _ints(instr: Instruction, key: str) -> tuple[int, ...]:
+    value = instr.attr(key, ())
+    return tuple(value)
+
+
+def _need(instr: Instruction, key: str):
+    value = instr.attr(key)
+    if value is None:
+        raise ShapeProblem(f"needs the attribute {key}")
+    return value
+
+
+def _check_dims(dims, rank: int, what: str) -> None:
+    for d in dims:
+        if not 0 <= d < rank:
+            raise ShapeProblem(f"{what} {d} is out of range for rank {rank}")
+    if len(set(dims)) != len(dims):
+        raise ShapeProblem(f"{what} {list(dims)} repeat a dimension")
+
+
+# ----------------------------------------------------------- elementwise --
+# Unary ops whose result has the operand's element type.
+_SAME_TYPE_UNARY = frozenset({
+    Opcode.CBRT, Opcode.CEIL, Opcode.CLZ, Opcode.COPY, Opcode.COS, Opcode.ERF, Opcode.EXP,
+    Opcode.EXPM1, Opcode.FLOOR, Opcode.LOG, Opcode.LOG1P, Opcode.LOGISTIC, Opcode.NEGATE,
+    Opcode.NOT, Opcode.POPCNT, Opcode.REDUCE_PRECISION, Opcode.ROUND_NEAREST_AFZ,
+    Opcode.ROUND_NEAREST_EVEN, Opcode.RSQRT, Opcode.SIGN, Opcode.SIN, Opcode.SQRT, Opcode.TAN,
+    Opcode.TANH,
+})
+_COMPLEX_PART = {PrimitiveType.C64: PrimitiveType.F32, PrimitiveType.C128: PrimitiveType.F64}
+_REAL_TO_COMPLEX = {PrimitiveType.F32: PrimitiveType.C64, PrimitiveType.F64: PrimitiveType.C128}
+_NOT_SAME_TYPE_BINARY = frozenset({Opcode.COMPARE, Opcode.COMPLEX, Opcode.STOCHASTIC_CONVERT})
+
+
+def _same_type_unary(instr: Instruction) -> Shape | None:
+    x = instr.operands[0].shape
+    if type(x) is not ArrayShape:
+        _array(instr.operands[0])
+    return x
+
+
+def _unary(instr: Instruction) -> Shape | None:
+    x = instr.operands[0].shape
+    op = instr.opcode
+    if op is Opcode.COPY:
+        return x  # copies tuples too
+    if type(x) is not ArrayShape:
+        _array(instr.operands[0])
+    if op is Opcode.IS_FINITE:
+        return ArrayShape(PRED, x.dims)
+    if op is Opcode.ABS or op is Opcode.REAL or op is Opcode.IMAG:
+        return ArrayShape(_COMPLEX_PART.get(x.element_type, x.element_type), x.dims)
+    result = _array(instr, "result")
+    if op is Opcode.BITCAST_CONVERT and result.element_type.bit_width != x.element_type.bit_width:
+        return None  # the dimensions gain or lose a minor dimension; not checked
+    # convert, bitcast-convert: same dimensions, any element type
+    return ArrayShape(result.element_type, x.dims)
+
+
+def _binary_operands(instr: Instruction) -> tuple[ArrayShape, ArrayShape]:
+    a, b = instr.operands[0].shape, instr.operands[1].shape
+    if type(a) is not ArrayShape or type(b) is not ArrayShape:
+        _array(instr.operands[0]), _array(instr.operands[1])
+    if a.dims != b.dims:
+        raise ShapeProblem(f"operands must have the same dimensions, got {text(a)} and {text(b)} "
+                           "(HLO has no implicit broadcasting)")
+    return a, b  # type: ignore[return-value]
+
+
+def _same_type_binary(instr: Instruction) -> Shape | None:
+    a, b = _binary_operands(instr)
+    if a.element_type is not b.element_type:
+        raise ShapeProblem(f"operands must have the same element type, got {text(a)} and {text(b)}")
+    return a
+
+
+def _binary(instr: Instruction) -> Shape | None:
+    """compare, complex, stochastic-convert: the result type differs from the operands'."""
+    a, b = _binary_operands(instr)
+    op = instr.opcode
+    if op is Opcode.STOCHASTIC_CONVERT:
+        return ArrayShape(_array(instr, "result").element_type, a.dims)
+    if a.element_type is not b.element_type:
+        raise ShapeProblem(f"operands must have the same element type, got {text(a)} and {text(b)}")
+    if op is Opcode.COMPARE:
+        return ArrayShape(PRED, a.dims)
+    return ArrayShape(_REAL_TO_COMPLEX.get(a.element_type, a.element_type), a.dims)
+
+
+def _ternary(instr: Instruction) -> Shape | None:
+    shapes = [o.shape for o in instr.operands]
+    if instr.opcode is Opcode.SELECT:
+        pred, on_true, on_false = shapes
+        if not same_shape(on_true, on_false):
+            raise ShapeProblem(f"select branches differ: {text(on_true)} and {text(on_false)}")
+        if type(pred) is not ArrayShape or pred.element_type is not PRED:
+            raise ShapeProblem(f"select predicate must be pred, got {text(pred)}")
+        if pred.dims and (type(on_true) is not ArrayShape or pred.dims != on_true.dims):
+            raise ShapeProblem(f"select predicate {text(pred)} does not match {text(on_true)}")
+        return on_true
+    low, x, high = (_array(o) for o in instr.operands)
+    for bound in (low, high):
+        if bound.dims and bound.dims != x.dims:
+            raise ShapeProblem(f"clamp bound {text(bound)} must be a scalar or match {text(x)}")
+    return x
+
+
+# ------------------------------------------------------------ data movement --
+def _broadcast(instr: Instruction) -> Shape | None:
+    x, result = _array(instr.operands[0]), _array(instr, "result")
+    dims = _ints(instr, "dimensions")
+    if len(dims) != x.rank:
+        raise ShapeProblem(f"dimensions={{{','.join(map(str, dims))}}} must name one result dimension "
+                           f"per operand dimension of {text(x)}")
+    _check_dims(dims, result.rank, "broadcast dimension")
+    for i, d in enumerate(dims):
+        if x.dims[i] not in (1, result.dims[d]):
+            raise ShapeProblem(f"operand dimension {i} (size {x.dims[i]}) cannot broadcast into "
+                               f"result dimension {d} (size {result.dims[d]})")
+    return ArrayShape(x.element_type, result.dims)
+
+
+def _reshape(instr: Instruction) -> Shape | None:
+    x, result = _array(instr.operands[0]), _array(instr, "result")
+    if x.element_count != result.element_count:
+        raise ShapeProblem(f"expects the same number of elements in the result {text(result)} "
+                           f"and the operand {text(x)}")
+    return ArrayShape(x.element_type, result.dims)
+
+
+def _transpose(instr: Instruction) -> Shape | None:
+    x = _array(instr.operands[0])
+    perm = _ints(instr, "dimensions")
+    if sorted(perm) != list(range(x.rank)):
+        raise ShapeProblem(f"dimensions={{{','.join(map(str, perm))}}} is not a permutation of "
+                           f"rank {x.rank}")
+    return x.with_dims([x.dims[p] for p in perm])
+
+
+def _dot(instr: Instruction) -> Shape | None:
+    if len(instr.operands) != 2:
+        return None  # sparse dot: metadata operands
+    lhs, rhs = _array(instr.operands[0]), _array(instr.operands[1])
+    lb, rb = _ints(instr, "lhs_batch_dims"), _ints(instr, "rhs_batch_dims")
+    lc, rc = _ints(instr, "lhs_contracting_dims"), _ints(instr, "rhs_contracting_dims")
+    _check_dims(lb + lc, lhs.rank, "lhs batch/contracting dimension")
+    _check_dims(rb + rc, rhs.rank, "rhs batch/contracting dimension")
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise ShapeProblem("lhs and rhs must have as many batch and contracting dimensions")
+    for what, ld, rd in (("batch", lb, rb), ("contracting", lc, rc)):
+        for i, j in zip(ld, rd):
+            if lhs.dims[i] != rhs.dims[j]:
+                raise ShapeProblem(f"{what} dimension sizes differ: lhs {text(lhs)} dimension {i}, "
+                                   f"rhs {text(rhs)} dimension {j}")
+    dims = [lhs.dims[i] for i in lb]
+    dims += [d for i, d in enumerate(lhs.dims) if i not in lb and i not in lc]
+    dims += [d for i, d in enumerate(rhs.dims) if i not in rb and i not in rc]
+    return ArrayShape(_array(instr, "result").element_type, tuple(dims))  # mixed precision allowed
+
+
+def _reduce(instr: Instruction) -> Shape | None:
+    n = len(instr.operands) // 2
+    inputs, inits = instr.operands[:n], instr.operands[n:]
+    dims = _ints(instr, "dimensions")
+    first = _array(inputs[0])
+    _check_dims(dims, first.rank, "reduce dimension")
+    results = []
+    for x, init in zip(inputs, inits):
+        xs, init_shape = _array(x), _array(init, "init value")
+        if xs.dims != first.dims:
+            raise ShapeProblem(f"reduce inputs differ in dimensions: {text(first)} and {text(xs)}")
+        if init_shape.dims:
+            raise ShapeProblem(f"init value {init.name} must be a scalar, got {text(init_shape)}")
+        kept = tuple(d for i, d in enumerate(xs.dims) if i not in dims)
+        results.append(ArrayShape(init_shape.element_type, kept))
+    return results[0] if n == 1 else TupleShape(tuple(results))
+
+
+def _slice(instr: Instruction) -> Shape | None:
+    x = _array(instr.operands[0])
+    spec = _need(instr, "slice")
+    if len(spec.starts) != x.rank:
+        raise ShapeProblem(f"slice names {len(spec.starts)} dimensions for rank {x.rank}")
+    dims = []
+    for i, (s, l, st) in enumerate(zip(spec.starts, spec.limits, spec.strides)):
+        if not (0 <= s <= l <= x.dims[i]) or st < 1:
+            raise ShapeProblem(f"slice [{s}:{l}:{st}] is out of bounds for dimension {i} of {text(x)}")
+        dims.append(-(-(l - s) // st))
+    return x.with_dims(dims)
+
+
+def _dynamic_slice(instr: Instruction) -> Shape | None:
+    x = _array(instr.operands[0])
+    sizes = _ints(instr, "dynamic_slice_sizes")
+    _check_start_indices(instr, instr.operands[1:], x)
+    if len(sizes) != x.rank or any(not 0 <= s <= d for s, d in zip(sizes, x.dims)):
+        raise ShapeProblem(f"dynamic_slice_sizes={{{','.join(map(str, sizes))}}} do not fit {text(x)}")
+    return x.with_dims(sizes)
+
+
+def _check_start_indices(instr: Instruction, indices, x: ArrayShape) -> None:
+    shapes = [_array(i, "start index") for i in indices]
+    if len(shapes) == 1 and shapes[0].rank == 1:  # the older single-vector form
+        if shapes[0].dims[0] != x.rank:
+            raise ShapeProblem(f"start index vector {text(shapes[0])} must have {x.rank} elements")
+        return
+    if len(shapes) != x.rank or any(s.rank != 0 for s in shapes):
+        raise ShapeProblem(f"expects {x.rank} scalar start indices, one per dimension of {text(x)}")
+    if any(not s.element_type.is_integer for s in shapes):
+        raise ShapeProblem("start indices must be integers")
+
+
+def _dynamic_update_slice(instr: Instruction) -> Shape | None:
+    x, update = _array(instr.operands[0]), _array(instr.operands[1], "update")
+    _check_start_indices(instr, instr.operands[2:], x)
+    if update.rank != x.rank or any(u > d for u, d in zip(update.dims, x.dims)):
+        raise ShapeProblem(f"update {text(update)} does not fit in {text(x)}")
+    if update.element_type is not x.element_type:
+        raise ShapeProblem(f"update {text(update)} and operand {text(x)} differ in element type")
+    return x
+
+
+def _pad(instr: Instruction) -> Shape | None:
+    x, value = _array(instr.operands[0]), _array(instr.operands[1], "padding value")
+    if value.dims:
+        raise ShapeProblem(f"padding value must be a scalar, got {text(value)}")
+    config = _need(instr, "padding")
+    if len(config.dimensions) != x.rank:
+        raise ShapeProblem(f"padding names {len(config.dimensions)} dimensions for rank {x.rank}")
+    dims = []
+    for d, (lo, hi, interior) in zip(x.dims, config.dimensions):
+        size = lo + hi + d + max(d - 1, 0) * interior
+        if size < 0 or interior < 0:
+            raise ShapeProblem(f"padding {lo}_{hi}_{interior} leaves a negative size")
+        dims.append(size)
+    return x.with_dims(dims)
+
+
+def _concatenate(instr: Instruction) -> Shape | None:
+    parts = [_array(o) for o in instr.operands]
+    dims = _ints(instr, "dimensions")
+    if len(dims) != 1:
+        raise ShapeProblem("needs dimensions={d} naming one dimension")
+    d, first = dims[0], parts[0]
+    _check_dims(dims, first.rank, "concatenate dimension")
+    total = 0
+    for p in parts:
+        if p.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(p.dims, first.dims)) if i != d):
+            raise ShapeProblem(f"operands {text(first)} and {text(p)} differ outside dimension {d}")
+        if p.element_type is not first.element_type:
+            raise ShapeProblem(f"operands {text(first)} and {text(p)} differ in element type")
+        total += p.dims[d]
+    return first.with_dims(first.dims[:d] + (total,) + first.dims[d + 1:])
+
+
+def _get_tuple_element(instr: Instruction) -> Shape | None:
+    t = instr.operands[0].shape
+    index = _need(instr, "index")
+    if type(t) is not TupleShape:
+        raise ShapeProblem(f"operand {instr.operands[0].name} is not a tuple: {text(t)}")
+    if not 0 <= index < len(t.elements):
+        raise ShapeProblem(f"index {index} is out of range for {text(t)}")
+    return t.elements[index]
+
+
+def _tuple(instr: Instruction) -> Shape | None:
+    return TupleShape(tuple(o.shape for o in instr.operands))
+
+
+def _iota(instr: Instruction) -> Shape | None:
+    result = _array(instr, "result")
+    d = _need(instr, "iota_dimension")
+    if not 0 <= d < max(result.rank, 1):
+        raise ShapeProblem(f"iota_dimension={d} is out of range for {text(result)}")
+    return None
+
+
+def _u32_scalar(instr: Instruction) -> Shape | None:
+    return ArrayShape(PrimitiveType.U32, ())
+
+
+def _same_as_operand(instr: Instruction) -> Shape | None:
+    return instr.operands[0].shape
+
+
+def _operand_shapes(instr: Instruction) -> Shape | None:
+    """sort: the operands' shapes (a tuple when more than one)."""
+    shapes = tuple(o.shape for o in instr.operands)
+    return shapes[0] if len(shapes) == 1 else TupleShape(shapes)
+
+
+def _get_dimension_size(instr: Instruction) -> Shape | None:
+    return ArrayShape(PrimitiveType.S32, ())
+
+
+# --------------------------------------------------------------- control flow --
+def _check_call_signature(instr: Instruction, callee, operands) -> None:
+    if callee is None:
+        return
+    params = callee.parameters
+    if len(params) != len(operands):
+        raise ShapeProblem(f"passes {len(operands)} operands to {callee.name}, which takes {len(params)}")
+    for i, (p, o) in enumerate(zip(params, operands)):
+        if p is not None and not same_shape(p.shape, o.shape):
+            raise ShapeProblem(f"operand {i} ({text(o.shape)}) does not match parameter {i} of "
+                               f"{callee.name} ({text(p.shape)})")
+
+
+def _called(instr: Instruction, key: str):
+    callee = instr.called.get(key)
+    return callee[0] if isinstance(callee, tuple) and len(callee) == 1 else callee
+
+
+def _call_like(key: str) -> Callable[[Instruction], Shape | None]:
+    def rule(instr: Instruction) -> Shape | None:
+        callee = _called(instr, key)
+        if callee is None or isinstance(callee, tuple) or callee.root is None:
+            return None
+        _check_call_signature(instr, callee, instr.operands)
+        return callee.root.shape
+
+    return rule
+
+
+def _while(instr: Instruction) -> Shape | None:
+    state = instr.operands[0].shape
+    body, cond = _called(instr, "body"), _called(instr, "condition")
+    for comp in (body, cond):
+        if comp is not None and not isinstance(comp, tuple):
+            _check_call_signature(instr, comp, instr.operands)
+    if body is not None and body.root is not None and not same_shape(body.root.shape, state):
+        raise ShapeProblem(f"body {body.name} returns {text(body.root.shape)}, the loop state is {text(state)}")
+    if cond is not None and cond.root is not None and not same_shape(cond.root.shape, ArrayShape(PRED, ())):
+        raise ShapeProblem(f"condition {cond.name} must return pred[], returns {text(cond.root.shape)}")
+    return state
+
+
+def _conditional(instr: Instruction) -> Shape | None:
+    if "branch_computations" in instr.called:
+        branches = instr.called["branch_computations"]
+        branches = branches if isinstance(branches, tuple) else (branches,)
+    else:
+        branches = tuple(instr.called[k] for k in ("true_computation", "false_computation")
+                         if k in instr.called)
+    selector = _array(instr.operands[0], "branch selector")
+    if selector.dims or selector.element_type not in (PRED, PrimitiveType.S32):
+        raise ShapeProblem(f"branch selector must be pred[] or s32[], got {text(selector)}")
+    if len(instr.operands) != len(branches) + 1:
+        raise ShapeProblem(f"expects one operand per branch after the selector ({len(branches) + 1} "
+                           f"operands), but has {len(instr.operands)}")
+    result = None
+    for branch, operand in zip(branches, instr.operands[1:]):
+        _check_call_signature(instr, branch, [operand])
+        if result is None:
+            result = branch.root.shape
+        elif not same_shape(result, branch.root.shape):
+            raise ShapeProblem(f"branches return different shapes: {text(result)} and "
+                               f"{text(branch.root.shape)}")
+    return result
+
+
+# ----------------------------------------------------------------- table --
+Rule = Callable[[Instruction], "Shape | None"]
+
+SHAPE_RULES: dict[Opcode, Rule] = {
+    **{op: _same_type_unary if op in _SAME_TYPE_UNARY else _unary for op in ELEMENTWISE_UNARY},
+    **{op: _binary if op in _NOT_SAME_TYPE_BINARY else _same_type_binary for op in ELEMENTWISE_BINARY},
+    **{op: _ternary for op in ELEMENTWISE_TERNARY},
+    Opcode.BROADCAST: _broadcast,
+    Opcode.RESHAPE: _reshape,
+    Opcode.TRANSPOSE: _transpose,
+    Opcode.DOT: _dot,
+    Opcode.REDUCE: _reduce,
+    Opcode.SLICE: _slice,
+    Opcode.DYNAMIC_SLICE: _dynamic_slice,
+    Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Opcode.PAD: _pad,
+    Opcode.CONCATENATE: _concatenate,
+    Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
+    Opcode.TUPLE: _tuple,
+    Opcode.IOTA: _iota,
+    Opcode.REPLICA_ID: _u32_scalar,
+    Opcode.PARTITION_ID: _u32_scalar,
+    Opcode.REVERSE: _same_as_operand,
+    Opcode.OPTIMIZATION_BARRIER: _same_as_operand,
+    Opcode.GET_DIMENSION_SIZE: _get_dimension_size,
+    Opcode.SORT: _operand_shapes,
+    Opcode.WHILE: _while,
+    Opcode.CONDITIONAL: _conditional,
+    Opcode.CALL: _call_like("to_apply"),
+    Opcode.FUSION: _call_like("calls"),
+}
+# Collectives need the group size and the module's device counts: see collectives.py.
