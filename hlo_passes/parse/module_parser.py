@@ -419,12 +419,16 @@ def _reset_builder(text: str) -> None:
     _builder.operand_shapes = False
 
 
-def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto") -> Module:
+def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
+                 check_semantics: bool = True) -> Module:
     """Parse HLO module text; raises HloParseError with file:line:col on any error.
 
     engine: "auto" reads XLA-printed text line by line (see line_scanner) and
     falls back to the full grammar for anything else; "lark" always uses the
     full grammar; "fast" fails instead of falling back (for tests).
+    check_semantics: reject operand counts and shapes that XLA rejects (the
+    verifier's per-opcode rules); False reads such modules anyway, e.g. to test
+    the verifier on them.
     """
     if engine not in ("auto", "lark", "fast"):
         raise ValueError(f"unknown parser engine {engine!r}")
@@ -433,7 +437,10 @@ def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto") 
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_locked(text, filename, engine)
+        module = _parse_locked(text, filename, engine)
+        if check_semantics:
+            _check_semantics(module, text, filename)
+        return module
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -462,6 +469,32 @@ def _parse_locked(text: str, filename: str, engine: str) -> Module:
             raise _lark_error(text, filename, e) from None
         finally:
             _builder.text = ""
+
+
+def _check_semantics(module: Module, text: str, filename: str) -> None:
+    """Operand counts and shapes, per opcode (hlo_passes.verifier's rules)."""
+    from hlo_passes.verifier import first_semantic_problem
+
+    found = first_semantic_problem(module)
+    if found is not None:
+        instr, message = found
+        raise _error(text, filename, definition_position(text, instr), f"'{instr.name}' {message}")
+
+
+def definition_position(text: str, instr: Instruction) -> int:
+    """Offset of the name in `instr`'s defining line (instructions keep no positions), found
+    within its computation; the computation's name, or 0, for instructions the text does not
+    name (nested operands, `%t#1` elements)."""
+    import re
+
+    start = 0
+    comp = instr.parent
+    if comp is not None:
+        header = re.search(rf"^[ \t]*(?:ENTRY[ \t]+)?%?{re.escape(comp.name)}[ \t]*[({{]", text, re.M)
+        if header is not None:
+            start = header.start() + header.group(0).index(comp.name)
+    line = re.compile(rf"^[ \t]*(?:ROOT[ \t]+)?(%?{re.escape(instr.name)})[ \t]*=", re.M).search(text, start)
+    return line.start(1) if line is not None else start
 
 
 def _error(text: str, filename: str, pos: int, message: str) -> HloParseError:

@@ -166,8 +166,8 @@ ENTRY e {
   rw = f32[1,4,4,4] reduce-window(img, z), window={size=1x2x2x1 stride=1x2x2x1}, to_apply=add
   src = f32[1,4,4,4] parameter(2)
   sas = f32[1,8,8,4] select-and-scatter(img, src, z), window={size=1x2x2x1 stride=1x2x2x1}, select=ge, scatter=add
-  pd = f32[1,10,11,4] pad(img, z), padding=0_0x1_1x1_0_1x0_0
-  ROOT t = (f32[1,4,4,8], f32[1,4,4,4], f32[1,8,8,4], f32[1,10,11,4]) tuple(conv, rw, sas, pd)
+  pd = f32[1,10,16,4] pad(img, z), padding=0_0x1_1x1_0_1x0_0
+  ROOT t = (f32[1,4,4,8], f32[1,4,4,4], f32[1,8,8,4], f32[1,10,16,4]) tuple(conv, rw, sas, pd)
 }
 """),
     "slices_dots_gather_scatter": ("slice, dynamic-slice, dot/gather/scatter dimension numbers", ADD + """
