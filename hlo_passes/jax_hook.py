@@ -348,7 +348,7 @@ def _structural_problems(module) -> str:
         from hlo_passes.verifier import verify_module
     except ImportError:  # verifier not merged yet
         return ""
-    return str(verify_module(module) or "")
+    return "\n".join(e.format() for e in verify_module(module))
 
 
 def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
