@@ -1,0 +1,1 @@
+"""Cleanup passes (XLA's names): dce, cse, tuple-simplifier, call-inliner."""
