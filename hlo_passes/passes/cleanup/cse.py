@@ -31,10 +31,11 @@ _IGNORED_ATTRIBUTES = frozenset({"metadata", "control-predecessors"})
 
 
 def _attribute_value(instr: Instruction, key: str) -> Hashable:
-    value = instr.attr(key)
+    """The typed value; its text when no reader understands it or it is not hashable."""
     try:
+        value = instr.attr(key)
         hash(value)
-    except TypeError:
+    except (TypeError, ValueError):
         return instr.attributes[key].text(key)
     return value
 
