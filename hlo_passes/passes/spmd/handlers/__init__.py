@@ -1,0 +1,49 @@
+"""Per-opcode partitioning handlers, one module per op family, with replication as the default.
+
+A handler is `handler(p, instr) -> PValue`: given the partitioner `p` (operands'
+per-device values, resharding, cloning) it emits `instr`'s per-device
+computation and returns the result with the sharding it has.
+
+    @handles(Opcode.TRANSPOSE)
+    def transpose(p, instr): ...
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+
+Handler = Callable[..., object]
+_TABLE: dict[Opcode, Handler] = {}
+_CUSTOM_CALLS: dict[str, Handler] = {}
+
+
+def handles(*opcodes: Opcode):
+    def register(fn: Handler) -> Handler:
+        for op in opcodes:
+            _TABLE[op] = fn
+        return fn
+    return register
+
+
+def handles_custom_call(*targets: str):
+    def register(fn: Handler) -> Handler:
+        for t in targets:
+            _CUSTOM_CALLS[t] = fn
+        return fn
+    return register
+
+
+def handler_for(instr: Instruction) -> Handler:
+    from hlo_passes.passes.spmd.handlers import (control_flow, dot, elementwise, fallback,  # noqa: F401
+                                                 reduce, shape_ops, slicing, structural)
+    from hlo_passes.passes.spmd.partition_context import is_manual
+
+    if is_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
+            instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):
+        return structural.manual
+    if instr.opcode is Opcode.CUSTOM_CALL:
+        return _CUSTOM_CALLS.get(instr.custom_call_target, fallback.replicate)
+    return _TABLE.get(instr.opcode, fallback.replicate)

@@ -1,0 +1,65 @@
+"""while, call, conditional: partition the called computations with the shardings at the call.
+
+A while loop's operand, body parameter, body root, condition parameter and result
+all carry the loop's (tuple) sharding, so the body is partitioned once with it
+and its root resharded back to it.  A call's callee is partitioned per call site
+with its parameters' annotated shardings (or the operands' shardings when it has
+none); conditional branches likewise, their roots resharded to the result's
+sharding.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape
+
+
+def _param_sharding(p, comp, i, fallback: Sharding) -> Sharding:
+    param = comp.parameters[i]
+    if "sharding" in param.attributes:
+        from hlo_passes.passes.spmd.spmd_partitioner import target_sharding
+
+        return target_sharding(param)
+    return fallback
+
+
+@handles(Opcode.WHILE)
+def while_(p, instr) -> PValue:
+    target = p.target(instr)
+    x = p.operand_as(instr, 0, target)
+    body, _ = p.partition(instr.called["body"], [target], target)
+    cond, _ = p.partition(instr.called["condition"], [target], Sharding.replicated())
+    new = p.clone(instr, [x], local_shape(instr.shape, target), body=body, condition=cond)
+    return PValue(new, target, instr.shape)
+
+
+@handles(Opcode.CALL)
+def call(p, instr) -> PValue:
+    callee = instr.called["to_apply"]
+    shardings = [_param_sharding(p, callee, i, p.operand(instr, i).sharding)
+                 for i in range(len(instr.operands))]
+    operands = [p.operand_as(instr, i, s) for i, s in enumerate(shardings)]
+    root = p.target(callee.root) if "sharding" in callee.root.attributes else p.target(instr)
+    new_callee, root = p.partition(callee, shardings, root)
+    new = p.clone(instr, operands, local_shape(instr.shape, root), to_apply=new_callee)
+    return PValue(new, root, instr.shape)
+
+
+@handles(Opcode.CONDITIONAL)
+def conditional(p, instr) -> PValue:
+    target = p.target(instr)
+    selector = p.operand_as(instr, 0, Sharding.replicated())
+    key = "branch_computations" if "branch_computations" in instr.called else None
+    branches = (instr.called[key] if key else (instr.called["true_computation"], instr.called["false_computation"]))
+    operands, new_branches = [selector], []
+    for b, comp in enumerate(branches):
+        s = _param_sharding(p, comp, 0, p.operand(instr, b + 1).sharding)
+        operands.append(p.operand_as(instr, b + 1, s))
+        new_comp, _ = p.partition(comp, [s], target)
+        new_branches.append(new_comp)
+    called = ({key: tuple(new_branches)} if key else
+              {"true_computation": new_branches[0], "false_computation": new_branches[1]})
+    new = p.clone(instr, operands, local_shape(instr.shape, target), **called)
+    return PValue(new, target, instr.shape)

@@ -1,0 +1,158 @@
+"""dot and convolution: pick a tiling of the whole iteration space, then compute locally.
+
+The iteration space of a dot has the output dims (batch, lhs free, rhs free) and
+the contracting dims.  Candidate space tilings come from the operands' current
+shardings (each alone, and both merged), and from the result's sharding; for
+each, the cost is what resharding the operands to its projections, summing the
+partial results (contracting dims tiled), and resharding the result to its
+sharding would move.  The cheapest wins.  This covers, by cost alone:
+
+* batch-parallel and matching non-contracting shardings: no communication;
+* contracting dims sharded: local dot of partial sums + all-reduce (or a
+  reduce-scatter when the result is sharded over those same devices);
+* mismatched operands: the cheaper one is resharded.
+
+Padding of uneven contracting tiles is zeroed in both operands first.
+A convolution is the same with spatial dims kept untiled (no halo exchange yet:
+a spatially sharded input is all-gathered along its spatial dims).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers.fallback import replicate
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape, tile_map,
+                                                       tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap
+
+
+def _project(space: TileMap, mapping: dict[int, int], rank: int) -> TileMap:
+    """Operand tiling from a space tiling; mapping: operand dim -> space dim."""
+    return space.remap(rank, {d: s for d, s in mapping.items() if s is not None})
+
+
+def _lift(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMap:
+    return tm.remap(space_rank, {s: d for d, s in mapping.items() if s is not None})
+
+
+def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> PValue:
+    """`lhs_map`/`rhs_map`: operand dim -> space dim (None: must stay untiled); space dims
+    0..out_rank-1 are the output dims, `contracting` the summed ones, `untiled` never tiled."""
+    lhs, rhs = instr.operands
+    space_rank = out_rank + len(contracting)
+    target = p.target(instr)
+    n = p.n
+    cur_l = tile_map(p.value(lhs).sharding, lhs.shape.rank, n)
+    cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
+    out_t = tile_map(target, out_rank, n)
+    keep = [d for d in range(space_rank) if d not in untiled]
+    lifted_l = _lift(cur_l, lhs_map, space_rank).keep_dims(keep)
+    lifted_r = _lift(cur_r, rhs_map, space_rank).keep_dims(keep)
+    lifted_o = out_t.remap(space_rank, {i: i for i in range(out_rank) if i not in untiled})
+    candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
+                  lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
+    best, best_cost = None, None
+    out_bytes = instr.shape.byte_size()
+    for space in candidates:
+        if space is None or space.to_sharding() is None:
+            continue
+        c = (cost(p.value(lhs).sharding, to_sharding(_project(space, lhs_map, lhs.shape.rank)), lhs.shape, n)
+             + cost(p.value(rhs).sharding, to_sharding(_project(space, rhs_map, rhs.shape.rank)), rhs.shape, n))
+        summed = [d for d in contracting if space.dims[d] > 1]
+        if summed:
+            g = math.prod(space.dims[d] for d in summed)
+            local = out_bytes // max(1, math.prod(space.dims[:out_rank]))
+            c += 2 * local * (g - 1) // g
+        out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
+        c += cost(to_sharding(out_tm), target, instr.shape, n)
+        if best_cost is None or c < best_cost:
+            best, best_cost = space, c
+    if best is None:
+        return replicate(p, instr, "no consistent tiling of the dot's iteration space")
+    return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+
+
+def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> PValue:
+    em = p.em
+    ops = []
+    summed = [d for d in contracting if space.dims[d] > 1]
+    for i, mapping in ((0, lhs_map), (1, rhs_map)):
+        op = instr.operands[i]
+        tm = _project(space, mapping, op.shape.rank)
+        x = p.operand_as(instr, i, to_sharding(tm))
+        pad_dims = [d for d, s in mapping.items() if s in summed]
+        ops.append(em.mask_padding(x, tm, tuple(op.shape.dims), pad_dims, 0) if pad_dims else x)
+    out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
+    local = p.clone(instr, ops, local_shape(instr.shape, to_sharding(out_tm)))
+    if not summed:
+        return p.reshard(PValue(local, to_sharding(out_tm), instr.shape), target)
+    groups = groups_varying(space, summed)
+    scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, p.n)
+    if scatter is not None:
+        dim, t_tm = scatter
+        g = len(groups[0])
+        full = tuple(local.shape.dims)
+        padded = tuple(-(-a // g) * g if k == dim else a for k, a in enumerate(full))
+        x = em.reduce_scatter(em.pad_to(local, padded), dim, groups, Opcode.ADD)
+        return p.reshard(PValue(x, to_sharding(t_tm), instr.shape), target)
+    x = em.all_reduce(local, groups, Opcode.ADD)
+    return p.reshard(PValue(x, to_sharding(out_tm), instr.shape), target)
+
+
+def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
+    """(dim, result tiling) when the target tiles one untiled output dim exactly over the
+    summing groups (position in the group = tile coordinate): a reduce-scatter does both."""
+    if target.is_tuple:
+        return None
+    t = tile_map(target, out_rank, n)
+    g = len(groups[0])
+    for k in range(out_rank):
+        if out_tm.dims[k] != 1 or t.dims[k] != g:
+            continue
+        if any(t.dims[j] != out_tm.dims[j] for j in range(out_rank) if j != k):
+            continue
+        ok = all(int(t.coords[dev, k]) == pos and all(
+                     t.coords[dev, j] == out_tm.coords[dev, j] for j in range(out_rank) if j != k)
+                 for grp in groups for pos, dev in enumerate(grp))
+        if ok:
+            return k, t
+    return None
+
+
+@handles(Opcode.DOT)
+def dot(p, instr) -> PValue:
+    lb, rb = instr.attr("lhs_batch_dims") or (), instr.attr("rhs_batch_dims") or ()
+    lc, rc = instr.attr("lhs_contracting_dims") or (), instr.attr("rhs_contracting_dims") or ()
+    lhs, rhs = instr.operands
+    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    nb, out_rank = len(lb), len(lb) + len(lf) + len(rf)
+    lhs_map = {d: k for k, d in enumerate(lb)} | {d: nb + k for k, d in enumerate(lf)} | {
+        d: out_rank + k for k, d in enumerate(lc)}
+    rhs_map = {d: k for k, d in enumerate(rb)} | {d: nb + len(lf) + k for k, d in enumerate(rf)} | {
+        d: out_rank + k for k, d in enumerate(rc)}
+    contracting = list(range(out_rank, out_rank + len(lc)))
+    return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
+
+
+@handles(Opcode.CONVOLUTION)
+def convolution(p, instr) -> PValue:
+    labels = instr.attr("dim_labels")
+    if (instr.attr("feature_group_count") or 1) != 1 or (instr.attr("batch_group_count") or 1) != 1:
+        return replicate(p, instr, "grouped convolution")
+    out_rank = instr.shape.rank
+    spatial_out = list(labels.output_spatial)
+    lhs_map = {labels.input_batch: labels.output_batch, labels.input_feature: out_rank}
+    lhs_map |= {d: spatial_out[k] for k, d in enumerate(labels.input_spatial)}
+    rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: out_rank}
+    rhs_map |= {d: None for d in labels.kernel_spatial}
+    return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, [out_rank], spatial_out)
+
+
+__all__ = ["partition_dot_like", "np", "tm_local_dims"]

@@ -1,0 +1,54 @@
+"""Elementwise ops, constants and iota: computed tile by tile in the result's sharding.
+
+    %c = f32[16,8] add(%a, %b), sharding={devices=[4,1]<=[4]}
+  becomes, with %a and %b resharded to {devices=[4,1]<=[4]} first,
+    %c = f32[4,8] add(%a, %b)
+
+Padding of uneven tiles needs no care here: padded elements are "don't care"
+until a reduction or dot over that dimension masks them.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims
+
+
+@handles(*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY, Opcode.MAP)
+def elementwise(p, instr) -> PValue:
+    target = p.target(instr)
+    if instr.shape.rank == 0:
+        target = Sharding.replicated()
+    operands = []
+    for i, op in enumerate(instr.operands):
+        want = Sharding.replicated() if op.shape.rank == 0 else target
+        operands.append(p.operand_as(instr, i, want))
+    return PValue(p.clone(instr, operands, local_shape(instr.shape, target)), target, instr.shape)
+
+
+@handles(Opcode.CONSTANT)
+def constant(p, instr) -> PValue:
+    full = PValue(p.clone(instr, [], instr.shape), Sharding.replicated(), instr.shape)
+    return p.reshard(full, p.target(instr)) if instr.shape.is_array else full
+
+
+@handles(Opcode.IOTA)
+def iota(p, instr) -> PValue:
+    """A local iota plus this device's offset along the iota dimension."""
+    target = p.target(instr)
+    shape = local_shape(instr.shape, target)
+    x = p.clone(instr, [], shape)
+    dim = instr.attr("iota_dimension")
+    tm = tile_map(target, instr.shape.rank, p.n)
+    if tm.dims[dim] > 1:
+        em = p.em
+        size = tm_local_dims(tm, instr.shape.dims)[dim]
+        etype = instr.shape.element_type
+        offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
+        if etype is not PrimitiveType.S32:
+            offset = em.b().convert(offset, etype)
+        x = em.b().add(x, em.b().broadcast(offset, shape))
+    return PValue(x, target, instr.shape)

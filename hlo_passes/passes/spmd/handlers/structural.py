@@ -1,0 +1,87 @@
+"""Tuples, sharding annotations and manual (shard_map) regions.
+
+`custom-call(%x), custom_call_target="Sharding"` is a resharding and disappears:
+its users read %x in the annotated sharding.  Manual regions are already
+per-device code: SPMDFullToShardShape hands the local tile of its operand to the
+region, SPMDShardToFullShape reads the region's result as that tile, and
+everything in between is copied unchanged.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
+from hlo_passes.passes.spmd.partition_context import PValue, is_manual, local_shape
+
+
+@handles(Opcode.TUPLE)
+def tuple_(p, instr) -> PValue:
+    values = [p.value(op) for op in instr.operands]
+    new = p.clone(instr, [v.instr for v in values], _tuple_shape([v.instr.shape for v in values]))
+    return PValue(new, Sharding.tuple_of(v.sharding for v in values), instr.shape)
+
+
+@handles(Opcode.GET_TUPLE_ELEMENT)
+def get_tuple_element(p, instr) -> PValue:
+    t = p.operand(instr, 0)
+    index = instr.attr("index")
+    new = p.clone(instr, [t.instr], t.instr.shape.elements[index])
+    return PValue(new, t.sharding.element(index), instr.shape)
+
+
+@handles(Opcode.OPTIMIZATION_BARRIER)
+def barrier(p, instr) -> PValue:
+    v = p.operand(instr, 0)
+    return PValue(p.clone(instr, [v.instr], v.instr.shape), v.sharding, instr.shape)
+
+
+@handles_custom_call("Sharding")
+def sharding_annotation(p, instr) -> PValue:
+    target = p.target(instr)
+    if is_manual(target):
+        return PValue(p.operand(instr, 0).instr, target, instr.shape)
+    return p.resharded(instr.operands[0], target)
+
+
+@handles_custom_call("SPMDFullToShardShape")
+def full_to_shard(p, instr) -> PValue:
+    operand_sharding = (instr.operands[0].sharding if "sharding" in instr.operands[0].attributes
+                        else p.operand(instr, 0).sharding)
+    x = p.operand_as(instr, 0, operand_sharding)
+    want = local_shape(instr.operands[0].shape, operand_sharding)
+    if tuple(want.dims) != tuple(instr.shape.dims):
+        p.em.metadata = instr.attributes.get("metadata")
+        x = p.em.slice_to(x, tuple(instr.shape.dims))
+    return PValue(x, p.target(instr), instr.shape)
+
+
+@handles_custom_call("SPMDShardToFullShape")
+def shard_to_full(p, instr) -> PValue:
+    x = p.operand(instr, 0).instr
+    target = p.target(instr)
+    want = local_shape(instr.shape, target)
+    if tuple(want.dims) != tuple(x.shape.dims):
+        x = p.em.pad_to(x, tuple(want.dims))
+    return PValue(x, target, instr.shape)
+
+
+def manual(p, instr) -> PValue:
+    """Inside a manual region: the op is already per-device; copy it."""
+    called = {}
+    for key, comp in instr.called.items():
+        if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
+            comps = comp if isinstance(comp, tuple) else (comp,)
+            new = tuple(p.partition_manual(c) for c in comps)
+            called[key] = new if isinstance(comp, tuple) else new[0]
+    operands = [p.value(op).instr for op in instr.operands]
+    return PValue(p.clone(instr, operands, instr.shape, **called), p.target(instr), instr.shape)
+
+
+def _tuple_shape(elements):
+    from hlo_passes.ir.shape import TupleShape
+
+    return TupleShape(tuple(elements))
+
+
+__all__ = ["manual", "local_shape"]

@@ -1,0 +1,304 @@
+"""What every SPMD handler works with: per-device values, device tables and collectives.
+
+A partitioned value (`PValue`) is the per-device instruction plus the sharding
+that says which part of the global array each device holds.  Uneven dimensions
+are padded at the end (ceil division, like XLA); padded elements hold arbitrary
+values ("don't care") and are masked with the reduction's identity before any
+reduction or dot over a sharded dimension (`mask_padding`).
+
+Per-device quantities (tile offsets, masks) are tables of N entries indexed by
+`partition-id`:
+
+    %t = s32[8] constant({0, 4, 8, ...})
+    %o = s32[1] dynamic-slice(%t, %partition-id), dynamic_slice_sizes={1}
+    %offset = s32[] reshape(%o)
+
+Collectives use global device ids (`use_global_device_ids=true`, one channel id
+each) with groups read off a `TileMap`: the devices that differ only in the
+tile coordinates of some dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hlo_passes.ir.builder import Builder, reduction_computation
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.replica_groups import ReplicaGroups
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.spmd.tile_map import TileMap
+
+if TYPE_CHECKING:
+    from hlo_passes.ir.module import Module
+    from hlo_passes.passes.pass_base import ModulePass
+
+S32 = PrimitiveType.S32
+PRED = PrimitiveType.PRED
+
+
+@dataclass(frozen=True)
+class PValue:
+    """A per-device value `instr` holding the part of a global array (of `global_shape`) that
+    `sharding` assigns to each device."""
+
+    instr: Instruction
+    sharding: Sharding
+    global_shape: Shape
+
+
+# ------------------------------------------------------------ shardings --
+def is_manual(sharding: Sharding | None) -> bool:
+    """Fully or partially manual (a shard_map region): values pass through untouched."""
+    if sharding is None:
+        return False
+    if sharding.kind is ShardingKind.TUPLE:
+        return any(is_manual(e) for e in sharding.elements)
+    if sharding.kind is ShardingKind.MANUAL:
+        return True
+    return sharding.kind is ShardingKind.TILED and SubgroupKind.MANUAL in sharding.subgroups
+
+
+def tile_map(sharding: Sharding, rank: int, n: int) -> TileMap:
+    """The TileMap of an array sharding; replicated, maximal and unknown read as replicated."""
+    if sharding.kind is ShardingKind.TILED:
+        tm = TileMap.from_sharding(sharding, n, rank)
+        if tm is not None:
+            return tm
+        raise ValueError(f"sharding {sharding.to_hlo()} does not tile a rank-{rank} array over {n} devices")
+    return TileMap.replicated(rank, n)
+
+
+def to_sharding(tm: TileMap) -> Sharding:
+    s = tm.to_sharding()
+    if s is None:
+        raise ValueError("tiles have unequal numbers of holders")
+    return s
+
+
+def local_shape(shape: Shape, sharding: Sharding) -> Shape:
+    """Per-device shape: ceil(dim / tiles) on tiled dims."""
+    if shape.is_tuple:
+        return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
+    if sharding.kind is not ShardingKind.TILED or is_manual(sharding) or shape.rank == 0:
+        return shape
+    return shape.with_dims(sharding.tile_shape(shape.dims))
+
+
+def tm_local_dims(tm: TileMap, dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-(-d // t) for d, t in zip(dims, tm.dims))
+
+
+def same_placement(a: TileMap, b: TileMap) -> bool:
+    return a.dims == b.dims and np.array_equal(a.coords, b.coords)
+
+
+def groups_varying(tm: TileMap, dims) -> list[tuple[int, ...]]:
+    """Device groups that differ only in the tile coordinates of `dims`: one holder of each
+    coordinate combination per group, ordered row-major by those coordinates."""
+    dims = list(dims)
+    others = [k for k in range(tm.rank) if k not in dims]
+    buckets: dict[tuple, dict[tuple, list[int]]] = {}
+    for d in range(tm.num_devices):
+        key = tuple(int(tm.coords[d, k]) for k in others) + (int(tm.manual[d]),)
+        sub = tuple(int(tm.coords[d, k]) for k in dims)
+        buckets.setdefault(key, {}).setdefault(sub, []).append(d)
+    groups = []
+    for subs in buckets.values():
+        order = sorted(subs)
+        replicas = len(subs[order[0]])
+        for j in range(replicas):
+            groups.append(tuple(subs[s][j] for s in order))
+    return sorted(groups)
+
+
+REDUCER_IDENTITY = {
+    Opcode.ADD: "zero", Opcode.MULTIPLY: "one", Opcode.MAXIMUM: "lowest", Opcode.MINIMUM: "highest",
+    Opcode.AND: "one", Opcode.OR: "zero",
+}
+REDUCER_KIND = {Opcode.ADD: "add", Opcode.MULTIPLY: "multiply", Opcode.MAXIMUM: "maximum",
+                Opcode.MINIMUM: "minimum", Opcode.AND: "and", Opcode.OR: "or"}
+
+
+def reducer_opcode(comp: Computation) -> Opcode | None:
+    """The opcode of a scalar reducer `f(a, b) = a OP b`, or None if it is anything else."""
+    root = comp.root
+    params = comp.parameters
+    if (len(params) == 2 and root.opcode in REDUCER_KIND and len(root.operands) == 2
+            and set(root.operands) == set(params) and root.shape.is_array and root.shape.rank == 0):
+        return root.opcode
+    return None
+
+
+def identity_value(opcode: Opcode, etype: PrimitiveType):
+    what = REDUCER_IDENTITY[opcode]
+    if etype is PRED:
+        return what in ("one", "highest")
+    if what == "zero":
+        return 0
+    if what == "one":
+        return 1
+    if etype.is_float:
+        return float("-inf") if what == "lowest" else float("inf")
+    info = np.iinfo(etype.numpy_dtype())
+    return int(info.min) if what == "lowest" else int(info.max)
+
+
+# ------------------------------------------------------- the emitter --
+class PartitionContext:
+    """Module-wide state of one partitioner run."""
+
+    def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass"):
+        from hlo_passes.ir.builder import next_channel_id
+
+        self.module = module
+        self.n = num_partitions
+        self.owner = owner
+        self._channel = next_channel_id(module)
+
+    def channel_id(self) -> int:
+        cid = self._channel
+        self._channel += 1
+        return cid
+
+    def remark(self, instr: Instruction, message: str, kind: str = "note") -> None:
+        self.owner.remark(instr, message, kind)
+
+
+class Emitter:
+    """Builds one partitioned computation; caches partition-id and per-device tables."""
+
+    def __init__(self, ctx: PartitionContext, comp: Computation):
+        self.ctx = ctx
+        self.comp = comp
+        self._pid: Instruction | None = None
+        self._tables: dict[tuple, Instruction] = {}
+        self.metadata = None  # metadata of the op being partitioned, copied onto what we emit
+
+    @property
+    def n(self) -> int:
+        return self.ctx.n
+
+    def b(self) -> Builder:
+        return Builder(self.comp, metadata=self.metadata)
+
+    def partition_id(self) -> Instruction:
+        if self._pid is None:
+            self._pid = self.b().partition_id()
+        return self._pid
+
+    def device_scalar(self, values, element_type: PrimitiveType = S32) -> Instruction:
+        """A scalar holding values[partition-id] (a constant when all devices agree)."""
+        values = tuple(int(v) for v in values)
+        key = (values, element_type)
+        if key in self._tables:
+            return self._tables[key]
+        b = self.b()
+        if len(set(values)) == 1:
+            out = b.constant(values[0], element_type)
+        else:
+            table = b.constant_array(values, element_type)
+            pid = self.partition_id()
+            one = b.dynamic_slice(table, [pid], (1,))
+            out = b.reshape(one, ArrayShape(element_type, ()))
+        self._tables[key] = out
+        return out
+
+    def constant(self, value, element_type: PrimitiveType) -> Instruction:
+        return self.b().constant(value, element_type)
+
+    def broadcast_scalar(self, value, element_type: PrimitiveType, dims: tuple[int, ...]) -> Instruction:
+        b = self.b()
+        return b.broadcast(b.constant(value, element_type), ArrayShape(element_type, dims))
+
+    # ------------------------------------------------------------ slicing --
+    def local_slice(self, x: Instruction, offsets: list[list[int]], sizes: tuple[int, ...]) -> Instruction:
+        """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k."""
+        if all(len(set(o)) == 1 for o in offsets):
+            starts = [o[0] for o in offsets]
+            if tuple(sizes) == tuple(x.shape.dims) and not any(starts):
+                return x
+            return self.b().slice(x, starts, [s + z for s, z in zip(starts, sizes)])
+        idx = [self.device_scalar(o) for o in offsets]
+        return self.b().dynamic_slice(x, idx, sizes)
+
+    def slice_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
+        """Static prefix slice to `dims` (drops padding)."""
+        if tuple(x.shape.dims) == tuple(dims):
+            return x
+        return self.b().slice(x, [0] * len(dims), list(dims))
+
+    def pad_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
+        """Zero-pad at the high end up to `dims`."""
+        if tuple(x.shape.dims) == tuple(dims):
+            return x
+        from hlo_passes.ir.attributes import PaddingConfig
+
+        zero = self.b().constant(0 if x.shape.element_type is not PRED else False, x.shape.element_type)
+        cfg = PaddingConfig(tuple((0, t - s, 0) for s, t in zip(x.shape.dims, dims)))
+        return self.b().pad(x, zero, cfg)
+
+    # ---------------------------------------------------------- masking --
+    def valid_mask(self, tm: TileMap, global_dims: tuple[int, ...], dims) -> Instruction | None:
+        """pred[local shape]: true where the element lies inside the global array, for `dims`."""
+        local = tm_local_dims(tm, global_dims)
+        mask = None
+        b = self.b()
+        for k in dims:
+            if tm.dims[k] == 1 or global_dims[k] % tm.dims[k] == 0:
+                continue
+            offsets = [int(tm.coords[d, k]) * local[k] for d in range(self.n)]
+            shape = ArrayShape(S32, local)
+            pos = b.add(b.iota(shape, k), b.broadcast(self.device_scalar(offsets), shape))
+            limit = b.broadcast(b.constant(global_dims[k], S32), shape)
+            m = b.compare(pos, limit, "LT")
+            mask = m if mask is None else b.op(Opcode.AND, m.shape, [mask, m])
+        return mask
+
+    def mask_padding(self, x: Instruction, tm: TileMap, global_dims: tuple[int, ...], dims, fill) -> Instruction:
+        """`x` with padded elements along `dims` set to `fill`."""
+        mask = self.valid_mask(tm, global_dims, dims)
+        if mask is None:
+            return x
+        etype = x.shape.element_type
+        return self.b().select(mask, x, self.broadcast_scalar(fill, etype, tuple(x.shape.dims)))
+
+    # ------------------------------------------------------- collectives --
+    def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
+        if all(len(g) == 1 for g in groups):
+            return x
+        red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
+        return self.b().all_reduce([x], ReplicaGroups.explicit(groups), red, channel_id=self.ctx.channel_id(),
+                                   use_global_device_ids=True)
+
+    def reduce_scatter(self, x: Instruction, dim: int, groups, opcode: Opcode) -> Instruction:
+        red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
+        return self.b().reduce_scatter(x, dim, ReplicaGroups.explicit(groups), red,
+                                       channel_id=self.ctx.channel_id(), use_global_device_ids=True)
+
+    def all_gather(self, x: Instruction, dim: int, groups) -> Instruction:
+        if all(len(g) == 1 for g in groups):
+            return x
+        return self.b().all_gather(x, dim, ReplicaGroups.explicit(groups), channel_id=self.ctx.channel_id(),
+                                   use_global_device_ids=True)
+
+    def all_to_all(self, x: Instruction, dim: int, groups) -> Instruction:
+        return self.b().all_to_all(x, dim, ReplicaGroups.explicit(groups), channel_id=self.ctx.channel_id())
+
+    def collective_permute(self, x: Instruction, pairs) -> Instruction:
+        return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
+
+
+def groups_size(groups) -> int:
+    return max(len(g) for g in groups)
+
+
+def prod(xs) -> int:
+    return math.prod(xs)

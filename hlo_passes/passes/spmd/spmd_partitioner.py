@@ -1,0 +1,227 @@
+"""spmd-partition: rewrite a sharded (global-view) module into the per-device program.
+
+GSPMD (Xu et al. 2021): every instruction carries the sharding of its result;
+walking each computation in post order, a handler per opcode family
+(handlers/) emits the per-device computation from the operands' per-device
+values, resharding operands (reshard.py) where the op needs another layout.
+
+    ENTRY %main {
+      %x = f32[16,32] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+      %w = f32[32,64] parameter(1), sharding={devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}
+      ROOT %d = f32[16,64] dot(%x, %w), ..., sharding={devices=[4,2]<=[8]}
+    }
+  becomes (num_partitions=8)
+    ENTRY %main {
+      %x = f32[4,32] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+      %w = f32[32,32] parameter(1), sharding={devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}
+      ROOT %d = f32[4,32] dot(%x, %w), ..., sharding={devices=[4,2]<=[8]}
+    }
+
+ENTRY parameters and the ROOT keep their logical sharding (what the runtime
+uses to slice inputs and reassemble the result); nothing else does.  Missing
+shardings are completed by sharding-propagation first; an op without a native
+rule is computed replicated (operands all-gathered, the result sliced) and a
+"missed" remark says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.registry import register_pass
+from hlo_passes.passes.spmd.partition_context import (Emitter, PartitionContext, PValue, is_manual,
+                                                       local_shape)
+from hlo_passes.passes.spmd.reshard import reshard
+
+
+@register_pass
+class SpmdPartitioner(ModulePass):
+    """See the module docstring."""
+
+    name = "spmd-partition"
+    summary = "Partition a sharded module into the per-device SPMD program"
+
+    @dataclass(frozen=True)
+    class Options:
+        num_partitions: int = option(0, "number of devices (0: the module's num_partitions)")
+
+    def run(self, module: Module) -> bool:
+        n = self.options.num_partitions or module.num_partitions
+        if n <= 1:
+            self.remark(None, "num_partitions is 1: nothing to partition", "missed")
+            return False
+        _complete_shardings(module, self)
+        Partitioner(PartitionContext(module, n, self)).run()
+        return True
+
+
+def _complete_shardings(module: Module, owner: ModulePass) -> None:
+    try:
+        from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation, is_fully_sharded
+    except ImportError:  # pragma: no cover - propagation ships with the package
+        owner.remark(None, "sharding-propagation unavailable: unannotated values are replicated", "missed")
+        return
+    if not is_fully_sharded(module):
+        prop = ShardingPropagation()
+        prop.run(module)
+        owner.remarks.extend(prop.remarks)
+
+
+def target_sharding(instr: Instruction) -> Sharding:
+    """The sharding `instr`'s result should have; unannotated (or maximal) means replicated."""
+    return _complete(instr.sharding if "sharding" in instr.attributes else None, instr.shape)
+
+
+def _complete(s: Sharding | None, shape: Shape) -> Sharding:
+    if shape.is_tuple:
+        elems = [s.element(i) if s is not None and s.is_tuple else s for i in range(len(shape.elements))]
+        return Sharding.tuple_of(_complete(e, sh) for e, sh in zip(elems, shape.elements))
+    if s is None or s.kind in (ShardingKind.UNKNOWN, ShardingKind.MAXIMAL) or s.is_tuple:
+        return Sharding.replicated()
+    return s.without_metadata() if s.metadata else s
+
+
+class Partitioner:
+    """Walks computations, dispatches instructions to handlers, keeps per-device values."""
+
+    def __init__(self, ctx: PartitionContext):
+        self.ctx = ctx
+        self.values: dict[Instruction, PValue] = {}
+        self._reshards: dict[tuple[Instruction, Sharding], PValue] = {}
+        self.em: Emitter | None = None
+        self._kept: set[Computation] = set()
+
+    # -------------------------------------------------------------- driver --
+    def run(self) -> None:
+        module = self.ctx.module
+        old = list(module.computations)
+        entry = module.entry
+        params = [target_sharding(p) for p in entry.parameters]
+        new_entry, root_sharding = self.partition(entry, params, target_sharding(entry.root),
+                                                  name=entry.name)
+        for p, s in zip(new_entry.parameters, params):
+            p.sharding = s
+        new_entry.root.sharding = root_sharding
+        new_entry.is_entry = True
+        module.entry = new_entry
+        entry.is_entry = False
+        keep = _reachable(new_entry)
+        module.computations = [c for c in module.computation_post_order() if c in keep]  # callees first
+        for c in old:
+            if c not in keep:
+                module.computation_names.release(c.name)
+        for c in module.computations:  # partitioned copies take their original names back
+            base = getattr(c, "_spmd_origin", None)
+            if base is not None and base not in module.computation_names:
+                module.computation_names.release(c.name)
+                module.computation_names.reserve(base)
+                c.name = base
+        module.num_partitions = self.ctx.n
+        module.attributes.pop("entry_computation_layout", None)
+        for key in ("allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output"):
+            module.attributes.pop(key, None)
+
+    def partition(self, comp: Computation, param_shardings: list[Sharding], root_sharding: Sharding | None,
+                  *, name: str | None = None, manual: bool = False) -> tuple[Computation, Sharding]:
+        """A per-device copy of `comp` whose parameters have `param_shardings`; its root is
+        resharded to `root_sharding` (when given).  Returns the copy and its root's sharding.
+        `manual`: the body of a manual region, copied instruction by instruction."""
+        module = self.ctx.module
+        new = Computation(f"{name or comp.name}.spmd")
+        new.attributes = dict(comp.attributes)
+        new.print_signature = comp.print_signature
+        module.add_computation(new, before=comp)
+        new._spmd_origin = comp.name  # type: ignore[attr-defined]
+        for instr in comp.instructions:
+            module.names.release(instr.name)
+        saved = (self.em, self._reshards)
+        self.em, self._reshards = Emitter(self.ctx, new), {}
+        from hlo_passes.passes.spmd.handlers import handler_for
+        from hlo_passes.passes.spmd.handlers.structural import manual as copy_manual
+
+        try:
+            for instr in comp.post_order():
+                self.em.metadata = instr.attributes.get("metadata")
+                if instr.opcode is Opcode.PARAMETER:
+                    s = param_shardings[instr.parameter_number]
+                    value = PValue(self.clone(instr, [], local_shape(instr.shape, s)), s, instr.shape)
+                else:
+                    value = (copy_manual if manual else handler_for(instr))(self, instr)
+                self.values[instr] = value
+            root = self.values[comp.root]
+            self.em.metadata = comp.root.attributes.get("metadata")
+            if root_sharding is not None:
+                root = reshard(self.em, root, root_sharding)
+            new.root = root.instr
+            return new, root.sharding
+        finally:
+            self.em, self._reshards = saved
+
+    # ------------------------------------------------------ handler API --
+    def value(self, instr: Instruction) -> PValue:
+        return self.values[instr]
+
+    def operand(self, instr: Instruction, i: int) -> PValue:
+        return self.values[instr.operands[i]]
+
+    def operand_as(self, instr: Instruction, i: int, sharding: Sharding) -> Instruction:
+        """Operand `i`'s per-device value in `sharding` (collectives shared among users)."""
+        op = instr.operands[i]
+        return self.resharded(op, sharding).instr
+
+    def resharded(self, op: Instruction, sharding: Sharding) -> PValue:
+        value = self.values[op]
+        if value.sharding == sharding:
+            return value
+        key = (op, sharding)
+        if key not in self._reshards:
+            self._reshards[key] = reshard(self.em, value, sharding)
+        return self._reshards[key]
+
+    def reshard(self, value: PValue, sharding: Sharding) -> PValue:
+        return reshard(self.em, value, sharding)
+
+    def target(self, instr: Instruction) -> Sharding:
+        return target_sharding(instr)
+
+    def clone(self, instr: Instruction, operands, shape: Shape, **called) -> Instruction:
+        """`instr` with new operands and per-device shape; attributes kept except the sharding."""
+        attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
+        new = Instruction(instr.opcode, shape, operands, name=instr.name, attributes=attrs,
+                          called=dict(instr.called, **called), literal=instr.literal,
+                          parameter_number=instr.parameter_number)
+        return self.em.comp.add(new, name_hint=instr.name)
+
+    def partition_manual(self, comp: Computation) -> Computation:
+        new, _ = self.partition(comp, [Sharding.manual()] * len(comp.parameters), None, manual=True)
+        return new
+
+    def remark(self, instr: Instruction, message: str, kind: str = "note") -> None:
+        self.ctx.remark(instr, message, kind)
+
+    @property
+    def n(self) -> int:
+        return self.ctx.n
+
+
+def _reachable(entry: Computation) -> set[Computation]:
+    seen: set[Computation] = set()
+    stack = [entry]
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        for instr in c.instructions:
+            stack.extend(instr.called_computations())
+    return seen
+
+
+__all__ = ["Partitioner", "SpmdPartitioner", "target_sharding", "is_manual"]
