@@ -152,6 +152,10 @@ def convolution(p, instr) -> PValue:
     lhs_map |= {d: spatial_out[k] for k, d in enumerate(labels.input_spatial)}
     rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: out_rank}
     rhs_map |= {d: None for d in labels.kernel_spatial}
+    lhs_tiles = p.value(instr.operands[0]).sharding
+    if lhs_tiles.is_tiled and any(lhs_tiles.tile_dims[d] > 1 for d in labels.input_spatial):
+        p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
+                 "dims (no halo exchange)", kind="missed")
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, [out_rank], spatial_out)
 
 
