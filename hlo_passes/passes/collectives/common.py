@@ -88,6 +88,10 @@ def participant_groups(instr: Instruction, module: Module) -> list[tuple[int, ..
     mode = group_mode(instr)
     if mode.use_global_device_ids:
         return [tuple(g) for g in groups] if groups else [tuple(range(replicas * partitions))]
+    if mode.has_channel and instr.opcode in (Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL):
+        # XLA reads an all-to-all with a channel as cross-partition: groups of partition ids
+        partition_sets = [tuple(g) for g in groups] if groups else [tuple(range(partitions))]
+        return [tuple(r * partitions + p for p in g) for r in range(replicas) for g in partition_sets]
     replica_sets = [tuple(g) for g in groups] if groups else [tuple(range(replicas))]
     if not mode.has_channel:
         # one group per (replica group, partition)
