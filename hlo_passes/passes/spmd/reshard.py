@@ -36,14 +36,23 @@ class Step:
     bytes: int = 0  # bytes each device receives
 
 
+def _slice_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) -> np.ndarray | None:
+    """Per device, where its `dst` tile starts inside its `src` tile buffer along dim k, or None
+    when some device's tile holds valid elements its buffer lacks.  Tiles lying wholly in the
+    padding take offset 0 (any content will do)."""
+    s_local, d_local = -(-dims[k] // src.dims[k]), -(-dims[k] // dst.dims[k])
+    a, b = dst.coords[:, k] * d_local, src.coords[:, k] * s_local
+    padding_only = a >= dims[k]
+    ok = (a >= b) & (np.minimum(a + d_local, dims[k]) <= np.minimum(b + s_local, dims[k]))
+    if not np.all(ok | padding_only):
+        return None
+    return np.where(padding_only, 0, a - b)
+
+
 def _slice_nested(src: TileMap, dst: TileMap, dims: tuple[int, ...], only=None) -> bool:
-    """Does every device's `dst` tile lie inside its `src` tile buffer (along `only` or all dims)?"""
-    s_local, d_local = tm_local_dims(src, dims), tm_local_dims(dst, dims)
-    for k in (range(len(dims)) if only is None else only):
-        lo = dst.coords[:, k] * d_local[k] - src.coords[:, k] * s_local[k]
-        if np.any(lo < 0) or np.any(lo + d_local[k] > s_local[k]):
-            return False
-    return True
+    """Does every device's `dst` tile lie inside its `src` tile (along `only` or all dims)?"""
+    return all(_slice_offsets(src, dst, dims, k) is not None
+               for k in (range(len(dims)) if only is None else only))
 
 
 def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
@@ -172,10 +181,10 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
 
 def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):
     s_local, d_local = tm_local_dims(src, dims), tm_local_dims(dst, dims)
-    offsets = [[int(dst.coords[d, k] * d_local[k] - src.coords[d, k] * s_local[k]) for d in range(em.n)]
-               for k in range(len(dims))]
-    if tuple(x.shape.dims) != s_local:  # a gathered buffer was trimmed to the global size
-        x = em.pad_to(x, s_local)
+    offsets = [[int(o) for o in _slice_offsets(src, dst, dims, k)] for k in range(len(dims))]
+    # the buffer must hold every slice whole (dynamic-slice would clamp and shift it)
+    need = tuple(max(max(o) + d, s) for o, d, s in zip(offsets, d_local, s_local))
+    x = em.pad_to(x, need)
     return em.local_slice(x, offsets, d_local)
 
 

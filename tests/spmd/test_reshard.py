@@ -1,0 +1,70 @@
+"""reshard: every kind of step, checked by the collectives it emits (hand-derived) and by
+running the partitioned module on 8 devices against the unpartitioned one."""
+
+from collections import Counter
+
+import pytest
+
+from hlo_passes import parse_module, print_module
+from hlo_passes.ir import ArrayShape, PrimitiveType
+from hlo_passes.parse.attribute_reader import reader_for
+from hlo_passes.passes.spmd.partition_context import tile_map
+from hlo_passes.passes.spmd.reshard import cost, plan
+from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+from hlo_passes.runtime import verify_equivalent
+
+S = reader_for("sharding")
+R = "{replicated}"
+ROW8, COL8 = "{devices=[8,1]<=[8]}", "{devices=[1,8]<=[8]}"
+
+# (from, to, shape, expected collectives)
+CASES = [
+    pytest.param(R, ROW8, "16,8", {}, id="replicated-to-tiled-is-a-local-slice"),
+    pytest.param(ROW8, R, "16,8", {"all-gather": 1}, id="tiled-to-replicated-all-gathers"),
+    pytest.param(ROW8, COL8, "16,8", {"all-to-all": 1}, id="split-moves-dim0-to-dim1"),
+    pytest.param(ROW8, COL8, "10,6", {"all-to-all": 1}, id="all-to-all-uneven-pads-and-trims"),
+    pytest.param("{devices=[8,1]7,6,5,4,3,2,1,0}", ROW8, "16,8", {"collective-permute": 1},
+                 id="same-grid-other-device-order-permutes"),
+    pytest.param("{devices=[2,4]<=[8]}", "{devices=[2,4]<=[4,2]T(1,0)}", "16,8", {"collective-permute": 1},
+                 id="2d-grid-transposed-devices-permutes"),
+    pytest.param("{devices=[4,1,2]<=[8] last_tile_dim_replicate}", ROW8, "16,8", {},
+                 id="partially-replicated-to-finer-is-local"),
+    pytest.param("{devices=[4,2]<=[8]}", R, "10,6", {"all-gather": 2}, id="2d-uneven-to-replicated"),
+    pytest.param("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}",
+                 "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}", "16,8", {"all-to-all": 1},
+                 id="partial-replication-all-to-all-in-groups"),
+    pytest.param(ROW8, "{devices=[2,4]<=[8]}", "16,8", {"all-gather": 1}, id="gather-then-slice"),
+]
+
+
+def module_text(src: str, dst: str, shape: str) -> str:
+    return (f"HloModule reshard\n\nENTRY main {{\n  x = f32[{shape}] parameter(0), sharding={src}, "
+            f"metadata={{op_name=\"x\"}}\n  ROOT y = f32[{shape}] custom-call(x), custom_call_target=\"Sharding\", "
+            f"sharding={dst}, metadata={{op_name=\"constraint\" source_file=\"model.py\" source_line=7}}\n}}\n")
+
+
+@pytest.mark.parametrize("src,dst,shape,expected", CASES)
+def test_reshard(src, dst, shape, expected):
+    text = module_text(src, dst, shape)
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=8).run(module)
+    out = print_module(module)
+    collectives = [i for i in module.all_instructions() if i.opcode.is_collective]
+    assert dict(Counter(i.opcode.value for i in collectives)) == expected, out
+    assert "custom_call_target=\"Sharding\"" not in out
+    for c in collectives:  # inserted collectives point at the op that caused them
+        assert c.metadata.source_line == 7
+    assert len({c.channel_id for c in collectives}) == len(collectives)
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format() + "\n" + out
+
+
+def test_plan_prefers_cheapest_step_and_costs_bytes():
+    shape = ArrayShape(PrimitiveType.F32, (16, 8))
+    row, col = tile_map(S(ROW8), 2, 8), tile_map(S(COL8), 2, 8)
+    assert [s.kind for s in plan(tile_map(S(R), 2, 8), row, shape)] == ["slice"]
+    assert [s.kind for s in plan(row, col, shape)] == ["all-to-all"]
+    # all-gather of a [2,8] f32 tile over 8 devices receives 7 tiles of 64 bytes
+    assert cost(S(ROW8), S(R), shape, 8) == 7 * 2 * 8 * 4
+    assert cost(S(R), S(ROW8), shape, 8) == 0
+    assert cost(S(ROW8), S(COL8), shape, 8) < cost(S(ROW8), S(R), shape, 8)
