@@ -59,13 +59,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     files = args.files or default_files()
-    print(f"{'file':38} {'MB':>6} {'XLA parse':>10} {'ours parse':>10} {'ours print':>10} "
+    print(f"{'file':38} {'MB':>6} {'XLA parse':>10} {'ours parse':>10} {'(no checks)':>11} {'ours print':>10} "
           f"{'ours MB/s':>9} {'ratio':>6} {'mem/size':>8}")
     for f in files:
         text = f.read_text()
         mb = len(text) / 1e6
         t_xla, _ = best_of(args.repeat, lambda: xla_parse(text))
         t_parse, module = best_of(args.repeat, lambda: parse_module(text, str(f)))
+        t_unchecked, _ = best_of(args.repeat, lambda: parse_module(text, str(f), check_semantics=False))
         t_print, out = best_of(args.repeat, lambda: print_module(module))
         assert print_module(parse_module(out)) == out, "print is not stable"
         tracemalloc.start()
@@ -73,7 +74,7 @@ def main() -> None:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         ratio = (t_parse + t_print) / t_xla
-        print(f"{f.name:38} {mb:6.2f} {t_xla:9.3f}s {t_parse:9.3f}s {t_print:9.3f}s "
+        print(f"{f.name:38} {mb:6.2f} {t_xla:9.3f}s {t_parse:9.3f}s {t_unchecked:10.3f}s {t_print:9.3f}s "
               f"{mb / (t_parse + t_print):9.2f} {ratio:5.1f}x {peak / len(text):7.1f}x")
     print("ratio = (our parse + our print) / XLA's parse; lower is better; target <= 5x")
 
