@@ -76,9 +76,10 @@ def reshape(p, instr) -> PValue:
         tiled = [j for j in gb if tm.dims[j] > 1]
         if not tiled:
             continue
-        j, t = gb[0], tm.dims[gb[0]]
+        j = next((k for k in gb if out_dims[k] > 1), gb[0])  # the group's major non-trivial dims
         i = next((k for k in ga if in_dims[k] > 1), ga[0])
-        if tiled != [j] or in_dims[i] % t or out_dims[j] % t or ga[0] != i and in_dims[ga[0]] != 1:
+        t = tm.dims[j]
+        if tiled != [j] or in_dims[i] % t or out_dims[j] % t:
             return replicate(p, instr, "reshape splits or merges a sharded dimension unevenly")
         source[i] = j
     op_tm = tm.remap(len(in_dims), source)
