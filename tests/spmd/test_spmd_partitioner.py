@@ -166,3 +166,14 @@ ENTRY main {
 def test_one_partition_is_a_no_op():
     module = parse_module("HloModule m\n\nENTRY e {\n  ROOT x = f32[4] parameter(0)\n}\n")
     assert not SpmdPartitioner(num_partitions=1).run(module)
+
+
+def test_demo_example_partitions_with_one_all_reduce():
+    """examples/megatron_mlp.hlo (used by `make demo`): column- then row-parallel layers need
+    exactly the one all-reduce of the row-parallel partial sums, over the model-axis pairs."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "megatron_mlp.hlo"
+    text = path.read_text()
+    module, out, remarks = partition(text)
+    assert collectives(module) == {"all-reduce": 1}
+    assert not [r for r in remarks if r.kind == "missed"]
+    assert verify_equivalent(text, out, num_devices=8).ok
