@@ -37,7 +37,7 @@ def handles_custom_call(*targets: str):
 
 
 def handler_for(instr: Instruction) -> Handler:
-    from hlo_passes.passes.spmd.handlers import (control_flow, dot, elementwise, fallback,  # noqa: F401
+    from hlo_passes.passes.spmd.handlers import (control_flow, dot, elementwise, fallback, gather,  # noqa: F401
                                                  reduce, shape_ops, slicing, structural)
     from hlo_passes.passes.spmd.partition_context import is_manual
 
