@@ -1,4 +1,4 @@
-# Quick start:  make demo   (fuse the collectives of a bundled data-parallel training step, verify on 8 CPU devices)
+# Quick start:  make demo   (partition a Megatron MLP over 8 devices, fuse a DP step's collectives; verify both on 8 CPU devices)
 #               make test   (the test suite; this is what CI runs)
 # Both create .venv with Python 3.12 and the pinned jax/jaxlib when it is missing.
 
@@ -17,7 +17,9 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m hlo_passes run examples/dp_mlp_step.hlo --passes=collective-fusion --stats --remarks -o out/dp_mlp_step.fused.hlo
+	$(PY) -m hlo_passes run examples/megatron_mlp.hlo --passes=spmd-partition,collective-fusion --num-partitions=8 --stats --remarks -o out/megatron_mlp.partitioned.hlo
+	$(PY) -m hlo_passes verify examples/megatron_mlp.hlo out/megatron_mlp.partitioned.hlo
+	$(PY) -m hlo_passes run examples/dp_mlp_step.hlo --passes=collective-fusion --stats -o out/dp_mlp_step.fused.hlo
 	$(PY) -m hlo_passes verify examples/dp_mlp_step.hlo out/dp_mlp_step.fused.hlo
 	$(PY) -m hlo_passes run examples/megatron_mlp.hlo --passes=spmd-partition,collective-fusion --num-partitions=8 --stats --remarks -o out/megatron_mlp.partitioned.hlo
 	$(PY) -m hlo_passes verify examples/megatron_mlp.hlo out/megatron_mlp.partitioned.hlo
