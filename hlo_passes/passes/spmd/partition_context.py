@@ -20,7 +20,6 @@ tile coordinates of some dimensions.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -294,11 +293,3 @@ class Emitter:
 
     def collective_permute(self, x: Instruction, pairs) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
-
-
-def groups_size(groups) -> int:
-    return max(len(g) for g in groups)
-
-
-def prod(xs) -> int:
-    return math.prod(xs)

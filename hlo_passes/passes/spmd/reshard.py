@@ -25,7 +25,7 @@ import numpy as np
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.partition_context import (Emitter, PValue, groups_varying, is_manual,
-                                                       same_placement, tile_map, tm_local_dims, to_sharding)
+                                                       same_placement, tile_map, tm_local_dims)
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 

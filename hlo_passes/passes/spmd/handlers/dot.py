@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.handlers import handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape, tile_map,
-                                                       tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.partition_context import PValue, groups_varying, local_shape, tile_map, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
@@ -159,4 +156,4 @@ def convolution(p, instr) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, [out_rank], spatial_out)
 
 
-__all__ = ["partition_dot_like", "np", "tm_local_dims"]
+__all__ = ["convolution", "dot", "partition_dot_like"]

@@ -84,4 +84,5 @@ def _tuple_shape(elements):
     return TupleShape(tuple(elements))
 
 
-__all__ = ["manual", "local_shape"]
+__all__ = ["barrier", "full_to_shard", "get_tuple_element", "manual", "shard_to_full", "sharding_annotation",
+           "tuple_"]
