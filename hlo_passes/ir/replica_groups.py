@@ -37,13 +37,33 @@ class ReplicaGroups:
         return cls(tuple(tuple(int(d) for d in row) for row in arr), iota=(tuple(group_dims), devices))
 
     @classmethod
-    def from_mesh(cls, axes: list[tuple[str, int]], selected: list[str], spelling: str) -> "ReplicaGroups":
-        names = [a for a, _ in axes]
-        sizes = [s for _, s in axes]
+    def from_mesh(cls, axes: list[tuple[str, int]], selected: list[tuple[str, int | None, int | None]],
+                  spelling: str) -> "ReplicaGroups":
+        """Groups of the devices of a row-major mesh that differ only along the `selected` axes.
+
+        `selected` holds (axis, pre_size, size): a whole axis when pre_size is None, else the
+        sub-axis of `size` devices inside it whose more-major factors multiply to pre_size."""
+        factors: list[tuple[str, int, bool]] = []  # (axis, size, selected) from major to minor
+        chosen = {name: (pre, size) for name, pre, size in selected}
+        for name, n in axes:
+            if name not in chosen:
+                factors.append((name, n, False))
+            elif chosen[name][0] is None:
+                factors.append((name, n, True))
+            else:
+                pre, size = chosen[name]
+                if n % (pre * size):
+                    raise ValueError(f"sub-axis '{name}':({pre}){size} does not divide axis of size {n}")
+                factors += [(name, pre, False), (name, size, True), (name, n // (pre * size), False)]
+        unknown = set(chosen) - {name for name, _ in axes}
+        if unknown:
+            raise ValueError(f"replica groups select unknown mesh axes {sorted(unknown)}")
+        sizes = [f[1] for f in factors]
         arr = np.arange(int(np.prod(sizes))).reshape(sizes)
-        chosen = [names.index(s) for s in selected]
-        others = [i for i in range(len(sizes)) if i not in chosen]
-        arr = arr.transpose(others + chosen).reshape(-1, int(np.prod([sizes[i] for i in chosen])) if chosen else 1)
+        picked = [i for i, f in enumerate(factors) if f[2]]
+        others = [i for i, f in enumerate(factors) if not f[2]]
+        group_size = int(np.prod([sizes[i] for i in picked])) if picked else 1
+        arr = arr.transpose(others + picked).reshape(-1, group_size)
         return cls(tuple(tuple(int(d) for d in row) for row in arr), mesh_spelling=spelling)
 
     @property

@@ -150,9 +150,13 @@ class _TypedBuilder(lark.Transformer):
     def mesh_axis(self, c):
         return c[0].value.strip("'"), int(c[1])
 
+    def mesh_selected(self, c):
+        name = c[0].value.strip("'")
+        return (name, int(c[1]), int(c[2])) if len(c) == 3 else (name, None, None)
+
     def mesh_groups(self, c):
-        axes = [x for x in c if isinstance(x, tuple)]
-        selected = [x.value.strip("'") for x in c if isinstance(x, lark.Token)]
+        axes = [x for x in c if len(x) == 2]
+        selected = [x for x in c if len(x) == 3]
         return ReplicaGroups.from_mesh(axes, selected, spelling="")
 
     def attr_pairs(self, c):

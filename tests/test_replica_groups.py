@@ -1,0 +1,58 @@
+"""Replica groups read from every spelling mean what XLA means: an all-reduce of
+each device's id, run by XLA itself on 8 partitions, sums exactly the devices
+our ReplicaGroups value puts in that device's group."""
+
+import numpy as np
+import pytest
+
+from hlo_passes.parse.attribute_reader import reader_for
+
+SPELLINGS = [
+    "{{0,1,2,3},{4,5,6,7}}",
+    "[2,4]<=[8]",
+    "[4,2]<=[2,4]T(1,0)",
+    "[2,4]<=[2,2,2]T(0,2,1)",
+    "mesh['x'=4,'y'=2] {'x'}",
+    "mesh['x'=4,'y'=2] {'y'}",
+    "mesh['x'=4,'y'=2] {'x':(2)2}",
+    "mesh['x'=4,'y'=2] {'x':(1)2}",
+    "mesh['x'=2,'y'=2,'z'=2] {'x','z'}",
+]
+
+
+def run_all_reduce_of_device_ids(groups_text: str) -> list[float]:
+    import jax
+    from jax._src import compiler, xla_bridge
+    from jax._src.lib import xla_client as xc
+
+    text = f"""HloModule m, num_partitions=8
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  p = f32[1] parameter(0), sharding={{manual}}
+  ROOT r = f32[1] all-reduce(p), channel_id=1, replica_groups={groups_text}, use_global_device_ids=true, to_apply=add, sharding={{manual}}
+}}
+"""
+    module = xc.hlo.hlo_module_from_text(text)
+    mlir = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
+    opts = compiler.get_compile_options(num_replicas=1, num_partitions=8)
+    opts.executable_build_options.use_spmd_partitioning = True
+    devices = jax.devices()[:8]
+    exe = xla_bridge.get_backend("cpu").compile_and_load(mlir, xc.DeviceList(tuple(devices)), opts)
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+    arg = jax.make_array_from_single_device_arrays(
+        (8,), sharding, [jax.device_put(np.array([float(d)], np.float32), dev) for d, dev in enumerate(devices)])
+    out = exe.execute_sharded([arg]).disassemble_into_single_device_arrays()[0]
+    return [float(np.asarray(o)[0]) for o in out]
+
+
+@pytest.mark.parametrize("text", SPELLINGS)
+def test_groups_mean_what_xla_means(text):
+    groups = reader_for("replica_groups")(text)
+    expected = [float(sum(groups.group_of(d))) for d in range(8)]
+    assert run_all_reduce_of_device_ids(text) == expected
+    assert sorted(d for g in groups.groups for d in g) == list(range(8))
