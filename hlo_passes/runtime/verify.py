@@ -155,7 +155,7 @@ def is_per_device(module: Module) -> bool:
 
 
 def strip_shardings(module: Module) -> Module:
-    """Remove logical sharding annotations so the module runs on one device."""
+    """Remove logical sharding annotations (in place) so the module runs on one device."""
     for comp in module.computations:
         for instr in comp.post_order():
             if instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in (
@@ -178,7 +178,7 @@ def run_single_device(module: Module, inputs: list[np.ndarray]) -> list[np.ndarr
             if "sharding" in i.attributes):
         raise VerificationError("an unpartitioned module with collectives or manual regions cannot run "
                                 "on one device; compare per-device programs instead")
-    return xla_backend.run_single(print_module(strip_shardings(module)), inputs)
+    return xla_backend.run_single(print_module(strip_shardings(_module(module))), inputs)
 
 
 def _shard(array: np.ndarray, sharding: Sharding | None, device: int) -> np.ndarray:
@@ -268,7 +268,7 @@ def verify_equivalent(original, rewritten, *, num_devices: int | None = None, se
                      (ap.sharding if "sharding" in ap.attributes else None)
                      for p, ap in zip(b.entry.parameters, a_params)]
         root_sharding = b.entry.root.sharding if "sharding" in b.entry.root.attributes else (
-            a.entry.root.sharding if "sharding" in a.entry.root.attributes else None)
+            a.entry.root.sharding if "sharding" in a.entry.root.attributes else _propagated_root_sharding(a))
         got = run_partitioned(b, inputs, param_shardings=shardings, root_sharding=root_sharding,
                               global_root_shape=a.entry.root.shape, report=report)
     if len(want) != len(got):
@@ -277,6 +277,16 @@ def verify_equivalent(original, rewritten, *, num_devices: int | None = None, se
     for i, (w, g) in enumerate(zip(want, got)):
         report.outputs.append(compare_arrays(str(i), w, g, rtol, atol))
     return report
+
+
+def _propagated_root_sharding(module: Module) -> Sharding | None:
+    """The result sharding a partitioner picks when the program leaves it open (XLA does not
+    print it): our sharding propagation's choice on a copy of the unpartitioned module."""
+    from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+
+    copy = _module(module)
+    ShardingPropagation().run(copy)
+    return copy.entry.root.sharding
 
 
 def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> VerificationReport:
