@@ -346,6 +346,7 @@ READERS: dict[str, Callable[[str], Any]] = {
     "backend_config": _read_string,
     "allow_spmd_sharding_propagation_to_parameters": _read_bool_list,
     "allow_spmd_sharding_propagation_to_output": _read_bool_list,
+    "parameter_replication": _read_bool_list,
     **{k: _read_int_list for k in _INT_LIST_KEYS},
     **{k: _read_int for k in _INT_KEYS},
     **{k: _read_bool for k in _BOOL_KEYS},

@@ -296,7 +296,10 @@ def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> V
     n = num_devices or max(a.num_partitions, a.replica_count)
     report = VerificationReport(f"per-device on {n} devices")
     text_a, text_b = print_module(a), print_module(b)
-    inputs = per_device_inputs(text_a, n, seed=seed)
+    # Parameters either side declares identical on every device get the same input everywhere.
+    replicated = [_declared_replicated(pa) or _declared_replicated(pb)
+                  for pa, pb in zip(a.entry.parameters, b.entry.parameters)]
+    inputs = per_device_inputs(text_a, n, replicated=replicated, seed=seed)
     want, got = execute(text_a, inputs, n), execute(text_b, inputs, n)
     worst: dict[int, OutputStats] = {}
     for d, (w_outs, g_outs) in enumerate(zip(want, got)):
@@ -312,6 +315,14 @@ def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> V
                 worst[i] = stats
     report.outputs = [worst[i] for i in sorted(worst)]
     return report
+
+
+def _declared_replicated(param) -> bool:
+    """`parameter_replication={true}` (every leaf) or a replicated `sharding=` on a parameter."""
+    flags = param.attr("parameter_replication") if "parameter_replication" in param.attributes else None
+    if flags:
+        return all(flags)
+    return "sharding" in param.attributes and param.sharding is not None and param.sharding.is_replicated
 
 
 def execute_module(module, inputs: list[np.ndarray] | None = None, *, seed: int = 0) -> list[np.ndarray]:
