@@ -1,0 +1,431 @@
+"""Which gradient all-reduces the weight update can be sharded behind, and how.
+
+The analysis of one computation, in three steps:
+
+1. *Candidates*: all-reduces of one array with a sum reduction over uniform device
+   groups of size N > 1.  Right after each, a chain of single-user layout ops
+   (reshape, transpose, a reduce over size-1 dimensions) is its *stem*: those ops
+   commute with the sum, so the rewrite applies them before reducing.  The stem's
+   end has the *canonical shape* D of the weight.
+2. *Region*: the forward closure from the stem ends.  Every value in it is a
+   *shard value* (shape D, computed elementwise), a *reduction* (a reduce of a shard
+   value over all its dimensions: sums of squares for global or per-weight norms,
+   maxima, ...), or leaves through the computation's ROOT (an *exit*: a new weight or
+   new optimizer state).  Any other user declines the candidate.  Scalars computed
+   from reductions are identical on every device, so they are used freely.
+3. *Inputs*: operands of shard values from outside the region: scalars, broadcasts
+   of scalars, elementwise expressions used only by the region (*pulled* in and
+   recomputed on the shard), and other values of shape D (*sliced*).  Every scalar,
+   broadcast source and sliced value must be provably identical on every device of
+   the group (`Replication`), else the candidate is declined.
+
+Candidates whose shard values meet (an elementwise op of two gradients) form one
+*component*; a component is rewritten or declined as a whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.collectives.common import participant_groups, reduction_of
+
+# Reductions a region may compute from shards, with the identity their init must hold.
+REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
+                      Opcode.MINIMUM: math.inf}
+REDUCTION_NAME = {Opcode.ADD: "add", Opcode.MULTIPLY: "multiply", Opcode.MAXIMUM: "maximum",
+                  Opcode.MINIMUM: "minimum"}
+
+# Ops whose result may differ from device to device even when their operands agree.
+_DEVICE_DEPENDENT = frozenset({
+    Opcode.REPLICA_ID, Opcode.PARTITION_ID, Opcode.RNG, Opcode.RNG_BIT_GENERATOR,
+    Opcode.RNG_GET_AND_UPDATE_STATE, Opcode.CUSTOM_CALL, Opcode.INFEED, Opcode.RECV, Opcode.RECV_DONE,
+    Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
+    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.ALL_REDUCE_START, Opcode.ALL_REDUCE_DONE,
+    Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ASYNC_START, Opcode.ASYNC_DONE,
+})
+
+
+def device_groups(instr: Instruction, module: Module) -> tuple[tuple[int, ...], ...] | None:
+    groups = participant_groups(instr, module)
+    return tuple(tuple(g) for g in groups) if groups else None
+
+
+# ------------------------------------------------------------ replication --
+class Replication:
+    """Is a value identical on every device of each group in `groups`?
+
+    Constants and iotas are; so are results of all-reduces and all-gathers whose groups
+    contain ours, parameters declared replicated (`parameter_replication={true}`, a
+    replicated `sharding=`, or, under `assume_parameters`, every ENTRY parameter whose
+    sharding does not say it is tiled), the
+    parameters of a computation called once by a `call` whose operand is, and any
+    deterministic op of such values.  `extra` holds values known to be replicated
+    for other reasons (the reductions the rewrite all-reduces)."""
+
+    def __init__(self, module: Module, groups: tuple[tuple[int, ...], ...], *,
+                 assume_parameters: bool = False, extra: set[Instruction] | None = None):
+        self.module = module
+        self.groups = groups
+        self.assume_parameters = assume_parameters
+        self.extra = extra if extra is not None else set()
+        self.assumed: set[Instruction] = set()  # ENTRY parameters taken as replicated by assumption
+        self._memo: dict[Instruction, bool] = {}
+        self._callers = _call_sites(module)
+
+    def __call__(self, instr: Instruction) -> bool:
+        stack = [instr]
+        while stack:  # operands first, without recursion (long chains)
+            top = stack[-1]
+            if top in self._memo:
+                stack.pop()
+                continue
+            pending = [o for o in self._inputs(top) if o not in self._memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            self._memo[top] = self._decide(top)
+            stack.pop()
+        return self._memo[instr]
+
+    def _inputs(self, instr: Instruction) -> list[Instruction]:
+        if instr in self.extra or instr.opcode in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
+            return []
+        if instr.opcode is Opcode.PARAMETER:
+            caller = self._caller_operand(instr)
+            return [caller] if caller is not None else []
+        return list(instr.operands)
+
+    def _caller_operand(self, param: Instruction) -> Instruction | None:
+        comp = param.parent
+        if comp is None or comp.is_entry:
+            return None
+        sites = self._callers.get(comp, [])
+        if len(sites) == 1 and sites[0].opcode is Opcode.CALL:
+            return sites[0].operands[param.parameter_number]
+        return None
+
+    def _decide(self, instr: Instruction) -> bool:
+        if instr in self.extra:
+            return True
+        op = instr.opcode
+        if op in (Opcode.CONSTANT, Opcode.IOTA):
+            return True
+        if op in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
+            theirs = device_groups(instr, self.module)
+            return theirs is not None and all(any(set(g) <= set(t) for t in theirs) for g in self.groups)
+        if op is Opcode.PARAMETER:
+            caller = self._caller_operand(instr)
+            if caller is not None:
+                return self._memo[caller]
+            return self._parameter(instr)
+        if op in _DEVICE_DEPENDENT or instr.has_side_effect:
+            return False
+        if any(_device_dependent_callee(c) for c in instr.called_computations()):
+            return False
+        return all(self._memo[o] for o in instr.operands)
+
+    def _parameter(self, param: Instruction) -> bool:
+        if "parameter_replication" in param.attributes:
+            flags = param.attr("parameter_replication")
+            if flags and all(flags):
+                return True
+        if "sharding" in param.attributes and param.sharding is not None and param.sharding.is_replicated:
+            return True
+        tiled = "sharding" in param.attributes and param.sharding is not None and param.sharding.is_tiled
+        if param.parent is not None and param.parent.is_entry and self.assume_parameters and not tiled:
+            self.assumed.add(param)
+            return True
+        return False
+
+
+def _device_dependent_callee(comp: Computation) -> bool:
+    return any(i.opcode in _DEVICE_DEPENDENT or i.opcode.is_collective or i.has_side_effect
+               or any(_device_dependent_callee(c) for c in i.called_computations())
+               for i in comp.instructions)
+
+
+def _call_sites(module: Module) -> dict[Computation, list[Instruction]]:
+    sites: dict[Computation, list[Instruction]] = {}
+    for instr in module.all_instructions():
+        for callee in instr.called_computations():
+            sites.setdefault(callee, []).append(instr)
+    return sites
+
+
+# ------------------------------------------------------------------ plan --
+@dataclass
+class Stem:
+    """A gradient all-reduce and the layout ops that follow it alone."""
+
+    all_reduce: Instruction
+    ops: list[Instruction] = field(default_factory=list)
+
+    @property
+    def end(self) -> Instruction:
+        return self.ops[-1] if self.ops else self.all_reduce
+
+
+@dataclass
+class Component:
+    """Gradient all-reduces whose update regions meet, rewritten or declined together."""
+
+    stems: list[Stem]
+    groups: tuple[tuple[int, ...], ...]
+    dims: tuple[int, ...]  # canonical shape of every shard value
+    shard_values: list[Instruction] = field(default_factory=list)  # post-order, stem ends excluded
+    reductions: list[Instruction] = field(default_factory=list)
+    exits: list[Instruction] = field(default_factory=list)
+    tails: list[Instruction] = field(default_factory=list)  # layout ops between an exit and the ROOT
+    pulled: list[Instruction] = field(default_factory=list)  # outside ops recomputed on the shard
+    sliced: list[Instruction] = field(default_factory=list)  # outside values cut into shards
+    assumed: set[Instruction] = field(default_factory=set)  # ENTRY parameters assumed replicated
+    declined: tuple[Instruction, str] | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def group_size(self) -> int:
+        return len(self.groups[0])
+
+    def decline(self, instr: Instruction, reason: str) -> None:
+        if self.declined is None:
+            self.declined = (instr, reason)
+
+
+@dataclass
+class ComputationPlan:
+    computation: Computation
+    components: list[Component]
+    skipped: list[tuple[Instruction, str]]  # all-reduces that are no candidates, with why
+
+
+# -------------------------------------------------------------- analysis --
+def _is_layout_op(instr: Instruction) -> bool:
+    """Ops that only reorder or regroup elements (they commute with a sum)."""
+    if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE):
+        return True
+    return _is_degenerate_reduce(instr)
+
+
+def _is_degenerate_reduce(instr: Instruction) -> bool:
+    """A sum over size-1 dimensions with a zero init: a reshape."""
+    if instr.opcode is not Opcode.REDUCE or len(instr.operands) != 2 or not instr.shape.is_array:
+        return False
+    data, init = instr.operands
+    kind = reduction_of(instr)
+    return (kind is not None and kind.opcode is Opcode.ADD
+            and all(data.shape.dims[d] == 1 for d in instr.attr("dimensions", ()))
+            and _constant_equals(init, 0.0))
+
+
+def _constant_equals(instr: Instruction, value: float) -> bool:
+    if instr.opcode is not Opcode.CONSTANT or not instr.shape.is_array or instr.shape.rank != 0:
+        return False
+    try:
+        return float(instr.literal_value()) == value
+    except (ValueError, TypeError):
+        return False
+
+
+def _candidate_problem(instr: Instruction, module: Module) -> str | None:
+    if len(instr.operands) != 1 or not instr.shape.is_array:
+        return "a variadic all-reduce (one gradient per all-reduce is modeled)"
+    if instr.shape.rank == 0:
+        return "a scalar all-reduce (a loss or a metric, not a weight's gradient)"
+    kind = reduction_of(instr)
+    if kind is None or kind.opcode is not Opcode.ADD:
+        name = kind.opcode.value if kind is not None else "an unrecognised computation"
+        return f"a non-sum reduction ({name}); only summed gradients are sharded"
+    groups = device_groups(instr, module)
+    if not groups or len({len(g) for g in groups}) != 1:
+        return "non-uniform replica groups"
+    if len(groups[0]) < 2:
+        return "groups of one device (nothing to shard)"
+    return None
+
+
+def _stem(all_reduce: Instruction) -> Stem:
+    stem = Stem(all_reduce)
+    cur = all_reduce
+    while len(cur.users) == 1 and not cur.is_root:
+        (user,) = cur.users
+        if not _is_layout_op(user) or user.operands[0] is not cur or user.shape.rank == 0:
+            break
+        stem.ops.append(user)
+        cur = user
+    return stem
+
+
+def analyze_computation(comp: Computation, module: Module, *, assume_replicated_parameters: bool = False
+                        ) -> ComputationPlan:
+    candidates, skipped = [], []
+    for instr in comp.instructions:
+        if instr.opcode is not Opcode.ALL_REDUCE:
+            continue
+        problem = _candidate_problem(instr, module)
+        if problem is None:
+            candidates.append(instr)
+        elif instr.shape.is_tuple or instr.shape.rank > 0:
+            skipped.append((instr, problem))
+    if not candidates:
+        return ComputationPlan(comp, [], skipped)
+
+    # Union-find over candidates, joined where their shard values meet.
+    parent: dict[Instruction, Instruction] = {c: c for c in candidates}
+
+    def find(x: Instruction) -> Instruction:
+        while parent[x] is not x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    stems = {c: _stem(c) for c in candidates}
+    stem_ops = {op for s in stems.values() for op in s.ops}
+    origin: dict[Instruction, Instruction] = {}  # shard value -> a candidate it derives from
+    problems: dict[Instruction, tuple[Instruction, str]] = {}
+    reductions: dict[Instruction, Instruction] = {}
+    exits: dict[Instruction, Instruction] = {}
+    tails: dict[Instruction, Instruction] = {}
+    for c, s in stems.items():
+        origin[s.end] = c
+        if s.end.shape.rank == 0:
+            problems[c] = (c, "its gradient is reshaped to a scalar")
+
+    for instr in comp.post_order():
+        if instr in origin or instr in stem_ops or instr.opcode is Opcode.ALL_REDUCE and instr in parent:
+            continue
+        shard_ops = [o for o in instr.operands if o in origin]
+        if not shard_ops:
+            continue
+        if instr.is_root and instr.opcode is Opcode.TUPLE:  # exits do not join components
+            for o in shard_ops:
+                exits[o] = origin[o]
+            continue
+        roots = {find(origin[o]) for o in shard_ops}
+        first = roots.pop()
+        for r in roots:
+            parent[r] = first
+        if (instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE) and instr.users
+                and all(u.is_root and u.opcode is Opcode.TUPLE for u in instr.users)):
+            tails[instr] = first  # a new weight reshaped on its way out: done on the full value
+            exits[instr.operands[0]] = first
+            continue
+        dims = shard_ops[0].shape.dims
+        if instr.opcode.is_elementwise and instr.shape.is_array and instr.shape.dims == dims:
+            bad = [o for o in instr.operands if o.shape.is_tuple or
+                   (o.shape.rank != 0 and o.shape.dims != dims)]
+            if bad:
+                problems.setdefault(first, (instr, f"%{instr.name} mixes the gradient with "
+                                                   f"%{bad[0].name} of another shape"))
+            origin[instr] = first
+            if instr.is_root:
+                exits[instr] = first
+            continue
+        if (instr.opcode is Opcode.REDUCE and len(instr.operands) == 2 and instr.shape.is_array
+                and instr.shape.rank == 0 and instr.operands[0] in origin):
+            kind = reduction_of(instr)
+            if kind is None or kind.opcode not in REDUCTION_IDENTITY:
+                problems.setdefault(first, (instr, f"%{instr.name} reduces the gradient with a computation "
+                                                   "that is not add/multiply/maximum/minimum"))
+            elif not _constant_equals(instr.operands[1], REDUCTION_IDENTITY[kind.opcode]):
+                problems.setdefault(first, (instr, f"%{instr.name} starts its reduction from a value that "
+                                                   "is not the identity (partial results would repeat it)"))
+            reductions[instr] = first
+            continue
+        what = ("a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
+                f"{instr.opcode.value} (not elementwise on the weight's shape)")
+        problems.setdefault(first, (instr, f"the reduced gradient has another user %{instr.name}: {what}"))
+
+    # Components.
+    by_root: dict[Instruction, Component] = {}
+    for c in candidates:
+        r = find(c)
+        comp_ = by_root.get(r)
+        if comp_ is None:
+            comp_ = by_root[r] = Component([], device_groups(c, module), stems[c].end.shape.dims)
+        comp_.stems.append(stems[c])
+        if device_groups(c, module) != comp_.groups:
+            comp_.decline(c, "its gradients are reduced over different device groups")
+        if stems[c].end.shape.dims != comp_.dims:
+            comp_.decline(c, "its gradients have different shapes")
+    for c, (instr, reason) in problems.items():
+        by_root[find(c)].decline(instr, reason)
+    for instr in comp.post_order():
+        if instr in origin and instr not in {s.end for s in stems.values()}:
+            by_root[find(origin[instr])].shard_values.append(instr)
+    for instr, c in reductions.items():
+        by_root[find(c)].reductions.append(instr)
+    for instr, c in exits.items():
+        by_root[find(c)].exits.append(instr)
+    for instr, c in tails.items():
+        by_root[find(c)].tails.append(instr)
+
+    components = list(by_root.values())
+    reduction_set = set(reductions)
+    for component in components:
+        if component.declined is None:
+            _plan_inputs(component, module, reduction_set, assume_replicated_parameters, origin)
+    return ComputationPlan(comp, components, skipped)
+
+
+def _plan_inputs(component: Component, module: Module, reductions: set[Instruction],
+                 assume_parameters: bool, origin: dict[Instruction, Instruction]) -> None:
+    """Sort the outside operands of the shard values into pulled and sliced ones and check
+    that everything the shards read is identical across the group."""
+    members = set(component.shard_values) | {s.end for s in component.stems}
+    dims = component.dims
+
+    def pullable(x: Instruction) -> bool:
+        return (x not in members and x not in origin and x.opcode.is_elementwise and x.shape.is_array
+                and x.shape.dims == dims and not x.has_side_effect
+                and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == dims) for o in x.operands))
+
+    # Largest set of elementwise outside expressions used only by the region (a fixpoint).
+    pulled: set[Instruction] = set()
+    work = [o for m in component.shard_values for o in m.operands]
+    while work:
+        x = work.pop()
+        if x in pulled or not pullable(x):
+            continue
+        pulled.add(x)
+        work.extend(x.operands)
+    changed = True
+    while changed:
+        changed = False
+        for x in list(pulled):
+            if x.is_root or any(u not in members and u not in pulled for u in x.users):
+                pulled.discard(x)
+                changed = True
+
+    sliced: dict[Instruction, None] = {}
+    need_replicated: dict[Instruction, None] = {}
+    for user in [*component.shard_values, *pulled]:
+        for o in user.operands:
+            if o in members or o in pulled:
+                continue
+            if o.shape.rank == 0:
+                need_replicated[o] = None
+            elif o.opcode is Opcode.BROADCAST and o.operands[0].shape.rank == 0:
+                need_replicated[o.operands[0]] = None
+            else:
+                need_replicated[o] = None
+                sliced[o] = None
+    replicated = Replication(module, component.groups, assume_parameters=assume_parameters,
+                             extra=reductions)
+    for instr in need_replicated:
+        if not replicated(instr):
+            component.decline(instr, f"%{instr.name} is not provably identical on every device of the "
+                                     "group (declare parameter_replication={true}, or use "
+                                     "assume-replicated-parameters)")
+            return
+    order = {instr: i for i, instr in enumerate(component.stems[0].all_reduce.parent.post_order())}
+    component.pulled = sorted(pulled, key=order.__getitem__)
+    component.sliced = list(sliced)
+    component.assumed = set(replicated.assumed)
