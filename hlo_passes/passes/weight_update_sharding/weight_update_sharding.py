@@ -178,13 +178,14 @@ class _Rewriter:
     def offset(self) -> Instruction:
         if self._offset is None:
             b = self.builder()
-            self._offset = b.multiply(self.index(), b.constant(self.chunk, S32))
+            index = self.index()
+            self._offset = index if self.chunk == 1 else b.multiply(index, b.constant(self.chunk, S32))
         return self._offset
 
     def formatted(self, b: Builder, value: Instruction) -> Instruction:
         """`value` (canonical shape) flattened and zero-padded to [padded]."""
         etype = value.shape.element_type
-        flat = b.reshape(value, ArrayShape(etype, (self.size,)))
+        flat = value if value.shape.dims == (self.size,) else b.reshape(value, ArrayShape(etype, (self.size,)))
         if self.padded == self.size:
             return flat
         zero = b.constant(0, etype)
@@ -286,7 +287,8 @@ class _Rewriter:
                 out = self.collective(b, Opcode.ALL_GATHER, full, shard, dimension=0)
                 if self.padded > self.size:
                     out = b.slice(out, (0,), (self.size,))
-                out = b.reshape(out, value.shape)
+                if out.shape.dims != value.shape.dims:
+                    out = b.reshape(out, value.shape)
             if value is root:
                 self.comp.root = out
                 continue
