@@ -153,7 +153,7 @@ def _with_default_layout(shape) -> str:
     if isinstance(shape, TupleShape):
         return "(" + ", ".join(_with_default_layout(e) for e in shape.elements) + ")"
     assert isinstance(shape, ArrayShape)
-    if shape.layout is None and shape.element_type.is_array:
+    if shape.layout is None and shape.element_type.is_array and shape.rank > 0:  # XLA rejects `f32[]{}`
         shape = ArrayShape(shape.element_type, shape.dims, shape.dynamic, Layout.default_for_rank(shape.rank),
                            shape.unbounded)
     return shape.to_hlo()
