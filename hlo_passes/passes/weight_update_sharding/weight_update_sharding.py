@@ -37,7 +37,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import ArrayShape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.pass_base import ModulePass, option
@@ -281,7 +281,7 @@ class _Rewriter:
             b = self.builder(value)
             shard = self.shard[value]
             if value in state_outputs:
-                out = b.reshape(shard, ArrayShape(value.shape.element_type, self.tile))
+                out = b.reshape(shard, self.tile_shape(value.shape.element_type))
             else:
                 full = ArrayShape(value.shape.element_type, (self.padded,))
                 out = self.collective(b, Opcode.ALL_GATHER, full, shard, dimension=0)
@@ -289,6 +289,8 @@ class _Rewriter:
                     out = b.slice(out, (0,), (self.size,))
                 if out.shape.dims != value.shape.dims:
                     out = b.reshape(out, value.shape)
+                else:
+                    out.shape = value.shape  # an instruction made here: keep the output's layout
             if value is root:
                 self.comp.root = out
                 continue
@@ -313,6 +315,9 @@ class _Rewriter:
             self._record_root_shardings(out_shardings)
 
     # ------------------------------------------------------ optimizer state --
+    def tile_shape(self, etype: PrimitiveType) -> ArrayShape:
+        return ArrayShape(etype, self.tile, layout=Layout.default_for_rank(len(self.tile)))
+
     def tile_sharding(self) -> Sharding:
         grid = np.arange(self.n).reshape((self.n,) + (1,) * (len(self.c.dims) - 1))
         return Sharding.tiled(grid)
@@ -366,7 +371,7 @@ class _Rewriter:
                 elements.append(Sharding.replicated())
         root.sharding = Sharding.tuple_of(elements)
         for p in self.state_params:
-            p.shape = ArrayShape(p.shape.element_type, self.tile)
+            p.shape = self.tile_shape(p.shape.element_type)
             p.sharding = self.tile_sharding()
 
     # ------------------------------------------------------------ cleanup --

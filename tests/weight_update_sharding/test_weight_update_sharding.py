@@ -1,0 +1,217 @@
+"""weight-update-sharding on real JAX data-parallel training steps (golden/corpus), each
+rewritten and compared with the original on 8 devices.
+
+Inputs are positive (floats in [0.1, 1)) so Adam's second moment has a real square root
+and every output is finite: a NaN would hide a wrong value.  Weights and optimizer state
+get the same input on every device (data parallelism); batches differ per device.
+"""
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hlo_passes import parse_module, print_module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.manager import structural_problems
+from hlo_passes.passes.registry import lookup
+from hlo_passes.passes.weight_update_sharding.weight_update_sharding import WeightUpdateSharding
+from hlo_passes.runtime import verify_equivalent
+from hlo_passes.runtime.per_device import as_replica_program, execute
+from hlo_passes.runtime.verify import _declared_replicated, run_single_device
+
+CORPUS = Path(__file__).resolve().parents[2] / "golden" / "corpus"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "weight-update-sharding"
+N = 8
+
+# MLP 16-32-10-6-5: per weight, elements per device = ceil(size / 8) (flattened, padded).
+MLP_CHUNKS = sorted(math.ceil(s / N) for s in (32, 10, 6, 5, 16 * 32, 32 * 10, 10 * 6, 6 * 5))
+
+
+def corpus(program: str, form: str) -> str:
+    return (CORPUS / program / f"{program}.{form}.hlo").read_text()
+
+
+def positive(shape, rng) -> np.ndarray:
+    dtype = shape.element_type.numpy_dtype()
+    if shape.element_type.is_float:
+        return rng.uniform(0.1, 1.0, shape.dims).astype(dtype)
+    return rng.integers(0, 5, shape.dims).astype(dtype)
+
+
+def rewrite(text: str, *, pipeline=(), **options):
+    module = parse_module(text)
+    for name in pipeline:
+        cls = lookup(name)
+        (cls(num_partitions=N) if name == "spmd-partition" else cls()).run(module)
+    wus = WeightUpdateSharding(**options)
+    changed = wus.run(module)
+    out = print_module(module)
+    assert not structural_problems(parse_module(out))
+    return out, changed, wus.remarks
+
+
+def collectives(text: str) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for instr in parse_module(text).all_instructions():
+        if instr.opcode in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER, Opcode.ALL_GATHER):
+            found.setdefault(instr.opcode.value, []).append(instr.shape.dims if instr.shape.is_array else None)
+    return found
+
+
+def assert_same_per_device(original: str, rewritten: str) -> None:
+    """Both per-device programs on 8 devices; parameters declared replicated on either side get
+    one input for all devices."""
+    a, b = parse_module(original), parse_module(rewritten)
+    rng = np.random.default_rng(0)
+    inputs = []
+    for pa, pb in zip(a.entry.parameters, b.entry.parameters):
+        same = _declared_replicated(pa) or _declared_replicated(pb)
+        arrays = [positive(pa.shape, rng) for _ in range(1 if same else N)]
+        inputs.append(arrays * N if same else arrays)
+    want, got = execute(original, inputs, N), execute(rewritten, inputs, N)
+    for device, (w_outs, g_outs) in enumerate(zip(want, got)):
+        assert len(w_outs) == len(g_outs)
+        for i, (w, g) in enumerate(zip(w_outs, g_outs)):
+            assert np.isfinite(w.astype(np.float64)).all(), f"output {i}: the test inputs give non-finite values"
+            np.testing.assert_allclose(g, w, rtol=3e-5, atol=1e-6, err_msg=f"device {device} output {i}")
+
+
+def assert_same_as_logical(original: str, rewritten: str) -> None:
+    """A logical (unpartitioned) original against a partitioned rewrite, on positive inputs."""
+    rng = np.random.default_rng(1)
+    inputs = [positive(p.shape, rng) for p in parse_module(original).entry.parameters]
+    want = run_single_device(parse_module(original), inputs)
+    assert all(np.isfinite(w.astype(np.float64)).all() for w in want)
+    report = verify_equivalent(original, rewritten, inputs=inputs, rtol=3e-5, atol=1e-6)
+    assert report.ok, report.format()
+
+
+# ----------------------------------------------- jit DP, XLA's partitioner --
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adamw_clip", "lamb"])
+def test_jit_data_parallel_xla_partitioned(optimizer):
+    original = corpus(f"train_dp_jit_{optimizer}_mlp", "xla_spmd")
+    out, changed, remarks = rewrite(original, assume_replicated_parameters=True)
+    assert changed and not [r for r in remarks if r.kind == "missed"]
+    found = collectives(out)
+    # every gradient is reduce-scattered (flattened, padded) and every new weight all-gathered
+    assert sorted(d[0] for d in found["reduce-scatter"]) == MLP_CHUNKS
+    outputs_per_weight = {"sgd": 1, "momentum": 2, "adam": 3, "adamw_clip": 3, "lamb": 3}[optimizer]
+    assert sorted(d[0] for d in found["all-gather"]) == sorted(c * N for c in MLP_CHUNKS * outputs_per_weight)
+    # all-reduces left are scalars: the loss, and norm partials (global for clipping, per weight for LAMB)
+    scalars = {"sgd": 1, "momentum": 1, "adam": 1, "adamw_clip": 1 + 8, "lamb": 1 + 8}[optimizer]
+    assert [d for d in found["all-reduce"] if d] == [] and len(found["all-reduce"]) == scalars
+    assert_same_per_device(original, out)
+
+
+def test_jit_transformer_xla_partitioned():
+    original = corpus("train_dp_jit_adamw_clip_transformer", "xla_spmd")
+    before = collectives(original)
+    out, changed, remarks = rewrite(original, assume_replicated_parameters=True)
+    assert changed and not [r for r in remarks if r.kind == "missed"]
+    gradients = [d for d in before["all-reduce"] if d]
+    assert len(collectives(out)["reduce-scatter"]) == len(gradients) == 12
+    assert_same_per_device(original, out)
+
+
+# ------------------------------------------------ jit DP, our partitioner --
+@pytest.mark.parametrize("program,keep_state", [
+    ("train_dp_jit_sgd_mlp", False), ("train_dp_jit_adam_mlp", False), ("train_dp_jit_adam_mlp", True),
+    ("train_dp_jit_lamb_mlp", True), ("train_dp_jit_adamw_clip_transformer", True)])
+def test_jit_data_parallel_ours(program, keep_state):
+    """spmd-partition's output carries logical shardings (params replicated: provably so);
+    with keep-state-sharded the state signature becomes tiles and still verifies against
+    the unpartitioned program."""
+    lowered = corpus(program, "lowered.gspmd")
+    pipeline = ("spmd-partition", "call-inliner")  # LAMB computes its norms in calls
+    out, changed, remarks = rewrite(lowered, pipeline=pipeline, keep_state_sharded=keep_state)
+    assert changed and not [r for r in remarks if r.kind == "missed"], [r.format() for r in remarks]
+    if keep_state:  # some state comes in and goes out as tiles; more tiled inputs than the batch
+        before = parse_module(corpus(program, "lowered.gspmd")).entry.parameters
+        entry = parse_module(out).entry
+        tiled_before = sum(1 for p in before if p.sharding is not None and p.sharding.is_tiled)
+        tiled_after = sum(1 for p in entry.parameters if p.sharding is not None and p.sharding.is_tiled)
+        assert tiled_after > tiled_before
+        assert sum(e.is_tiled for e in entry.root.sharding.elements) == tiled_after - tiled_before
+    assert_same_as_logical(lowered, out)
+
+
+def test_keep_state_sharded_signature():
+    """Adam on the MLP: mu and nu (16 tensors) come in and go out as [ceil(d0/8), ...] tiles."""
+    out, _, _ = rewrite(corpus("train_dp_jit_adam_mlp", "lowered.gspmd"), pipeline=("spmd-partition",),
+                        keep_state_sharded=True)
+    entry = parse_module(out).entry
+    state = [p for p in entry.parameters if "mu" in p.name or "nu" in p.name]
+    assert len(state) == 16
+    for p in state:
+        assert p.sharding.is_tiled and p.sharding.tile_dims[0] == N
+    shapes = sorted(p.shape.dims for p in state if "mu" in p.name)
+    assert shapes == sorted([(4,), (2,), (1,), (1,), (2, 32), (4, 10), (2, 6), (1, 5)])
+    weights = [p for p in entry.parameters if p.name.startswith("p")]
+    assert all(p.sharding.is_replicated for p in weights)
+
+
+# ------------------------------------------------- pmap: manual-region body --
+@pytest.mark.parametrize("program", ["train_dp_pmap_sgd_mlp", "train_dp_pmap_momentum_mlp",
+                                     "train_dp_pmap_adam_mlp", "train_dp_pmap_adamw_clip_mlp",
+                                     "train_dp_pmap_lamb_mlp", "train_dp_pmap_adam_transformer"])
+def test_pmap_data_parallel(program):
+    """XLA's per-device module of a pmap step: the update lives in the shard_map body (a call);
+    weights reach it through copies and the call's parameters."""
+    original = corpus(program, "xla_spmd")
+    out, changed, remarks = rewrite(original, assume_replicated_parameters=True)
+    assert changed and not [r for r in remarks if r.kind == "missed"]
+    assert all(r.computation != parse_module(original).entry.name for r in remarks)  # in the body
+    assert "parameter_replication={true}" in out
+    assert_same_per_device(original, out)
+
+
+def test_replica_style_program():
+    """The same pmap step as a `replica_count=8` program: shards are indexed by replica-id."""
+    original = as_replica_program(corpus("train_dp_pmap_adam_mlp", "xla_spmd"), N)
+    assert parse_module(original).replica_count == N
+    out, changed, _ = rewrite(original, assume_replicated_parameters=True)
+    assert changed and "replica-id()" in out and "partition-id()" not in out
+    assert sorted(d[0] for d in collectives(out)["reduce-scatter"]) == MLP_CHUNKS
+    assert_same_per_device(original, out)
+
+
+# ------------------------------------------------------------ declines --
+def test_unproven_replication_is_declined():
+    """XLA's partitioned module does not say the weights are replicated: without the
+    assumption nothing changes and every gradient gets a missed remark."""
+    original = corpus("train_dp_jit_sgd_mlp", "xla_spmd")
+    out, changed, remarks = rewrite(original)
+    assert not changed and out == print_module(parse_module(original))
+    missed = [r for r in remarks if r.kind == "missed"]
+    assert len(missed) == 8 and all("not provably identical" in r.message for r in missed)
+    assert all(r.source.startswith("golden/corpus/make_corpus.py:") for r in missed)
+
+
+def test_verification_needs_replicated_weights():
+    """The check can fail: the same rewrite compared with weights that differ per device
+    (parameter_replication dropped) mixes shards of different weights."""
+    original = corpus("train_dp_pmap_sgd_mlp", "xla_spmd")
+    out, _, _ = rewrite(original, assume_replicated_parameters=True)
+    stripped = out.replace(", parameter_replication={true}", "")
+    assert not verify_equivalent(original, stripped).ok
+    assert verify_equivalent(original, out).ok
+
+
+@pytest.mark.parametrize("case,words", [
+    ("decline_other_user", "another user %probe: dot"),
+    ("decline_not_replicated", "%w is not provably identical"),
+    ("decline_non_sum", "non-sum reduction (maximum)"),
+    ("decline_nonuniform_groups", "non-uniform replica groups"),
+    ("decline_row_norms", "a reduce over some dimensions"),
+])
+def test_decline_remarks(case, words):
+    text = (GOLDEN / f"{case}.hlo").read_text()
+    _, _, remarks = rewrite(text)
+    missed = [r for r in remarks if r.kind == "missed"]
+    assert len(missed) == 1 and words in missed[0].message, [r.format() for r in remarks]
+    assert missed[0].instruction in ("g",)
+    applied = Counter(r.kind for r in remarks)["applied"]
+    assert applied == (1 if case == "decline_row_norms" else 0)
