@@ -1,0 +1,151 @@
+"""weight-update-sharding before/after on the corpus's data-parallel training steps.
+
+Per program, side by side: per-device FLOPs of the step (hlo_passes.stats), bytes of
+optimizer state each device holds (ENTRY parameters that are optimizer state, from
+meta.json), bytes sent into collectives by kind, and the step's wall time on 8 virtual
+CPU devices (median of repeated runs; before and after compiled and timed in the same run).
+
+    .venv/bin/python benchmarks/weight_update_sharding.py [--repeats 30]
+
+The programs are tiny (an MLP 16-32-10-6-5 and a one-layer transformer), so wall time is
+dominated by collective latency on the CPU backend, not by the update's FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+from hlo_passes import parse_module, print_module  # noqa: E402
+from hlo_passes.passes.registry import lookup  # noqa: E402
+from hlo_passes.runtime.per_device import as_replica_program  # noqa: E402
+from hlo_passes.stats import module_stats  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[1] / "golden" / "corpus"
+N = 8
+
+# (label, program, input form, pass options + `then`: passes run after it)
+CASES = [
+    ("jit sgd mlp", "train_dp_jit_sgd_mlp", "ours", {}),
+    ("jit adam mlp", "train_dp_jit_adam_mlp", "ours", {}),
+    ("jit adam mlp keep-state", "train_dp_jit_adam_mlp", "ours", {"keep_state_sharded": True}),
+    ("jit adamw+clip mlp", "train_dp_jit_adamw_clip_mlp", "ours", {}),
+    ("jit lamb mlp keep-state", "train_dp_jit_lamb_mlp", "ours", {"keep_state_sharded": True}),
+    ("jit adamw+clip transformer keep-state", "train_dp_jit_adamw_clip_transformer", "ours",
+     {"keep_state_sharded": True}),
+    ("jit adamw+clip transformer (XLA spmd)", "train_dp_jit_adamw_clip_transformer", "xla",
+     {"assume_replicated_parameters": True}),
+    ("jit adam mlp keep-state + combiners", "train_dp_jit_adam_mlp", "ours",
+     {"keep_state_sharded": True, "then": ("reduce-scatter-combiner", "all-gather-combiner")}),
+    ("pmap adam mlp", "train_dp_pmap_adam_mlp", "xla", {"assume_replicated_parameters": True}),
+    ("pmap adam transformer", "train_dp_pmap_adam_transformer", "xla", {"assume_replicated_parameters": True}),
+]
+
+
+def prepare(program: str, form: str):
+    if form == "xla":
+        return parse_module((CORPUS / program / f"{program}.xla_spmd.hlo").read_text())
+    module = parse_module((CORPUS / program / f"{program}.lowered.gspmd.hlo").read_text())
+    lookup("spmd-partition")(num_partitions=N).run(module)
+    lookup("call-inliner")().run(module)
+    return module
+
+
+def state_parameters(program: str) -> list[int]:
+    meta = json.loads((CORPUS / program / "meta.json").read_text())
+    return [i for i, entry in enumerate(meta["input_shapes"]) if entry["path"].startswith("[1]")]
+
+
+def state_bytes(module, indices: list[int]) -> int:
+    params = module.entry.parameters
+    return sum(params[i].shape.byte_size() for i in indices)
+
+
+def compile_per_device(text: str):
+    import jax
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+
+    client = xla_bridge.get_backend("cpu")
+    hlo = xc.hlo.hlo_module_from_text(as_replica_program(text, N))
+    stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
+    options = xc.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions, build.use_spmd_partitioning = N, 1, False
+    build.device_assignment = xc.DeviceAssignment.create(np.arange(N).reshape(N, 1))
+    devices = client.devices()[:N]
+    exe = client.compile_and_load(stablehlo, xc.DeviceList(tuple(devices)), options)
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    rng = np.random.default_rng(0)
+    args = []
+    for p in parse_module(text).entry.parameters:
+        dtype = p.shape.element_type.numpy_dtype()
+        arr = (rng.uniform(0.1, 1, p.shape.dims) if p.shape.element_type.is_float
+               else rng.integers(0, 3, p.shape.dims)).astype(dtype)
+        args.append(jax.make_array_from_single_device_arrays(
+            arr.shape, everywhere, [jax.device_put(arr, d) for d in devices]))
+    return exe, args
+
+
+def median_ms(exe, args, repeats: int) -> float:
+    for _ in range(3):
+        [o.block_until_ready() for o in exe.execute_sharded(args).disassemble_into_single_device_arrays()[0]]
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        outs = exe.execute_sharded(args).disassemble_into_single_device_arrays()
+        for o in outs:
+            o[0].block_until_ready()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def fmt_collectives(stats) -> str:
+    short = {"all-reduce": "AR", "reduce-scatter": "RS", "all-gather": "AG"}
+    return " ".join(f"{short.get(k, k)}:{stats.collective_count[k]}x/{stats.collective_bytes[k]}B"
+                    for k in sorted(stats.collective_count))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args()
+    from hlo_passes.passes.weight_update_sharding.weight_update_sharding import WeightUpdateSharding
+
+    rows = []
+    for label, program, form, options in CASES:
+        before = prepare(program, form)
+        after = parse_module(print_module(before))
+        options = dict(options)
+        then = options.pop("then", ())
+        WeightUpdateSharding(**options).run(after)
+        for name in then:
+            lookup(name)().run(after)
+        indices = state_parameters(program)
+        sb, sa = module_stats(before), module_stats(after)
+        exe_b, args_b = compile_per_device(print_module(before))
+        exe_a, args_a = compile_per_device(print_module(after))
+        tb, ta = median_ms(exe_b, args_b, args.repeats), median_ms(exe_a, args_a, args.repeats)
+        rows.append((label, sb.flops, sa.flops, state_bytes(before, indices), state_bytes(after, indices),
+                     fmt_collectives(sb), fmt_collectives(sa), tb, ta))
+
+    print("| program | FLOPs/device before → after | optimizer state B/device before → after | "
+          "collectives before (count/bytes sent per device) | after | step ms before → after (ratio) |")
+    print("|---|---|---|---|---|---|")
+    for label, fb, fa, stb, sta, cb, ca, tb, ta in rows:
+        print(f"| {label} | {fb:,} → {fa:,} | {stb:,} → {sta:,} | {cb} | {ca} | "
+              f"{tb:.3f} → {ta:.3f} ({ta / tb:.2f}x) |")
+
+
+if __name__ == "__main__":
+    main()
