@@ -105,7 +105,9 @@ def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol=None, ato
     finite = ~(w_nan | g_nan | w_inf | g_inf)
     diff = np.where(finite, np.abs(w - g), 0.0)
     stats.max_abs = float(diff.max())
-    stats.max_rel = float((diff / np.maximum(np.abs(w), 1e-30) * finite).max())
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rel = np.where(finite, diff / np.maximum(np.abs(np.where(finite, w, 1.0)), 1e-30), 0.0)
+    stats.max_rel = float(rel.max())
     bad |= finite & (diff > atol + rtol * np.abs(w))
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
