@@ -143,5 +143,10 @@ def test_cli_exit_codes(tmp_path):
     broken.write_text(ORIGINAL.replace("dot(x, w)", "dot(x, q)"))
     usage = cli("verify", str(a), str(broken))
     assert usage.returncode == 2 and "'q' is not defined" in usage.stderr and "Traceback" not in usage.stderr
+    saved = tmp_path / "outs.npz"
+    assert cli("verify", str(a), str(bad), "--save-outputs", str(saved)).returncode == 1
+    data = np.load(saved)
+    assert data["expected_0"].shape == data["actual_0"].shape == (8, 4)
+    assert not np.allclose(data["expected_0"], data["actual_0"])
     run = cli("exec", str(a))
     assert run.returncode == 0 and run.stdout.startswith("output 0: float32[8, 4]")

@@ -20,6 +20,8 @@ def add_arguments(p) -> None:
     p.add_argument("--atol", type=float)
     p.add_argument("--inputs", metavar="F.npz", help="global inputs (arr_0, arr_1, ...) instead of random ones")
     p.add_argument("--save-inputs", metavar="F.npz")
+    p.add_argument("--save-outputs", metavar="F.npz",
+                   help="both modules' outputs (expected_N from ORIGINAL, actual_N from REWRITTEN)")
 
 
 def main(args) -> int:
@@ -47,4 +49,8 @@ def main(args) -> int:
         lines = [ln for ln in str(e).splitlines() if ln.strip()][:6]
         raise UserError("XLA could not compile or run a module:\n  " + "\n  ".join(lines)) from None
     print(report.format())
+    if args.save_outputs:
+        arrays = {f"expected_{i}": a for i, a in enumerate(report.expected)}
+        arrays.update({f"actual_{i}": a for i, a in enumerate(report.actual)})
+        np.savez(args.save_outputs, **arrays)
     return 0 if report.ok else 1

@@ -53,6 +53,9 @@ class VerificationReport:
     mode: str
     outputs: list[OutputStats] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # The compared values (global outputs), for --save-outputs; per-device runs keep device 0's.
+    expected: list[np.ndarray] = field(default_factory=list, repr=False)
+    actual: list[np.ndarray] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -273,6 +276,7 @@ def verify_equivalent(original, rewritten, *, num_devices: int | None = None, se
             a.entry.root.sharding if "sharding" in a.entry.root.attributes else _propagated_root_sharding(a))
         got = run_partitioned(b, inputs, param_shardings=shardings, root_sharding=root_sharding,
                               global_root_shape=a.entry.root.shape, report=report)
+    report.expected, report.actual = list(want), list(got)
     if len(want) != len(got):
         report.problems.append(f"{len(want)} outputs vs {len(got)}")
         return report
@@ -303,6 +307,7 @@ def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> V
                   for pa, pb in zip(a.entry.parameters, b.entry.parameters)]
     inputs = per_device_inputs(text_a, n, replicated=replicated, seed=seed)
     want, got = execute(text_a, inputs, n), execute(text_b, inputs, n)
+    report.expected, report.actual = list(want[0]), list(got[0])
     worst: dict[int, OutputStats] = {}
     for d, (w_outs, g_outs) in enumerate(zip(want, got)):
         if len(w_outs) != len(g_outs):
