@@ -6,7 +6,19 @@ dim, so each device gathers from its own columns with replicated indices.
          collapsed_slice_dims={0}, start_index_map={0}, slice_sizes={1,8}
   becomes  %g = f32[4,1] gather(f32[16,1] %x, %idx), ..., slice_sizes={1,1}   ({devices=[1,8]})
 
-Anything else (sharded indexed dims, batching dims) is replicated.
+Otherwise, when the result (or the indices) are tiled along the indices' batch dims,
+the gather is index-parallel: each device gathers its own rows of indices from the
+whole operand (tiled only on its batching dims, like the matching index dims).
+
+    %g = f32[16,8,16] gather(f32[10,16] %embed, s32[16,8,1] %ids {devices=[8,1,1]}),
+         offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2
+  becomes  %g = f32[2,8,16] gather(f32[10,16] %embed, s32[2,8,1] %ids)   ({devices=[8,1,1]})
+
+scatter mirrors it: updates and indices tiled along the index batch dims scatter
+locally; where those dims are not batching dims, every device scatters its updates
+into the reducer's identity, the partial results are all-reduced and combined with
+the operand (reducers that are one binary op: add, max, ...).  Anything else is
+replicated.
 """
 
 from __future__ import annotations
@@ -15,14 +27,52 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
+                                                       reducer_opcode, tile_map, to_sharding)
+
+
+def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[int]):
+    """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
+    `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
+    result, the scatter's updates) if it has one, else the indices' own.  Returns
+    (indices TileMap, index batch dims) or None when neither is tiled there."""
+    ivd = instr.attr("index_vector_dim")
+    batch = [d for d in range(indices.shape.rank) if d != ivd]
+    if len(batch) != len(out_batch):
+        return None
+    if not like.is_tuple:
+        out_tm = tile_map(like, out_rank, p.n).keep_dims(out_batch)
+        if out_tm.num_tiles > 1:
+            return out_tm.remap(indices.shape.rank, dict(zip(batch, out_batch))), batch
+    idx_tm = tile_map(p.value(indices).sharding, indices.shape.rank, p.n).keep_dims(batch)
+    return (idx_tm, batch) if idx_tm.num_tiles > 1 else None
+
+
+def _index_parallel_gather(p, instr) -> PValue | None:
+    operand, indices = instr.operands
+    offset_dims = set(instr.attr("offset_dims") or ())
+    out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
+    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch)
+    if found is None:
+        return None
+    idx_tm, batch = found
+    pos = {d: k for k, d in enumerate(batch)}
+    op_batching = instr.attr("operand_batching_dims") or ()
+    idx_batching = instr.attr("start_indices_batching_dims") or ()
+    op_tm = idx_tm.remap(operand.shape.rank, dict(zip(op_batching, idx_batching)))
+    out_tm = idx_tm.remap(instr.shape.rank, {out_batch[pos[d]]: d for d in batch})
+    x = p.operand_as(instr, 0, to_sharding(op_tm))
+    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
+    out = to_sharding(out_tm)
+    new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
+    return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
 @handles(Opcode.GATHER)
 def gather(p, instr) -> PValue:
     operand = instr.operands[0]
     if instr.attr("operand_batching_dims"):
-        return replicate(p, instr, "gather with batching dims")
+        return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
     dims = operand.shape.dims
     sizes = instr.attr("slice_sizes")
     collapsed = set(instr.attr("collapsed_slice_dims") or ())
@@ -32,10 +82,50 @@ def gather(p, instr) -> PValue:
     passthrough = {d: offset_dims[k] for k, d in enumerate(kept) if sizes[d] == dims[d] and d not in indexed}
     op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
     if op_tm.num_tiles == 1:
-        return replicate(p, instr, "gather operand not sharded on a passthrough dim")
+        return _index_parallel_gather(p, instr) or replicate(
+            p, instr, "gather operand not sharded on a passthrough dim and indices untiled")
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, Sharding.replicated())
     out = to_sharding(op_tm.remap(instr.shape.rank, {o: d for d, o in passthrough.items()}))
     new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
     new.set_attr("slice_sizes", tuple(x.shape.dims[d] if d in passthrough else s for d, s in enumerate(sizes)))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+
+
+@handles(Opcode.SCATTER)
+def scatter(p, instr) -> PValue:
+    if len(instr.operands) != 3:
+        return replicate(p, instr, "variadic scatter")
+    operand, indices, updates = instr.operands
+    window = set(instr.attr("update_window_dims") or ())
+    upd_scatter = [d for d in range(updates.shape.rank) if d not in window]
+    found = _index_batch_tiling(p, instr, indices, p.value(updates).sharding, updates.shape.rank, upd_scatter)
+    if found is None or instr.shape.is_tuple:
+        return replicate(p, instr, "scatter indices untiled")
+    idx_tm, batch = found
+    pos = {d: k for k, d in enumerate(batch)}
+    op_batching = instr.attr("input_batching_dims") or ()
+    idx_batching = instr.attr("scatter_indices_batching_dims") or ()
+    partial = [d for d in batch if idx_tm.dims[d] > 1 and d not in idx_batching]
+    opcode = reducer_opcode(instr.called["to_apply"])
+    if partial and opcode is None:
+        return replicate(p, instr, "scatter over tiled indices with a reducer that is not one binary op")
+    op_tm = idx_tm.remap(operand.shape.rank, dict(zip(op_batching, idx_batching)))
+    upd_tm = idx_tm.remap(updates.shape.rank, {upd_scatter[pos[d]]: d for d in batch})
+    out = to_sharding(op_tm)
+    x = p.operand_as(instr, 0, out)
+    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
+    upd = p.operand_as(instr, 2, to_sharding(upd_tm))
+    em = p.em
+    if not partial:  # every tiled index dim is a batching dim: independent local scatters
+        new = p.clone(instr, [x, idx, upd], local_shape(instr.shape, out))
+        return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+    etype = instr.shape.element_type
+    fill = identity_value(opcode, etype)
+    # padded (don't-care) updates of uneven index tiles must add nothing
+    upd = em.mask_padding(upd, upd_tm, tuple(updates.shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
+    base = em.broadcast_scalar(fill, etype, tuple(x.shape.dims))
+    local = p.clone(instr, [base, idx, upd], local_shape(instr.shape, out))
+    summed = em.all_reduce(local, groups_varying(idx_tm, partial), opcode)
+    combined = em.b().op(opcode, summed.shape, [x, summed])
+    return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
