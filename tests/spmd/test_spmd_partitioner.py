@@ -69,7 +69,8 @@ def test_sharded_corpus_program_verifies(program, form):
     module, out, remarks = partition(text, n)
     assert module.num_partitions == n
     if _has_manual_region(program):
-        ok, note = _spmd_quality().compare_with_xla(out, (CORPUS / program / f"{program}.xla_spmd.hlo").read_text(), n)
+        xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
+        ok, note = _spmd_quality().compare_with_xla(out, xla, n)
         assert ok, note
     else:
         report = verify_equivalent(text, out, num_devices=n)
@@ -86,7 +87,8 @@ def test_shard_map_2d_result_kept_in_its_annotated_sharding():
     program = "shard_map_collectives_2d"
     module, out, _ = partition((CORPUS / program / f"{program}.lowered.shardy.hlo").read_text())
     assert module.entry.root.sharding.element(2).is_replicated
-    ok, note = _spmd_quality().compare_with_xla(out, (CORPUS / program / f"{program}.xla_spmd.hlo").read_text(), 8)
+    xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
+    ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
     assert ok and "output 2" in note, note
 
 
