@@ -73,26 +73,11 @@ def compare_per_device(original: str, rewritten: str, *, num_devices: int,
 
 def random_inputs(text: str, num_devices: int, *, replicated: list[bool] | None = None,
                   seed: int = 0) -> list[list[np.ndarray]]:
-    """Per parameter, one array per device (floats in [-1, 1), small integers)."""
-    module = parse_module(text)
-    rng = np.random.default_rng(seed)
-    inputs = []
-    for number, shape in enumerate(module.entry.parameter_shapes()):
-        if shape.is_tuple:
-            raise ValueError(f"parameter {number}: tuple parameters are not supported")
-        dtype = shape.element_type.numpy_dtype()
-        same = replicated is not None and number < len(replicated) and replicated[number]
-        arrays = [_random(rng, dtype, shape.dims) for _ in range(1 if same else num_devices)]
-        inputs.append(arrays * num_devices if same else arrays)
-    return inputs
+    """`inputs[leaf][device]`: random inputs per device (see inputs.py for the values),
+    identical on every device for the parameters flagged in `replicated`."""
+    from hlo_passes.runtime.verify import per_device_inputs
 
-
-def _random(rng, dtype, dims) -> np.ndarray:
-    if np.issubdtype(dtype, np.floating) or dtype.kind == "V":  # ml_dtypes floats read as kind "V"
-        return rng.uniform(-1, 1, dims).astype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, dims).astype(bool)
-    return rng.integers(0, 5, dims).astype(dtype)
+    return per_device_inputs(parse_module(text), num_devices, replicated=replicated, seed=seed)
 
 
 def as_replica_program(text: str, num_devices: int) -> str:
@@ -120,35 +105,10 @@ def as_replica_program(text: str, num_devices: int) -> str:
 
 
 def execute(text: str, inputs: list[list[np.ndarray]], num_devices: int) -> list[list[np.ndarray]]:
-    """Outputs per device: result[device] = the flat list of that device's outputs."""
-    import jax
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client as xc
+    """Outputs per device: result[device] = the flat list of that device's outputs.
 
-    client = xla_bridge.get_backend("cpu")
-    hlo = xc.hlo.hlo_module_from_text(as_replica_program(text, num_devices))
-    stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
-    options = xc.CompileOptions()
-    build = options.executable_build_options
-    build.num_replicas = num_devices
-    build.num_partitions = 1
-    build.use_spmd_partitioning = False
-    build.device_assignment = xc.DeviceAssignment.create(np.arange(num_devices).reshape(num_devices, 1))
-    devices = client.devices()[:num_devices]
-    if len(devices) < num_devices:
-        raise RuntimeError(f"{num_devices} devices needed, {len(devices)} available "
-                           "(XLA_FLAGS=--xla_force_host_platform_device_count)")
-    exe = client.compile_and_load(stablehlo, xc.DeviceList(tuple(devices)), options)
-    # One "replicated" global array per parameter whose per-device buffers differ: the executable
-    # only reads each device's own buffer.
-    mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
-    everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    from hlo_passes.runtime.xla_backend import exact_dtypes
+    Runs the `replica_count=N` form of the program (see `as_replica_program`)."""
+    from hlo_passes.runtime import xla_backend
 
-    with exact_dtypes():
-        args = [jax.make_array_from_single_device_arrays(
-                    per_device[0].shape, everywhere,
-                    [jax.device_put(arr, devices[d]) for d, arr in enumerate(per_device)])
-                for per_device in inputs]
-    results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
-    return [[np.asarray(out[d]) for out in results] for d in range(num_devices)]
+    exe = xla_backend.compile_hlo(as_replica_program(text, num_devices), num_replicas=num_devices)
+    return exe.run(inputs)

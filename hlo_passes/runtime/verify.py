@@ -1,22 +1,36 @@
 """Numerical verification: run the original and the rewritten module on the same
-random inputs through XLA and compare.
+deterministic inputs through XLA and compare every output.
 
-How a module runs is read from the module itself:
+    report = verify_equivalent(original, rewritten)      # Module objects or HLO text
+    assert report.ok, report.format()
 
-* plain module (one partition, one replica, no collectives): on one device, with
-  any logical `sharding=` annotations and `Sharding` custom-calls removed (they
-  do not change what is computed);
-* per-device partitioned module (`num_partitions=N`, per-device shapes, the
-  logical sharding on every ENTRY parameter and on the ROOT — our
-  `spmd-partition` output): global inputs are sliced into per-device shards by
-  the parameter shardings (uneven shards zero-padded the way XLA pads them), the
-  program runs on N devices, and the global result is reassembled from the ROOT
-  sharding (replicated results: every device must agree).  A partitioned module
-  without shardings on its parameters (XLA's own SPMD output) takes them from
-  the unpartitioned module it is compared with;
-* per-device programs on both sides (replica-style `replica_count=N`, or
-  `num_partitions=N` without logical shardings): every device gets its own
-  inputs and outputs are compared device by device.
+How a module runs is read from the module itself (`num_partitions`,
+`replica_count`, the `sharding=` of its ENTRY parameters and ROOT):
+
+(a) global module (one partition, one replica): on one device; logical `sharding=`
+    annotations and `Sharding` custom-calls are dropped (they do not change what
+    is computed).
+(b) global module that cannot run on one device (manual regions, collectives) or
+    that `execute_module` is asked to run on N > 1 devices: XLA's own SPMD
+    partitioner on N devices, global arrays in, global arrays out.
+(c) per-device partitioned module (`num_partitions=N`, per-device shapes, the
+    logical sharding on every ENTRY parameter and the ROOT, as `spmd-partition`
+    writes it) compared with a global module: global inputs are sliced into
+    shards by the parameter shardings, the program runs on N devices with its
+    parameters and ROOT marked `sharding={manual}`, and the global result is
+    reassembled from the ROOT sharding (see partitioned.py).  A partitioned module
+    without shardings (XLA's own SPMD output) takes them from `param_shardings`/
+    `root_sharding`, else from the original's ENTRY parameters and ROOT; a result
+    sharding nobody wrote down is the one XLA's partitioner chooses for the
+    original (our sharding propagation's choice if XLA cannot compile it).
+(d) two per-device programs (replica-style `replica_count=N`, or partitioned):
+    every device gets its own inputs (identical for parameters declared
+    replicated) and outputs are compared device by device.
+
+Comparison rules and default tolerances are in compare.py; input values in
+inputs.py.  Limits: partially manual shardings (manual subgroups) cannot slice
+global inputs; per-device comparison needs both modules to have the same
+parameters; token parameters cannot be given inputs.
 """
 
 from __future__ import annotations
@@ -27,9 +41,17 @@ import numpy as np
 
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.ir.sharding import Sharding
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.printer import print_module
+from hlo_passes.runtime import inputs as _inputs
+from hlo_passes.runtime.compare import OutputStats, compare_arrays, default_tolerance
+from hlo_passes.runtime.partitioned import PartitionError
+
+# Kept importable from here: other modules use these names.
+random_array = _inputs.random_array
+__all__ = ["OutputStats", "VerificationError", "VerificationReport", "compare_arrays", "default_tolerance",
+           "execute_module", "verify_equivalent"]
 
 
 class VerificationError(Exception):
@@ -38,22 +60,17 @@ class VerificationError(Exception):
 
 # ----------------------------------------------------------------- report --
 @dataclass
-class OutputStats:
-    index: str
-    dtype: str
-    shape: tuple
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-    ok: bool = True
-    detail: str = ""
-
-
-@dataclass
 class VerificationReport:
+    """The outcome of `verify_equivalent`: per-output statistics and problems.
+
+    `expected`/`actual` hold the compared arrays (global outputs; device 0's
+    outputs for per-device comparisons), e.g. for `verify --save-outputs`.
+    """
+
     mode: str
     outputs: list[OutputStats] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    # The compared values (global outputs), for --save-outputs; per-device runs keep device 0's.
+    notes: list[str] = field(default_factory=list)
     expected: list[np.ndarray] = field(default_factory=list, repr=False)
     actual: list[np.ndarray] = field(default_factory=list, repr=False)
 
@@ -61,102 +78,45 @@ class VerificationReport:
     def ok(self) -> bool:
         return not self.problems and all(o.ok for o in self.outputs)
 
+    @property
+    def first_mismatch(self) -> OutputStats | None:
+        return next((o for o in self.outputs if not o.ok), None)
+
     def format(self) -> str:
         lines = [f"{'EQUIVALENT' if self.ok else 'MISMATCH'} ({self.mode})"]
         lines += [f"  {p}" for p in self.problems]
-        for o in self.outputs:
-            mark = "ok " if o.ok else "BAD"
-            lines.append(f"  {mark} output {o.index}: {o.dtype}{list(o.shape)} max abs {o.max_abs:.3g} "
-                         f"max rel {o.max_rel:.3g}" + (f" — {o.detail}" if o.detail else ""))
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  {o.format()}" for o in self.outputs]
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------ tolerances --
-def default_tolerance(dtype: np.dtype) -> tuple[float, float]:
-    """(rtol, atol) by element type: exact for integers and pred."""
-    name = np.dtype(dtype).name
-    if np.dtype(dtype).kind in "biu":
-        return 0.0, 0.0
-    if "float8" in name or "float4" in name:
-        return 0.25, 0.25
-    if name in ("bfloat16",):
-        return 2e-2, 2e-2
-    if name == "float16":
-        return 5e-3, 5e-3
-    if name in ("float64", "complex128"):
-        return 1e-9, 1e-9
-    return 1e-4, 1e-5
-
-
-def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol=None, atol=None) -> OutputStats:
-    stats = OutputStats(index, str(want.dtype), tuple(want.shape))
-    if want.shape != got.shape or want.dtype != got.dtype:
-        stats.ok = False
-        stats.detail = f"got {got.dtype}{list(got.shape)}"
-        return stats
-    if want.size == 0:
-        return stats
-    d_rtol, d_atol = default_tolerance(want.dtype)
-    rtol = d_rtol if rtol is None else rtol
-    atol = d_atol if atol is None else atol
-    kind = np.dtype(want.dtype).kind
-    w = want.astype(np.complex128 if kind == "c" else np.float64)
-    g = got.astype(np.complex128 if kind == "c" else np.float64)
-    w_nan, g_nan = np.isnan(w), np.isnan(g)
-    w_inf, g_inf = np.isinf(w), np.isinf(g)
-    bad = (w_nan != g_nan) | (w_inf != g_inf) | (w_inf & g_inf & (w != g))
-    finite = ~(w_nan | g_nan | w_inf | g_inf)
-    diff = np.where(finite, np.abs(w - g), 0.0)
-    stats.max_abs = float(diff.max())
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        rel = np.where(finite, diff / np.maximum(np.abs(np.where(finite, w, 1.0)), 1e-30), 0.0)
-    stats.max_rel = float(rel.max())
-    bad |= finite & (diff > atol + rtol * np.abs(w))
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        stats.ok = False
-        stats.detail = f"first mismatch at {list(where)}: expected {w[where]}, got {g[where]}"
-    return stats
-
-
-# ---------------------------------------------------------------- inputs --
-def random_array(rng: np.random.Generator, shape) -> np.ndarray:
-    """Deterministic inputs that keep tolerances meaningful: floats in [-1, 1), small ints."""
-    etype = shape.element_type
-    dtype = etype.numpy_dtype()
-    dims = shape.dims
-    if etype.is_complex:
-        return (rng.uniform(-1, 1, dims) + 1j * rng.uniform(-1, 1, dims)).astype(dtype)
-    if etype.is_float:
-        return rng.uniform(-1, 1, dims).astype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, dims).astype(bool)
-    high = 2 if etype.bit_width <= 2 else 5
-    return rng.integers(0, high, dims).astype(dtype)
-
-
-def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inputs = []
-    for p in module.entry.parameters:
-        if p.shape.is_tuple:
-            raise VerificationError(f"parameter {p.name}: tuple-shaped parameters are not supported")
-        inputs.append(random_array(rng, p.shape))
-    return inputs
-
-
-# ----------------------------------------------------------------- modes --
+# ------------------------------------------------------------ module kinds --
 def _module(m: Module | str) -> Module:
+    """A private copy: verification never mutates the caller's module."""
     return parse_module(m) if isinstance(m, str) else parse_module(print_module(m))
 
 
-def _has_collectives(module: Module) -> bool:
-    return any(i.opcode.is_collective or i.opcode in (Opcode.PARTITION_ID, Opcode.REPLICA_ID)
-               for i in module.all_instructions())
-
-
 def is_per_device(module: Module) -> bool:
+    """Per-device programs: partitioned (`num_partitions>1`) or replica-style (`replica_count>1`)."""
     return module.num_partitions > 1 or module.replica_count > 1
+
+
+def _has_sharding(instr) -> bool:
+    return "sharding" in instr.attributes and instr.sharding is not None
+
+
+def needs_devices(module: Module) -> bool:
+    """A global module that cannot run on one device: collectives or manual regions."""
+    for i in module.all_instructions():
+        if i.opcode.is_collective or i.opcode in (Opcode.PARTITION_ID, Opcode.REPLICA_ID):
+            return True
+        if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (
+                "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
+                "xla.sdy.LocalToGlobalShape"):
+            return True
+        if _has_sharding(i) and i.sharding.is_manual:
+            return True
+    return False
 
 
 def strip_shardings(module: Module) -> Module:
@@ -166,8 +126,11 @@ def strip_shardings(module: Module) -> Module:
             if instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in (
                     "Sharding", "xla.sdy.FuncResultSharding"):
                 instr.replace_all_uses_with(instr.operands[0])
-                if not instr.users and instr is not comp.root:
+                if comp.root is instr:
+                    comp.root = instr.operands[0]
+                if not instr.users:
                     comp.remove(instr)
+                continue
             instr.remove_attr("sharding")
     for key in ("num_partitions", "allow_spmd_sharding_propagation_to_parameters",
                 "allow_spmd_sharding_propagation_to_output"):
@@ -175,119 +138,87 @@ def strip_shardings(module: Module) -> Module:
     return module
 
 
-def run_single_device(module: Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def _device_count_of_shardings(module: Module) -> int:
+    best = 1
+    for i in module.all_instructions():
+        if _has_sharding(i):
+            s = i.sharding
+            for leaf in (s.elements if s.is_tuple else (s,)):
+                if leaf.num_devices:
+                    best = max(best, max(leaf.devices) + 1)
+                elif leaf.kind.value == "maximal" and leaf.device is not None:
+                    best = max(best, leaf.device + 1)
+    return best
+
+
+# ------------------------------------------------------------------ runs --
+def run_single_device(module: Module, inputs: list[np.ndarray], platform: str | None = None) -> list[np.ndarray]:
+    """Mode (a): a global module without collectives on one device."""
     from hlo_passes.runtime import xla_backend
 
-    if _has_collectives(module) or any(
-            i.sharding is not None and i.sharding.is_manual for i in module.all_instructions()
-            if "sharding" in i.attributes):
-        raise VerificationError("an unpartitioned module with collectives or manual regions cannot run "
-                                "on one device; compare per-device programs instead")
-    return xla_backend.run_single(print_module(strip_shardings(_module(module))), inputs)
+    if needs_devices(module):
+        raise VerificationError("a global module with collectives or manual regions cannot run on one "
+                                "device; run it on several (num_devices) or compare per-device programs")
+    return xla_backend.run_single(print_module(strip_shardings(_module(module))), inputs, platform)
 
 
-def _shard(array: np.ndarray, sharding: Sharding | None, device: int) -> np.ndarray:
-    if sharding is None or sharding.kind in (ShardingKind.REPLICATED, ShardingKind.MAXIMAL):
-        return array
-    if sharding.kind is not ShardingKind.TILED:
-        raise VerificationError(f"cannot slice a global input by a {sharding.kind.value} sharding")
-    dims = array.shape
-    sizes = sharding.tile_shape(dims)
-    offsets = sharding.tile_offset(device, dims)
-    tile = np.zeros(sizes, dtype=array.dtype)
-    src = tuple(slice(o, min(o + s, d)) for o, s, d in zip(offsets, sizes, dims))
-    dst = tuple(slice(0, max(0, min(o + s, d) - o)) for o, s, d in zip(offsets, sizes, dims))
-    tile[dst] = array[src]
-    return tile
+def _run_global(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
+    """Mode (a), or (b) when the module needs several devices."""
+    from hlo_passes.runtime.partitioned import run_xla_spmd
 
-
-def _assemble(index: str, per_device: list[np.ndarray], sharding: Sharding | None, global_shape,
-              report: VerificationReport) -> np.ndarray:
-    if sharding is None or sharding.kind in (ShardingKind.REPLICATED, ShardingKind.MAXIMAL):
-        first = per_device[0]
-        for d, arr in enumerate(per_device[1:], 1):
-            if arr.shape != first.shape or not np.array_equal(arr, first, equal_nan=True):
-                report.problems.append(f"output {index} should be replicated but device {d} differs "
-                                       "from device 0")
-                break
-        return first
-    if sharding.kind is not ShardingKind.TILED:
-        raise VerificationError(f"cannot reassemble output {index} from a {sharding.kind.value} sharding")
-    dims = tuple(global_shape.dims)
-    out = np.zeros(dims, dtype=per_device[0].dtype)
-    for d, tile in enumerate(per_device):
-        if d >= sharding.num_devices:
-            break
-        offsets = sharding.tile_offset(d, dims)
-        dst = tuple(slice(o, min(o + s, n)) for o, s, n in zip(offsets, tile.shape, dims))
-        src = tuple(slice(0, max(0, min(o + s, n) - o)) for o, s, n in zip(offsets, tile.shape, dims))
-        out[dst] = tile[src]
-    return out
+    if not needs_devices(module):
+        return run_single_device(module, inputs, platform)
+    n = num_devices or _device_count_of_shardings(module)
+    outputs, problems, _ = run_xla_spmd(module, inputs, n, platform)
+    report.problems += problems
+    report.notes.append(f"original partitioned by XLA's SPMD partitioner on {n} devices")
+    return outputs
 
 
 def run_partitioned(module: Module, global_inputs: list[np.ndarray], *, param_shardings=None,
-                    root_sharding=None, global_root_shape=None, report=None) -> list[np.ndarray]:
-    """Run a per-device partitioned module on global inputs; return global outputs."""
-    from hlo_passes.runtime.per_device import execute
+                    root_sharding=None, global_root_shape=None, report=None, platform=None) -> list[np.ndarray]:
+    """Mode (c): a per-device partitioned module on global inputs; global outputs."""
+    from hlo_passes.runtime.partitioned import run_global_partitioned
 
-    n = module.num_partitions
-    params = module.entry.parameters
-    shardings = param_shardings or [p.sharding for p in params]
-    per_param = [[_shard(x, s, d) for d in range(n)] for x, s in zip(global_inputs, shardings)]
-    per_device_outputs = execute(print_module(module), per_param, n)
-    root = module.entry.root
-    rs = root_sharding if root_sharding is not None else root.sharding
-    gshape = global_root_shape
-    if gshape is None:
+    if global_root_shape is None:
         raise VerificationError("the global result shape is unknown")
-    leaves = gshape.leaves() if gshape.is_tuple else [gshape]
-    outs = []
-    report = report if report is not None else VerificationReport("partitioned")
-    for i, leaf in enumerate(leaves):
-        s = rs.element(i) if rs is not None and rs.is_tuple else rs
-        outs.append(_assemble(str(i), [dev[i] for dev in per_device_outputs], s, leaf, report))
-    return outs
+    shardings = param_shardings or [p.sharding if _has_sharding(p) else None for p in module.entry.parameters]
+    rs = root_sharding if root_sharding is not None else (
+        module.entry.root.sharding if _has_sharding(module.entry.root) else None)
+    outputs, problems, run = run_global_partitioned(
+        module, global_inputs, param_shardings=shardings, root_sharding=rs,
+        global_root_shape=global_root_shape, platform=platform)
+    if report is not None:
+        report.problems += problems
+        report.notes += run.notes
+    return outputs
 
 
-def verify_equivalent(original, rewritten, *, num_devices: int | None = None, seed: int = 0,
-                      rtol: float | None = None, atol: float | None = None,
-                      inputs: list[np.ndarray] | None = None) -> VerificationReport:
-    """Run both modules on the same random inputs and compare every output."""
-    a, b = _module(original), _module(rewritten)
-    a_dev, b_dev = is_per_device(a), is_per_device(b)
-    if a_dev and b_dev:
-        return _verify_per_device(a, b, num_devices, seed, rtol, atol)
-    if a_dev and not b_dev:
-        report = verify_equivalent(b, a, num_devices=num_devices, seed=seed, rtol=rtol, atol=atol,
-                                   inputs=inputs)
-        return report
-    inputs = inputs if inputs is not None else random_inputs(a, seed)
-    want = run_single_device(a, inputs)
-    if not b_dev:
-        report = VerificationReport("single device")
-        got = run_single_device(b, inputs)
-    else:
-        report = VerificationReport(f"partitioned on {b.num_partitions} devices")
-        a_params = a.entry.parameters
-        shardings = [p.sharding if "sharding" in p.attributes else
-                     (ap.sharding if "sharding" in ap.attributes else None)
-                     for p, ap in zip(b.entry.parameters, a_params)]
-        root_sharding = b.entry.root.sharding if "sharding" in b.entry.root.attributes else (
-            a.entry.root.sharding if "sharding" in a.entry.root.attributes else _propagated_root_sharding(a))
-        got = run_partitioned(b, inputs, param_shardings=shardings, root_sharding=root_sharding,
-                              global_root_shape=a.entry.root.shape, report=report)
-    report.expected, report.actual = list(want), list(got)
-    if len(want) != len(got):
-        report.problems.append(f"{len(want)} outputs vs {len(got)}")
-        return report
-    for i, (w, g) in enumerate(zip(want, got)):
-        report.outputs.append(compare_arrays(str(i), w, g, rtol, atol))
-    return report
+def _xla_root_sharding(original: Module, n: int, rewritten: Module, platform) -> Sharding | None:
+    """The result sharding XLA's partitioner chooses for the original on n devices (None if
+    XLA cannot compile it)."""
+    from hlo_passes.parse.attribute_reader import reader_for
+    from hlo_passes.runtime import xla_backend
+
+    copy = _module(original)
+    copy.num_partitions = n
+    allow = rewritten.attributes.get("allow_spmd_sharding_propagation_to_output")
+    flags = tuple(rewritten.header_attr("allow_spmd_sharding_propagation_to_output") or ()) if allow else (True,)
+    try:
+        exe = xla_backend.compile_hlo(print_module(copy), num_partitions=n, spmd=True, platform=platform,
+                                      propagate_to_output=flags)
+        texts = exe.output_shardings()
+    except Exception:
+        return None
+    if not texts:
+        return None
+    read = reader_for("sharding")
+    leaves = [read(t if t.startswith("{") else "{" + t + "}") for t in texts]
+    return Sharding.tuple_of(leaves) if original.entry.root.shape.is_tuple else leaves[0]
 
 
 def _propagated_root_sharding(module: Module) -> Sharding | None:
-    """The result sharding a partitioner picks when the program leaves it open (XLA does not
-    print it): our sharding propagation's choice on a copy of the unpartitioned module."""
+    """Our sharding propagation's choice for the result of the unpartitioned module."""
     from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
 
     copy = _module(module)
@@ -295,28 +226,112 @@ def _propagated_root_sharding(module: Module) -> Sharding | None:
     return copy.entry.root.sharding
 
 
-def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> VerificationReport:
-    from hlo_passes.runtime.per_device import execute
-    from hlo_passes.runtime.per_device import random_inputs as per_device_inputs
+# ------------------------------------------------------------- public API --
+def verify_equivalent(original, rewritten, *, num_devices: int | None = None, seed: int = 0,
+                      rtol: float | None = None, atol: float | None = None,
+                      inputs: list[np.ndarray] | None = None, platform: str | None = None,
+                      param_shardings: list[Sharding | None] | None = None,
+                      root_sharding: Sharding | None = None) -> VerificationReport:
+    """Run both modules on the same inputs and compare every output (see the module docstring).
 
-    n = num_devices or max(a.num_partitions, a.replica_count)
+    `inputs`: one global array per flattened ENTRY parameter leaf (per-device comparisons:
+    arrays with a leading device axis).  `param_shardings`/`root_sharding`: the logical
+    shardings of a partitioned module that does not print them.  Raises VerificationError
+    when the modules cannot be run or compared; XLA's compile errors propagate.
+    """
+    from hlo_passes.runtime import xla_backend
+
+    a, b = _module(original), _module(rewritten)
+    n_needed = max(num_devices or 1, a.num_partitions * a.replica_count, b.num_partitions * b.replica_count)
+    xla_backend.ensure_devices(n_needed, platform)
+    try:
+        if is_per_device(a) and is_per_device(b):
+            return _verify_per_device(a, b, num_devices, seed, rtol, atol, inputs, platform)
+        if is_per_device(a):
+            raise VerificationError("ORIGINAL is a per-device program and REWRITTEN a global module; "
+                                    "pass the global module as ORIGINAL")
+        if inputs is None:
+            inputs = _inputs.random_inputs(a, seed)
+        else:
+            inputs = _inputs.check_inputs(a, list(inputs))
+        if not is_per_device(b):
+            report = VerificationReport("single device" if not (needs_devices(a) or needs_devices(b))
+                                        else "XLA-partitioned")
+            want = _run_global(a, inputs, num_devices, platform, report)
+            got = _run_global(b, inputs, num_devices, platform, report)
+        else:
+            n = b.num_partitions * b.replica_count
+            report = VerificationReport(f"partitioned on {n} devices")
+            want = _run_global(a, inputs, n, platform, report)
+            got = _run_rewritten_partitioned(a, b, inputs, n, param_shardings, root_sharding, report, platform)
+    except (PartitionError, _inputs.InputError) as e:
+        raise VerificationError(str(e)) from None
+    return _compare(report, want, got, rtol, atol)
+
+
+def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings, root_sharding, report,
+                               platform) -> list[np.ndarray]:
+    if param_shardings is None:
+        param_shardings = [pb.sharding if _has_sharding(pb) else (pa.sharding if _has_sharding(pa) else None)
+                           for pb, pa in zip(b.entry.parameters, a.entry.parameters)]
+    if root_sharding is None:
+        if _has_sharding(b.entry.root):
+            root_sharding = b.entry.root.sharding
+        elif _has_sharding(a.entry.root):
+            root_sharding = a.entry.root.sharding
+        else:
+            root_sharding = _xla_root_sharding(a, n, b, platform)
+            source = "XLA's partitioner"
+            if root_sharding is None:
+                root_sharding = _propagated_root_sharding(a)
+                source = "our sharding propagation"
+            report.notes.append(f"result sharding {_hlo(root_sharding)} from {source}")
+    return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
+                           global_root_shape=a.entry.root.shape, report=report, platform=platform)
+
+
+def _hlo(s: Sharding | None) -> str:
+    return s.to_hlo() if s is not None else "{replicated}"
+
+
+def _compare(report: VerificationReport, want, got, rtol, atol) -> VerificationReport:
+    report.expected, report.actual = list(want), list(got)
+    if len(want) != len(got):
+        report.problems.append(f"{len(want)} outputs expected, {len(got)} produced")
+        return report
+    for i, (w, g) in enumerate(zip(want, got)):
+        report.outputs.append(compare_arrays(str(i), w, g, rtol, atol))
+    return report
+
+
+def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol, inputs,
+                       platform) -> VerificationReport:
+    from hlo_passes.runtime.partitioned import run_per_device_program
+
+    n = num_devices or max(a.num_partitions * a.replica_count, b.num_partitions * b.replica_count)
     report = VerificationReport(f"per-device on {n} devices")
-    text_a, text_b = print_module(a), print_module(b)
-    # Parameters either side declares identical on every device get the same input everywhere.
     replicated = [_declared_replicated(pa) or _declared_replicated(pb)
                   for pa, pb in zip(a.entry.parameters, b.entry.parameters)]
-    inputs = per_device_inputs(text_a, n, replicated=replicated, seed=seed)
-    want, got = execute(text_a, inputs, n), execute(text_b, inputs, n)
+    if inputs is None:
+        args = per_device_inputs(a, n, replicated=replicated, seed=seed)
+    else:
+        stacked = [np.asarray(x) for x in inputs]
+        if any(x.ndim == 0 or x.shape[0] != n for x in stacked):
+            raise VerificationError(f"per-device inputs need a leading axis of {n} devices")
+        args = [[x[d] for d in range(n)] for x in stacked]
+        args = [list(col) for col in zip(*[_inputs.check_inputs(a, [arg[d] for arg in args]) for d in range(n)])]
+    run_a = run_per_device_program(a, args, n, platform)
+    run_b = run_per_device_program(b, args, n, platform)
+    report.notes += run_a.notes + run_b.notes
+    want, got = run_a.outputs, run_b.outputs
     report.expected, report.actual = list(want[0]), list(got[0])
     worst: dict[int, OutputStats] = {}
     for d, (w_outs, g_outs) in enumerate(zip(want, got)):
         if len(w_outs) != len(g_outs):
-            report.problems.append(f"device {d}: {len(w_outs)} outputs vs {len(g_outs)}")
-            continue
+            report.problems.append(f"device {d}: {len(w_outs)} outputs expected, {len(g_outs)} produced")
+            break
         for i, (w, g) in enumerate(zip(w_outs, g_outs)):
-            stats = compare_arrays(str(i), w, g, rtol, atol)
-            if not stats.ok:
-                stats.detail = f"device {d}: {stats.detail}"
+            stats = compare_arrays(f"{i} (device {d})", w, g, rtol, atol)
             best = worst.get(i)
             if best is None or (best.ok and not stats.ok) or (best.ok == stats.ok and stats.max_abs > best.max_abs):
                 worst[i] = stats
@@ -324,19 +339,93 @@ def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol) -> V
     return report
 
 
+def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None = None,
+                      seed: int = 0) -> list[list[np.ndarray]]:
+    """`args[leaf][device]`: random inputs per device, identical on every device for the
+    parameters flagged in `replicated` (one flag per ENTRY parameter)."""
+    rng = np.random.default_rng(seed)
+    positive = _inputs.positive_parameters(module)
+    flags = []
+    for number, p in enumerate(module.entry.parameters):
+        same = bool(replicated and number < len(replicated) and replicated[number])
+        flags += [same] * len(p.shape.leaves())
+    args = []
+    for (label, shape), same in zip(_inputs.parameter_leaves(module), flags):
+        pos = label.split("{")[0] in positive
+        arrays = [_inputs.random_array(rng, shape, positive=pos) for _ in range(1 if same else n)]
+        args.append(arrays * n if same else arrays)
+    return args
+
+
 def _declared_replicated(param) -> bool:
     """`parameter_replication={true}` (every leaf) or a replicated `sharding=` on a parameter."""
     flags = param.attr("parameter_replication") if "parameter_replication" in param.attributes else None
     if flags:
         return all(flags)
-    return "sharding" in param.attributes and param.sharding is not None and param.sharding.is_replicated
+    return _has_sharding(param) and param.sharding.is_replicated
 
 
-def execute_module(module, inputs: list[np.ndarray] | None = None, *, seed: int = 0) -> list[np.ndarray]:
-    """Global outputs of one module (plain, or partitioned with logical shardings)."""
-    m = _module(module)
-    inputs = inputs if inputs is not None else random_inputs(m, seed)
-    if is_per_device(m):
-        raise VerificationError("a per-device program has no single global result; use `verify` "
-                                "against its unpartitioned module")
-    return run_single_device(m, inputs)
+def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
+    """Global inputs: one array per flattened ENTRY parameter leaf (see inputs.py)."""
+    return _inputs.random_inputs(module, seed)
+
+
+def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_devices: int | None = None,
+                   seed: int = 0, platform: str | None = None) -> list[np.ndarray]:
+    """Global outputs of one module.
+
+    A global module runs on one device (mode a), or through XLA's SPMD partitioner when
+    `num_devices` > 1 or it needs several devices (mode b); a partitioned module with
+    logical shardings on its ENTRY parameters and ROOT runs on its devices with global
+    inputs (mode c).  Per-device programs without logical shardings have no global result:
+    VerificationError.
+    """
+    from hlo_passes.runtime import xla_backend
+    from hlo_passes.runtime.partitioned import run_xla_spmd
+
+    m = _module(module_or_text)
+    try:
+        if is_per_device(m):
+            entry = m.entry
+            if m.replica_count > 1 or not all(_has_sharding(p) for p in entry.parameters) \
+                    or not _has_sharding(entry.root):
+                raise VerificationError("a per-device program without logical shardings on its ENTRY "
+                                        "parameters and ROOT has no global result; `verify` it against "
+                                        "its unpartitioned module")
+            n = m.num_partitions
+            xla_backend.ensure_devices(n, platform)
+            shapes = [_global_shape(p.shape, p.sharding) for p in entry.parameters]
+            leaves = [leaf for s in shapes for leaf in s.leaves()]
+            if inputs is None:
+                rng = np.random.default_rng(seed)
+                inputs = [_inputs.random_array(rng, leaf) for leaf in leaves]
+            report = VerificationReport("partitioned")
+            outs = run_partitioned(m, list(inputs), root_sharding=entry.root.sharding,
+                                   global_root_shape=_global_shape(entry.root.shape, entry.root.sharding),
+                                   report=report, platform=platform)
+            if report.problems:
+                raise VerificationError("; ".join(report.problems))
+            return outs
+        inputs = _inputs.random_inputs(m, seed) if inputs is None else _inputs.check_inputs(m, list(inputs))
+        if (num_devices or 1) > 1 or needs_devices(m):
+            n = num_devices or _device_count_of_shardings(m)
+            xla_backend.ensure_devices(n, platform)
+            outs, problems, _ = run_xla_spmd(m, inputs, n, platform)
+            if problems:
+                raise VerificationError("; ".join(problems))
+            return outs
+        return run_single_device(m, inputs, platform)
+    except (PartitionError, _inputs.InputError) as e:
+        raise VerificationError(str(e)) from None
+
+
+def _global_shape(shape, sharding: Sharding):
+    """The global shape of a per-device shape under `sharding` (tiles × tile dims; uneven
+    dims cannot be recovered and are reported as their padded size)."""
+    from hlo_passes.ir.shape import TupleShape
+
+    if shape.is_tuple:
+        return TupleShape(tuple(_global_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
+    if sharding is None or not sharding.is_tiled:
+        return shape
+    return shape.with_dims([d * t for d, t in zip(shape.dims, sharding.data_tile_dims)])

@@ -1,68 +1,272 @@
 """Compiling and running HLO text through JAX's XLA backend.
 
-jaxlib's private APIs are used here, in hlo_proto.py and in per_device.py only;
-they are tested with jax/jaxlib 0.12.0.1.
+This is the one module of hlo-passes that touches jaxlib's private APIs
+(`jax._src.lib.xla_client`, `jax._src.xla_bridge`, `jax._src.compiler`).  They
+change between releases without notice; hlo-passes is tested with
+jax/jaxlib 0.12.0.1 and raises `BackendUnavailable` naming that version when an
+API it needs is missing.
+
+    ensure_devices(8)                                    # before JAX starts: 8 virtual CPU devices
+    exe = compile_hlo(text, num_partitions=4, spmd=True) # cached per (text, options)
+    outs = exe.run(per_device_args)                      # outs[device][output]
+
+`per_device_args[p][d]` is parameter p's buffer on device d (tuple-shaped
+parameters already flattened into their leaves, the way PJRT passes them).
+How global arrays become per-device buffers (slicing by shardings) is the
+caller's business, see `partitioned.py`.
+
+Compiled executables are cached within the process, keyed by the module text
+and every compile option, so verifying many rewrites of one original compiles
+the original once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
 PINNED = "jax/jaxlib 0.12.0.1"
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 
-def ensure_devices(n: int) -> None:
-    """Ask for n virtual CPU devices if JAX has not started yet; explain when it has."""
-    flag = f"--xla_force_host_platform_device_count={max(n, 8)}"
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = (flags + " " + flag).strip()
-    import jax
-
-    have = len(jax.devices("cpu"))
-    if have < n:
-        raise RuntimeError(f"{n} CPU devices needed but JAX started with {have}; set "
-                           f"XLA_FLAGS={flag} before JAX is first used")
+class BackendUnavailable(RuntimeError):
+    """jaxlib's private XLA APIs are missing or changed, or the devices asked for are unavailable."""
 
 
-def _client():
+# ------------------------------------------------------------ private APIs --
+@dataclass(frozen=True)
+class _Api:
+    jax: object
+    xc: object          # jax._src.lib.xla_client
+    xla_bridge: object  # jax._src.xla_bridge
+    compiler: object    # jax._src.compiler
+
+
+_api_cache: list[_Api] = []
+
+
+def _api() -> _Api:
+    """jaxlib's private APIs, checked once; BackendUnavailable names the pinned version."""
+    if _api_cache:
+        return _api_cache[0]
     try:
-        from jax._src import xla_bridge
+        import jax
+        from jax._src import compiler, xla_bridge
         from jax._src.lib import xla_client as xc
-    except ImportError as e:  # pragma: no cover - depends on the installed jaxlib
-        raise RuntimeError(f"jaxlib's private XLA APIs are missing ({e}); hlo-passes needs {PINNED}") from e
-    return xla_bridge, xc
+    except ImportError as e:
+        raise BackendUnavailable(f"cannot import jax's XLA internals ({e}); hlo-passes needs {PINNED}") from e
+    needed = {
+        "xla_client.hlo.hlo_module_from_text": lambda: xc.hlo.hlo_module_from_text,
+        "xla_client.hlo.HloModule.from_serialized_hlo_module_proto":
+            lambda: xc.hlo.HloModule.from_serialized_hlo_module_proto,
+        "xla_client._xla.mlir.hlo_to_stablehlo": lambda: xc._xla.mlir.hlo_to_stablehlo,
+        "xla_client.DeviceList": lambda: xc.DeviceList,
+        "xla_client.DeviceAssignment.create": lambda: xc.DeviceAssignment.create,
+        "xla_client.HloSharding.from_proto": lambda: xc.HloSharding.from_proto,
+        "compiler.get_compile_options": lambda: compiler.get_compile_options,
+        "xla_bridge.get_backend": lambda: xla_bridge.get_backend,
+    }
+    missing = []
+    for name, get in needed.items():
+        try:
+            get()
+        except AttributeError:
+            missing.append(name)
+    if missing:
+        raise BackendUnavailable(f"jax {jax.__version__} lacks {', '.join(missing)}; hlo-passes' runtime "
+                                 f"uses jaxlib's private APIs and is tested with {PINNED}")
+    _api_cache.append(_Api(jax, xc, xla_bridge, compiler))
+    return _api_cache[0]
+
+
+def _jax_started() -> bool:
+    """Has JAX created its backends (after which XLA_FLAGS is no longer read)?"""
+    import sys
+
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(bridge is not None and getattr(bridge, "_backends", None))
+
+
+def ensure_devices(n: int, platform: str | None = None) -> None:
+    """Make sure `n` devices of `platform` (default CPU) exist.
+
+    On CPU, before JAX starts, this asks for max(n, 8) virtual devices through
+    XLA_FLAGS; once JAX has started with fewer, it explains how to restart.
+    """
+    platform = platform or "cpu"
+    if platform == "cpu" and not _jax_started():
+        flags = os.environ.get("XLA_FLAGS", "")
+        if _DEVICE_FLAG not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={max(n, 8)}".strip()
+    api = _api()
+    try:
+        have = len(api.jax.devices(platform))
+    except RuntimeError as e:
+        raise BackendUnavailable(f"no {platform} backend: {str(e).splitlines()[0]}") from None
+    if have < n:
+        hint = (f"start the process with XLA_FLAGS={_DEVICE_FLAG}={n} (it is read once, when JAX first "
+                "creates its CPU client, so it must be set before anything uses jax)"
+                if platform == "cpu" else f"run on a machine with {n} {platform} devices")
+        raise BackendUnavailable(f"{n} {platform} devices needed but JAX has {have}; {hint}")
+
+
+def devices(n: int, platform: str | None = None) -> list:
+    ensure_devices(n, platform)
+    return list(_api().jax.devices(platform or "cpu"))[:n]
 
 
 def exact_dtypes():
     """A context in which 64-bit inputs are not narrowed to 32 bits by JAX."""
-    from jax._src import config
-
+    try:
+        from jax._src import config
+    except ImportError:  # pragma: no cover - depends on the installed jax
+        return contextlib.nullcontext()
     return config.enable_x64(True)
 
 
-_cache: dict[str, object] = {}
+# -------------------------------------------------------------- HLO protos --
+def text_to_proto(text: str) -> bytes:
+    """A serialized HloModuleProto from HLO text; XLA's parser raises on text it rejects."""
+    return _api().xc.hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
 
 
-def run_single(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Compile `text` for one CPU device (cached per text) and run it on `inputs`."""
-    import jax
+def proto_to_text(proto: bytes) -> str:
+    """XLA's text for a serialized HloModuleProto."""
+    return _api().xc.hlo.HloModule.from_serialized_hlo_module_proto(proto).to_string()
 
-    xla_bridge, xc = _client()
-    exe = _cache.get(text)
-    client = xla_bridge.get_backend("cpu")
-    if exe is None:
-        hlo = xc.hlo.hlo_module_from_text(text)
-        stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
-        options = xc.CompileOptions()
-        options.executable_build_options.num_replicas = 1
-        options.executable_build_options.num_partitions = 1
-        exe = client.compile_and_load(stablehlo, xc.DeviceList((client.devices()[0],)), options)
-        _cache[text] = exe
-    device = client.devices()[0]
-    with exact_dtypes():
-        args = [jax.device_put(x, device) for x in inputs]
-    results = exe.execute_sharded(args).disassemble_into_single_device_arrays()
-    return [np.asarray(r[0]) for r in results]
+
+def canonical_text(text: str) -> str:
+    """XLA's own print of `text` (its parser, then its printer; module config kept)."""
+    return _api().xc.hlo.hlo_module_from_text(text).to_string()
+
+
+def proto_parameter_replicated(proto: bytes) -> list[bool] | None:
+    """Per entry parameter: was it replicated before SPMD partitioning (`spmd_parameters_shardings`)?"""
+    xc = _api().xc
+    module = xc.hlo.HloModule.from_serialized_hlo_module_proto(proto)
+    shardings = module.spmd_parameters_shardings
+    if not shardings:
+        return None
+    return [xc.HloSharding.from_proto(s).is_replicated() for s in shardings]
+
+
+# ------------------------------------------------------------- executables --
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a module is compiled: replicas × partitions devices, through the SPMD partitioner or not."""
+
+    num_replicas: int = 1
+    num_partitions: int = 1
+    spmd: bool = False  # run XLA's SPMD partitioner (needed for num_partitions > 1)
+    platform: str = "cpu"
+    # XLA may choose the sharding of output i when propagate_to_output[i] (one entry: all outputs)
+    propagate_to_output: tuple[bool, ...] = ()
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_replicas * self.num_partitions
+
+
+class Executable:
+    """A compiled module and the devices it runs on."""
+
+    def __init__(self, loaded, devices: list, options: CompileOptions):
+        self._loaded = loaded
+        self.devices = devices
+        self.options = options
+
+    def parameter_shardings(self) -> list[str] | None:
+        """XLA's sharding of each (flattened) parameter as HLO text, after SPMD propagation."""
+        return self._shardings(self._loaded.get_parameter_shardings())
+
+    def output_shardings(self) -> list[str] | None:
+        """XLA's sharding of each (flattened) output as HLO text, after SPMD propagation."""
+        return self._shardings(self._loaded.get_output_shardings())
+
+    def _shardings(self, protos) -> list[str] | None:
+        if protos is None:
+            return None
+        xc = _api().xc
+        return [xc.HloSharding.from_proto(p).to_string() for p in protos]
+
+    def run(self, args: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        """Run on per-device buffers (`args[param][device]`); return `outputs[device][output]`."""
+        jax = _api().jax
+        n = len(self.devices)
+        for p, per_device in enumerate(args):
+            if len(per_device) != n:
+                raise ValueError(f"parameter {p}: {len(per_device)} buffers for {n} devices")
+        mesh = jax.sharding.Mesh(np.array(self.devices), ("devices",))
+        # A "replicated" global array whose per-device buffers differ: the executable reads only
+        # each device's own buffer, so any per-device values can be passed this way.
+        everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        with exact_dtypes():
+            arrays = [jax.make_array_from_single_device_arrays(
+                          per_device[0].shape, everywhere,
+                          [jax.device_put(np.asarray(x), d) for x, d in zip(per_device, self.devices)])
+                      for per_device in args]
+            results = self._loaded.execute_sharded(arrays).disassemble_into_single_device_arrays()
+            return [[np.asarray(out[d]) for out in results] for d in range(n)]
+
+
+_executables: dict[tuple[str, CompileOptions], Executable] = {}
+
+
+def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, spmd: bool = False,
+                platform: str | None = None, propagate_to_output: tuple[bool, ...] = ()) -> Executable:
+    """Compile HLO text for num_replicas × num_partitions devices (cached per text and options).
+
+    XLA's own errors (parse, verifier, partitioner) propagate as the exception XLA raised.
+    """
+    options = CompileOptions(num_replicas, num_partitions, spmd, platform or "cpu", tuple(propagate_to_output))
+    key = (text, options)
+    exe = _executables.get(key)
+    if exe is not None:
+        return exe
+    api = _api()
+    devs = devices(options.num_devices, options.platform)
+    xc = api.xc
+    hlo = xc.hlo.hlo_module_from_text(text)
+    stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
+    compile_options = api.compiler.get_compile_options(num_replicas=num_replicas,
+                                                       num_partitions=num_partitions)
+    build = compile_options.executable_build_options
+    build.use_spmd_partitioning = spmd
+    # HLO text carries GSPMD shardings; XLA's Shardy import aborts the process (a CHECK, not an
+    # exception) on some of them, so the GSPMD partitioner is used.
+    build.use_shardy_partitioner = False
+    if options.propagate_to_output:
+        build.allow_spmd_sharding_propagation_to_output = list(options.propagate_to_output)
+    build.device_assignment = xc.DeviceAssignment.create(
+        np.arange(options.num_devices).reshape(num_replicas, num_partitions))
+    backend = api.xla_bridge.get_backend(options.platform)
+    loaded = backend.compile_and_load(stablehlo, xc.DeviceList(tuple(devs)), compile_options)
+    exe = Executable(loaded, devs, options)
+    _executables[key] = exe
+    return exe
+
+
+def clear_cache() -> None:
+    _executables.clear()
+
+
+def run_single(text: str, inputs: list[np.ndarray], platform: str | None = None) -> list[np.ndarray]:
+    """Compile `text` for one device (cached) and run it on `inputs` (flattened parameters)."""
+    exe = compile_hlo(text, platform=platform)
+    return exe.run([[x] for x in inputs])[0]
+
+
+def xla_error_lines(error: BaseException, limit: int = 8) -> list[str]:
+    """The useful lines of an XLA error: no stack traces, source-location trailers or blank lines."""
+    lines = []
+    for line in str(error).splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith(("***", "=== Source Location", "external/", "Suspected Python")):
+            break
+        lines.append(s)
+    return lines[:limit] or [type(error).__name__]

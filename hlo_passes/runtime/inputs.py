@@ -1,0 +1,152 @@
+"""Deterministic inputs for a module's ENTRY parameters, and .npz files of arrays.
+
+Inputs are flat: one array per *leaf* of the ENTRY parameters, in parameter
+order, a tuple-shaped parameter contributing its leaves depth-first (the way
+PJRT passes tuple parameters).  Values are chosen so that tolerances stay
+meaningful and nothing overflows:
+
+    floats, complex      uniform in [-1, 1) (real and imaginary parts)
+    ... feeding log, sqrt, rsqrt, power (base) or the divisor of a divide
+                         uniform in [0.5, 1.5)
+    f8e8m0fnu            powers of two in [2^-2, 2^2] (the type has no sign and no zero)
+    signed/unsigned int  integers in [0, 5) ([0, 2) for 2-bit types)
+    pred                 True/False
+
+    inputs = random_inputs(module, seed=0)
+    save_npz("in.npz", inputs)                 # arr_0, arr_1, ...
+    inputs = load_npz("in.npz", module)        # checked against the parameters, dtypes restored
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.types import PrimitiveType
+
+
+class InputError(ValueError):
+    """Inputs that do not fit the module's parameters."""
+
+
+# Ops through which "this value must be positive" is passed back to the producer unchanged.
+_VALUE_PRESERVING = {Opcode.CONVERT, Opcode.BROADCAST, Opcode.RESHAPE, Opcode.COPY, Opcode.TRANSPOSE,
+                     Opcode.SLICE, Opcode.BITCAST, Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE,
+                     Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.REVERSE, Opcode.PAD}
+# (opcode, operand index) pairs whose operand should be positive.
+_NEEDS_POSITIVE = {(Opcode.LOG, 0), (Opcode.SQRT, 0), (Opcode.RSQRT, 0), (Opcode.POWER, 0),
+                   (Opcode.DIVIDE, 1)}
+
+
+def parameter_leaves(module: Module) -> list[tuple[str, ArrayShape]]:
+    """(label, shape) of every flattened ENTRY parameter leaf: `p`, or `p{1,0}` inside tuples."""
+    leaves: list[tuple[str, ArrayShape]] = []
+
+    def walk(label, shape, path):
+        if shape.is_tuple:
+            for i, element in enumerate(shape.elements):
+                walk(label, element, path + (i,))
+        else:
+            leaves.append((label + ("{" + ",".join(map(str, path)) + "}" if path else ""), shape))
+
+    for p in module.entry.parameters:
+        walk(p.name, p.shape, ())
+    return leaves
+
+
+def positive_parameters(module: Module) -> set[str]:
+    """Names of ENTRY parameters whose values reach log/sqrt/rsqrt/power/divisor operands
+    through value-preserving ops only (reshape, broadcast, convert, slice, ...)."""
+    positive: set[str] = set()
+    for p in module.entry.parameters:
+        stack, seen = [p], set()
+        while stack:
+            instr = stack.pop()
+            if id(instr) in seen:
+                continue
+            seen.add(id(instr))
+            for user in instr.users:
+                if any((user.opcode, i) in _NEEDS_POSITIVE for i, op in enumerate(user.operands) if op is instr):
+                    positive.add(p.name)
+                    stack.clear()
+                    break
+                if user.opcode in _VALUE_PRESERVING:
+                    stack.append(user)
+    return positive
+
+
+def random_array(rng: np.random.Generator, shape: ArrayShape, *, positive: bool = False) -> np.ndarray:
+    """One deterministic array of `shape` (see the module docstring for the value ranges)."""
+    etype = shape.element_type
+    if not etype.is_array:
+        raise InputError(f"cannot make inputs of type {etype.value}")
+    dtype = etype.numpy_dtype()
+    dims = tuple(shape.dims)
+    low, high = (0.5, 1.5) if positive else (-1.0, 1.0)
+    if etype is PrimitiveType.F8E8M0FNU:
+        return np.exp2(rng.integers(-2, 3, dims)).astype(dtype)
+    if etype.is_complex:
+        return (rng.uniform(low, high, dims) + 1j * rng.uniform(low, high, dims)).astype(dtype)
+    if etype.is_float:
+        return rng.uniform(low, high, dims).astype(dtype)
+    if etype is PrimitiveType.PRED:
+        return rng.integers(0, 2, dims).astype(bool)
+    top = 2 if etype.bit_width <= 2 else 5
+    return rng.integers(1 if positive else 0, top, dims).astype(dtype)
+
+
+def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
+    """One array per flattened ENTRY parameter leaf, deterministic in `seed`."""
+    rng = np.random.default_rng(seed)
+    positive = positive_parameters(module)
+    return [random_array(rng, shape, positive=label.split("{")[0] in positive)
+            for label, shape in parameter_leaves(module)]
+
+
+def check_inputs(module: Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """`inputs` as the module's leaves need them: count and shape checked, dtypes cast
+    (an .npz file stores bf16/f8 as raw bytes; they are reinterpreted, not converted)."""
+    leaves = parameter_leaves(module)
+    if len(inputs) != len(leaves):
+        raise InputError(f"{len(inputs)} input arrays for {len(leaves)} parameter leaves "
+                         f"({', '.join(label for label, _ in leaves) or 'none'})")
+    out = []
+    for (label, shape), array in zip(leaves, inputs):
+        array = np.asarray(array)
+        dtype = shape.element_type.numpy_dtype()
+        if tuple(array.shape) != tuple(shape.dims):
+            raise InputError(f"input for parameter {label}: shape {list(array.shape)}, "
+                             f"expected {shape.to_hlo(with_layout=False)}")
+        if array.dtype != dtype:
+            if array.dtype.kind == "V" and array.dtype.itemsize == dtype.itemsize:
+                array = array.view(dtype)
+            else:
+                array = array.astype(dtype)
+        out.append(array)
+    return out
+
+
+def save_npz(path: str | Path, arrays: list[np.ndarray] | dict[str, np.ndarray]) -> None:
+    """Write arrays to .npz: a list as arr_0, arr_1, ... (np.load order), a dict by its keys."""
+    if isinstance(arrays, dict):
+        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()})
+    else:
+        np.savez(path, *[np.asarray(a) for a in arrays])
+
+
+def load_npz(path: str | Path, module: Module | None = None) -> list[np.ndarray]:
+    """Arrays arr_0, arr_1, ... of an .npz file (or every array in file order when not so named);
+    checked against `module`'s parameter leaves when given."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            names = list(data.files)
+            numbered = [f"arr_{i}" for i in range(len(names))]
+            order = numbered if set(numbered) == set(names) else names
+            arrays = [data[k] for k in order]
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read arrays ({e})") from None
+    return check_inputs(module, arrays) if module is not None else arrays

@@ -1,0 +1,264 @@
+"""Running multi-device modules: global arrays ⇄ per-device shards, and the three ways a
+multi-device module runs on N devices.
+
+* `run_per_device_program(module, args, n)` — a per-device (already partitioned)
+  program: `args[leaf][device]` in, `outputs[device][leaf]` out.  The program is
+  rewritten on the IR so that every ENTRY parameter and the ROOT carry
+  `sharding={manual}` (all other `sharding=` annotations dropped) and compiled with
+  `num_partitions=N` through XLA's SPMD partitioner, which leaves manual code alone;
+  XLA itself then interprets channel ids, replica groups and partition-id.
+  XLA's manual mode rejects variadic all-reduces, so those are first split into one
+  all-reduce per operand (same groups, fresh channel ids) — the same computation.
+  Replica-style programs (`replica_count=N`, one partition) compile as they are with
+  `num_replicas=N`.  A program XLA still rejects in manual mode (a partitioner
+  limitation, not an error in the program) runs as the equivalent `replica_count=N`
+  program (`per_device.as_replica_program`), and the result says so.
+* `run_global_partitioned(module, inputs, ...)` — mode (c): global inputs are sliced
+  into per-device shards by the parameter shardings (`Sharding.tile_shape`/
+  `tile_offset`: tile = ceil(dim / tiles), zero padding past the end, the way XLA pads
+  uneven shards), run with `run_per_device_program`, and each output is reassembled
+  from the ROOT sharding (tuple roots per element).  Every device holding the same
+  tile (replicated results, `last_tile_dim_replicate`) must hold the same values.
+* `run_xla_spmd(module, inputs, n)` — mode (b): a module with logical `sharding=`
+  annotations and global shapes, partitioned by XLA's own SPMD partitioner; the
+  parameter and output shardings XLA settled on are read back from the executable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.printer import print_module
+
+
+class PartitionError(ValueError):
+    """A sharding that cannot slice or reassemble a global array."""
+
+
+# ------------------------------------------------------ shards of arrays --
+def _whole(sharding: Sharding | None) -> bool:
+    return sharding is None or sharding.kind in (ShardingKind.REPLICATED, ShardingKind.MAXIMAL,
+                                                 ShardingKind.UNKNOWN) or sharding.is_replicated
+
+
+def shard_array(array: np.ndarray, sharding: Sharding | None, device: int) -> np.ndarray:
+    """Device `device`'s tile of a global array (zero-padded past the end of uneven dims)."""
+    if _whole(sharding):
+        return array
+    if sharding.kind is not ShardingKind.TILED or any(k.value != "replicated" for k in sharding.subgroups):
+        raise PartitionError(f"cannot slice a global array by {sharding.to_hlo()}")
+    dims = tuple(array.shape)
+    sizes = sharding.tile_shape(dims)
+    offsets = sharding.tile_offset(device, dims)
+    tile = np.zeros(sizes, dtype=array.dtype)
+    src = tuple(slice(min(o, d), min(o + s, d)) for o, s, d in zip(offsets, sizes, dims))
+    dst = tuple(slice(0, max(0, min(o + s, d) - o)) for o, s, d in zip(offsets, sizes, dims))
+    tile[dst] = array[src]
+    return tile
+
+
+def assemble_array(per_device: list[np.ndarray], sharding: Sharding | None,
+                   global_dims: tuple[int, ...]) -> tuple[np.ndarray, str | None]:
+    """The global array from every device's tile, and a problem when devices holding the same
+    tile (replicas) disagree."""
+    if _whole(sharding):
+        first = per_device[0]
+        for d, arr in enumerate(per_device[1:], 1):
+            if arr.shape != first.shape or not np.array_equal(arr, first, equal_nan=True):
+                return first, f"should be replicated but device {d} differs from device 0"
+        return first, None
+    if sharding.kind is not ShardingKind.TILED or any(k.value != "replicated" for k in sharding.subgroups):
+        raise PartitionError(f"cannot reassemble a global array from {sharding.to_hlo()}")
+    dims = tuple(global_dims)
+    out = np.zeros(dims, dtype=per_device[0].dtype)
+    holder: dict[tuple[int, ...], int] = {}
+    problem = None
+    for d in range(min(len(per_device), sharding.num_devices)):
+        tile = per_device[d]
+        expected = sharding.tile_shape(dims)
+        if tuple(tile.shape) != expected:
+            raise PartitionError(f"device {d} holds a {list(tile.shape)} tile; the sharding "
+                                 f"{sharding.to_hlo()} of {list(dims)} gives {list(expected)}")
+        index = sharding.tile_index(d)
+        offsets = sharding.tile_offset(d, dims)
+        dst = tuple(slice(min(o, n), min(o + s, n)) for o, s, n in zip(offsets, tile.shape, dims))
+        src = tuple(slice(0, max(0, min(o + s, n) - o)) for o, s, n in zip(offsets, tile.shape, dims))
+        if index in holder:
+            if problem is None and not np.array_equal(out[dst], tile[src], equal_nan=True):
+                problem = f"devices {holder[index]} and {d} hold tile {list(index)} with different values"
+            continue
+        holder[index] = d
+        out[dst] = tile[src]
+    return out, problem
+
+
+def leaf_shardings(sharding: Sharding | None, shape: Shape) -> list[Sharding | None]:
+    """One sharding per leaf of `shape` (a non-tuple sharding applies to every leaf)."""
+    leaves = shape.leaves()
+    if sharding is not None and sharding.is_tuple:
+        if len(sharding.elements) != len(leaves):
+            raise PartitionError(f"tuple sharding with {len(sharding.elements)} elements for "
+                                 f"{len(leaves)} leaves")
+        return list(sharding.elements)
+    return [sharding] * len(leaves)
+
+
+# ------------------------------------------------------- manual programs --
+def _split_variadic_all_reduces(module: Module) -> None:
+    from hlo_passes.ir.builder import Builder, next_channel_id
+
+    channel = next_channel_id(module)
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode is not Opcode.ALL_REDUCE or len(instr.operands) < 2:
+                continue
+            b = Builder(comp, before=instr)
+            parts = []
+            for operand in instr.operands:
+                part = b.op(Opcode.ALL_REDUCE, operand.shape, [operand], name=instr.name,
+                            called=dict(instr.called))
+                for key, slot in instr.attributes.items():
+                    part.attributes[key] = slot
+                if "channel_id" in instr.attributes:
+                    part.set_attr("channel_id", channel)
+                    channel += 1
+                parts.append(part)
+            comp.replace(instr, b.tuple(parts))
+
+
+def manual_program(module: Module, num_partitions: int) -> str:
+    """Text of a per-device program with its ENTRY parameters and ROOT marked manual.
+
+    Mesh-form replica groups (`mesh['x'=4,'y'=2] {'x':(2)2}`) are spelled out as explicit
+    groups: XLA's verifier misreads sub-axis groups when it parses them back."""
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+
+    copy = parse_module(print_module(module))
+    for instr in copy.all_instructions():
+        instr.remove_attr("sharding")
+        if "replica_groups" in instr.attributes:
+            groups = instr.attr("replica_groups")
+            if groups is not None and groups.mesh_spelling:
+                instr.set_attr("replica_groups", ReplicaGroups.explicit(groups.groups))
+    entry = copy.entry
+    for p in entry.parameters:
+        p.sharding = _manual_like(p.shape)
+    entry.root.sharding = _manual_like(entry.root.shape)
+    _split_variadic_all_reduces(copy)
+    copy.num_partitions = num_partitions
+    for key in ("allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output"):
+        copy.attributes.pop(key, None)
+    return print_module(copy)
+
+
+def _manual_like(shape: Shape) -> Sharding:
+    if shape.is_tuple:
+        return Sharding.tuple_of([_manual_like(e) for e in shape.elements])
+    return Sharding.manual()
+
+
+@dataclass
+class DeviceRun:
+    """Outputs of a per-device run: `outputs[device][leaf]`, and how it ran."""
+
+    outputs: list[list[np.ndarray]]
+    how: str
+    notes: list[str] = field(default_factory=list)
+
+
+def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_devices: int,
+                           platform: str | None = None) -> DeviceRun:
+    """Run a per-device program on `num_devices` devices (see the module docstring)."""
+    from hlo_passes.runtime import xla_backend
+    from hlo_passes.runtime.per_device import as_replica_program
+
+    replicas, partitions = module.replica_count, module.num_partitions
+    if partitions == 1:  # replica-style: XLA runs it as it is
+        text = print_module(module)
+        exe = xla_backend.compile_hlo(text, num_replicas=num_devices, platform=platform)
+        return DeviceRun(exe.run(args), f"{num_devices} replicas")
+    if replicas * partitions != num_devices and replicas > 1:
+        raise PartitionError(f"{replicas} replicas × {partitions} partitions do not make {num_devices} devices")
+    parts = num_devices // max(replicas, 1)
+    try:
+        exe = xla_backend.compile_hlo(manual_program(module, parts), num_replicas=max(replicas, 1),
+                                      num_partitions=parts, spmd=True, platform=platform)
+        return DeviceRun(exe.run(args), f"{parts} partitions (manual)")
+    except Exception as manual_error:  # XLA's partitioner rejects some manual code; see the docstring
+        try:
+            text = as_replica_program(print_module(module), num_devices)
+            exe = xla_backend.compile_hlo(text, num_replicas=num_devices, platform=platform)
+        except Exception:
+            raise manual_error from None
+        first = xla_backend.xla_error_lines(manual_error, 1)[0]
+        return DeviceRun(exe.run(args), f"{num_devices} devices as a replica program",
+                         [f"XLA rejected the manual program ({first}); ran it as a replica program"])
+
+
+def run_global_partitioned(module: Module, leaf_inputs: list[np.ndarray], *,
+                           param_shardings: list[Sharding | None], root_sharding: Sharding | None,
+                           global_root_shape: Shape, num_devices: int | None = None,
+                           platform: str | None = None) -> tuple[list[np.ndarray], list[str], DeviceRun]:
+    """Mode (c): global leaf inputs → shards → per-device program → global outputs.
+
+    `param_shardings` has one entry per ENTRY parameter (tuple shardings for tuple
+    parameters); `leaf_inputs` one global array per parameter leaf.  Returns the global
+    outputs, problems (disagreeing replicas) and the run (how it ran, notes).
+    """
+    n = num_devices or module.num_partitions * module.replica_count
+    per_leaf_sharding: list[Sharding | None] = []
+    for p, s in zip(module.entry.parameters, param_shardings):
+        per_leaf_sharding += leaf_shardings(s, p.shape)
+    if len(per_leaf_sharding) != len(leaf_inputs):
+        raise PartitionError(f"{len(leaf_inputs)} inputs for {len(per_leaf_sharding)} parameter leaves")
+    args = [[shard_array(x, s, d) for d in range(n)] for x, s in zip(leaf_inputs, per_leaf_sharding)]
+    run = run_per_device_program(module, args, n, platform)
+    leaves = global_root_shape.leaves()
+    shardings = leaf_shardings(root_sharding, global_root_shape)
+    outputs, problems = [], []
+    for i, (leaf, s) in enumerate(zip(leaves, shardings)):
+        array, problem = assemble_array([dev[i] for dev in run.outputs], s, tuple(leaf.dims))
+        if problem:
+            problems.append(f"output {i} {problem}")
+        outputs.append(array)
+    return outputs, problems, run
+
+
+def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,
+                 platform: str | None = None) -> tuple[list[np.ndarray], list[str], list[Sharding]]:
+    """Mode (b): XLA's SPMD partitioner on a module with logical shardings and global shapes.
+
+    Returns the global outputs, problems, and the output shardings XLA chose (per leaf)."""
+    from hlo_passes.parse.attribute_reader import reader_for
+    from hlo_passes.runtime import xla_backend
+
+    copy = parse_module(print_module(module))
+    copy.num_partitions = num_devices
+    text = print_module(copy)
+    exe = xla_backend.compile_hlo(text, num_partitions=num_devices, spmd=True, platform=platform)
+    read = reader_for("sharding")
+    in_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.parameter_shardings() or []]
+    out_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.output_shardings() or []]
+    if len(in_shardings) != len(leaf_inputs):
+        raise PartitionError(f"XLA reports {len(in_shardings)} parameter shardings for {len(leaf_inputs)} inputs")
+    args = [[shard_array(x, s, d) for d in range(num_devices)] for x, s in zip(leaf_inputs, in_shardings)]
+    per_device = exe.run(args)
+    leaves = module.entry.root.shape.leaves()
+    outputs, problems = [], []
+    for i, (leaf, s) in enumerate(zip(leaves, out_shardings)):
+        array, problem = assemble_array([dev[i] for dev in per_device], s, tuple(leaf.dims))
+        if problem:
+            problems.append(f"output {i} {problem}")
+        outputs.append(array)
+    return outputs, problems, out_shardings
+
+
+__all__ = ["DeviceRun", "PartitionError", "assemble_array", "leaf_shardings", "manual_program",
+           "run_global_partitioned", "run_per_device_program", "run_xla_spmd", "shard_array"]
