@@ -2,8 +2,6 @@
 caught, partitioned modules are judged against their unpartitioned originals
 (XLA's execution of the original is the oracle)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -126,27 +124,236 @@ def test_nan_positions_must_match():
     assert default_tolerance(np.dtype("int32")) == (0.0, 0.0)
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "hlo_passes", *args], capture_output=True, text=True, cwd=ROOT)
+# ------------------------------------------------------------ inputs / compare --
+import ml_dtypes  # noqa: E402
+
+from hlo_passes import parse_module  # noqa: E402
+from hlo_passes.ir.sharding import Sharding  # noqa: E402
+from hlo_passes.runtime import execute_module, load_npz, random_inputs, save_npz  # noqa: E402
+from hlo_passes.runtime.partitioned import assemble_array, manual_program, shard_array  # noqa: E402
+from hlo_passes.runtime.verify import VerificationError  # noqa: E402
+from hlo_passes.runtime import xla_backend  # noqa: E402
+
+CORPUS = ROOT / "golden" / "corpus"
 
 
-def test_cli_exit_codes(tmp_path):
-    a, b, bad = tmp_path / "a.hlo", tmp_path / "b.hlo", tmp_path / "bad.hlo"
-    a.write_text(ORIGINAL)
-    b.write_text(PARTITIONED)
-    bad.write_text(PARTITIONED.replace("constant({0, 0, 4, 4})", "constant({4, 4, 0, 0})"))
-    ok = cli("verify", str(a), str(b))
-    assert ok.returncode == 0 and "EQUIVALENT" in ok.stdout
-    mismatch = cli("verify", str(a), str(bad))
-    assert mismatch.returncode == 1 and "MISMATCH" in mismatch.stdout and "first mismatch" in mismatch.stdout
-    broken = tmp_path / "broken.hlo"
-    broken.write_text(ORIGINAL.replace("dot(x, w)", "dot(x, q)"))
-    usage = cli("verify", str(a), str(broken))
-    assert usage.returncode == 2 and "'q' is not defined" in usage.stderr and "Traceback" not in usage.stderr
-    saved = tmp_path / "outs.npz"
-    assert cli("verify", str(a), str(bad), "--save-outputs", str(saved)).returncode == 1
-    data = np.load(saved)
-    assert data["expected_0"].shape == data["actual_0"].shape == (8, 4)
-    assert not np.allclose(data["expected_0"], data["actual_0"])
-    run = cli("exec", str(a))
-    assert run.returncode == 0 and run.stdout.startswith("output 0: float32[8, 4]")
+def tiled(text):
+    return parse_module(f"HloModule m\nENTRY e {{\n  ROOT x = f32[1] parameter(0), sharding={text}\n}}\n"
+                        ).entry.root.sharding
+
+
+def test_uneven_shards_match_xla_padding():
+    x = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    s = tiled("{devices=[4,1]<=[4]}")
+    tiles = [shard_array(x, s, d) for d in range(4)]
+    assert [t.shape for t in tiles] == [(3, 3)] * 4          # ceil(10 / 4) rows each
+    np.testing.assert_array_equal(tiles[3][0], x[9])          # one real row ...
+    np.testing.assert_array_equal(tiles[3][1:], 0)            # ... then zero padding
+    back, problem = assemble_array(tiles, s, (10, 3))
+    assert problem is None and np.array_equal(back, x)
+
+
+def test_transposed_device_order_and_replica_disagreement():
+    x = np.arange(8, dtype=np.int32)
+    s = tiled("{devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}")   # devices 0,2 hold tile 0
+    tiles = [shard_array(x, s, d) for d in range(4)]
+    assert [list(t) for t in tiles] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3], [4, 5, 6, 7]]
+    tiles[2] = tiles[2] + 1
+    _, problem = assemble_array(tiles, s, (8,))
+    assert "devices 0 and 2 hold tile [0]" in problem
+
+
+def test_inputs_deterministic_and_positive_where_needed():
+    text = ("HloModule m\nENTRY e {\n  p = (f32[3], s32[2]) parameter(0)\n  q = f32[3] parameter(1)\n"
+            "  a = f32[3] get-tuple-element(p), index=0\n  r = f32[3] reshape(q)\n  l = f32[3] log(r)\n"
+            "  ROOT s = f32[3] add(a, l)\n}\n")
+    m = parse_module(text)
+    first, again, other = random_inputs(m, 0), random_inputs(m, 0), random_inputs(m, 1)
+    assert [x.shape for x in first] == [(3,), (2,), (3,)]     # the tuple parameter flattened
+    assert [x.dtype for x in first] == [np.float32, np.int32, np.float32]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[0], other[0])
+    assert first[2].min() >= 0.5                               # feeds log through a reshape
+    np.testing.assert_allclose(execute_module(text, first)[0], first[0] + np.log(first[2]), rtol=1e-6)
+
+
+def test_npz_round_trip_restores_narrow_float_types(tmp_path):
+    text = "HloModule m\nENTRY e {\n  x = bf16[4] parameter(0)\n  ROOT y = bf16[4] negate(x)\n}\n"
+    m = parse_module(text)
+    saved = random_inputs(m, 3)
+    save_npz(tmp_path / "in.npz", saved)
+    loaded = load_npz(tmp_path / "in.npz", m)
+    assert loaded[0].dtype == ml_dtypes.bfloat16 and np.array_equal(loaded[0], saved[0])
+    assert np.array_equal(execute_module(text, loaded)[0], -saved[0])
+    with pytest.raises(ValueError, match="1 input arrays for 2 parameter leaves"):
+        load_npz(tmp_path / "in.npz", parse_module(text.replace("ROOT y = bf16[4] negate(x)",
+                                                                 "y = bf16[4] parameter(1)\n  ROOT z = bf16[4] add(x, y)")))
+
+
+def test_compare_exact_integers_and_message():
+    big = np.array([2**60, 5], np.int64)
+    stats = compare_arrays("3", big, big + np.array([1, 0]))
+    assert not stats.ok and "first mismatch at [0]" in stats.detail
+    assert f"expected {2**60}, got {2**60 + 1}" in stats.detail
+    assert default_tolerance(ml_dtypes.bfloat16) == (2e-2, 2e-2)
+    assert default_tolerance(ml_dtypes.float8_e4m3fn) == (0.25, 0.25)
+    assert compare_arrays("0", np.float32([1.0]), np.float32([1.00005])).ok
+    assert not compare_arrays("0", np.float32([1.0]), np.float32([1.001])).ok
+    assert compare_arrays("0", np.float32([1.0]), np.float32([1.001]), rtol=1e-2).ok
+
+
+ALL_TYPES = ["pred", "s2", "s4", "s8", "s16", "s32", "s64", "u2", "u4", "u8", "u16", "u32", "u64",
+             "f16", "bf16", "f32", "f64", "c64", "c128", "f8e5m2", "f8e4m3", "f8e4m3fn", "f8e3m4",
+             "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e8m0fnu", "f4e2m1fn"]
+
+
+def test_every_element_type_matches_numpy():
+    """x + x (or, for pred) through XLA equals numpy's (ml_dtypes') x + x, one module for all types."""
+    params = "\n".join(f"  p{i} = {t}[4] parameter({i})" for i, t in enumerate(ALL_TYPES))
+    sums = "\n".join(f"  a{i} = {t}[4] {'or' if t == 'pred' else 'add'}(p{i}, p{i})" for i, t in enumerate(ALL_TYPES))
+    root = ", ".join(f"a{i}" for i in range(len(ALL_TYPES)))
+    shape = ", ".join(f"{t}[4]" for t in ALL_TYPES)
+    text = f"HloModule m\nENTRY e {{\n{params}\n{sums}\n  ROOT t = ({shape}) tuple({root})\n}}\n"
+    inputs = random_inputs(parse_module(text), 0)
+    outputs = execute_module(text, inputs)
+    for t, x, y in zip(ALL_TYPES, inputs, outputs):
+        assert y.dtype == x.dtype, t
+        want = (x | x) if t == "pred" else (x + x)
+        assert compare_arrays(t, want, y).ok, (t, x, y)
+    assert verify_equivalent(text, text).ok
+    corrupted = text.replace("a4 = s16[4] add(p4, p4)", "a4 = s16[4] subtract(p4, p4)")
+    report = verify_equivalent(text, corrupted)
+    assert not report.ok and report.first_mismatch.index == "4"
+
+
+# ------------------------------------------------------------------ modes --
+def test_partitioned_module_runs_as_manual_program():
+    text = manual_program(parse_module(PARTITIONED), 4)
+    assert "sharding={manual}" in text and "devices=" not in text
+    report = verify_equivalent(ORIGINAL, PARTITIONED)
+    assert report.ok and not report.notes, report.format()  # no fallback to a replica program
+
+
+def test_global_outputs_of_a_partitioned_module_equal_the_original():
+    x = np.random.default_rng(5).uniform(-1, 1, (8, 16)).astype(np.float32)
+    w = np.random.default_rng(6).uniform(-1, 1, (16, 4)).astype(np.float32)
+    np.testing.assert_allclose(execute_module(PARTITIONED, [x, w])[0], 2 * x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(execute_module(ORIGINAL, [x, w], num_devices=4)[0], 2 * x @ w, rtol=1e-5,
+                               atol=1e-5)  # mode (b): XLA's SPMD partitioner
+
+
+TWO_PARTS = """HloModule m, num_partitions=2
+""" + ADD + """
+ENTRY e {
+  x = f32[4,3] parameter(0)
+  y = s32[2] parameter(1)
+  fy = f32[2] convert(y)
+  ar = (f32[4,3], f32[2]) all-reduce(x, fy), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add
+  a = f32[4,3] get-tuple-element(ar), index=0
+  b = f32[2] get-tuple-element(ar), index=1
+  ROOT t = (f32[4,3], f32[2]) tuple(a, b)
+}
+"""
+
+
+def test_variadic_all_reduce_runs_per_device():
+    split = TWO_PARTS.replace(
+        "ar = (f32[4,3], f32[2]) all-reduce(x, fy), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n"
+        "  a = f32[4,3] get-tuple-element(ar), index=0\n  b = f32[2] get-tuple-element(ar), index=1",
+        "a = f32[4,3] all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add\n"
+        "  b = f32[2] all-reduce(fy), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add")
+    report = verify_equivalent(TWO_PARTS, split)
+    assert report.ok and not report.notes, report.format()
+    unreduced = split.replace("b = f32[2] all-reduce(fy), channel_id=2, replica_groups={{0,1}}, "
+                              "use_global_device_ids=true, to_apply=add", "b = f32[2] copy(fy)")
+    report = verify_equivalent(TWO_PARTS, unreduced)
+    assert not report.ok and "device" in report.first_mismatch.index
+
+
+REPLICATED_ROOT = """HloModule m, num_partitions=2
+ENTRY e {
+  x = f32[4] parameter(0), sharding={replicated}
+  pid = u32[] partition-id()
+  f = f32[] convert(pid)
+  b = f32[4] broadcast(f), dimensions={}
+  ROOT r = f32[4] add(x, b), sharding={replicated}
+}
+"""
+
+
+def test_replicated_result_must_agree_on_every_device():
+    original = "HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n  ROOT r = f32[4] copy(x)\n}\n"
+    report = verify_equivalent(original, REPLICATED_ROOT)
+    assert not report.ok
+    assert "output 0 should be replicated but device 1 differs from device 0" in report.format()
+
+
+MANUAL_REGION = """HloModule m
+""" + ADD + """
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[4,1]<=[4]}
+  s = f32[8,4] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1]<=[4]}
+  l = f32[2,4] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  ar = f32[2,4] all-reduce(l), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add, sharding={manual}
+  t = f32[2,4] copy(ar), sharding={manual}
+  ROOT g = f32[8,4] custom-call(t), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,1]<=[4]}
+}
+"""
+SUM_OF_BLOCKS = """HloModule m
+""" + ADD + """
+ENTRY e {
+  x = f32[8,4] parameter(0)
+  r = f32[4,2,4] reshape(x)
+  z = f32[] constant(0)
+  s = f32[2,4] reduce(r, z), dimensions={0}, to_apply=add
+  b = f32[4,2,4] broadcast(s), dimensions={1,2}
+  ROOT g = f32[8,4] reshape(b)
+}
+"""
+
+
+def test_manual_region_runs_through_xla_spmd_partitioner():
+    report = verify_equivalent(SUM_OF_BLOCKS, MANUAL_REGION, num_devices=4)
+    assert report.ok, report.format()
+    assert "XLA-partitioned" in report.mode
+    wrong = MANUAL_REGION.replace("replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}")
+    assert not verify_equivalent(SUM_OF_BLOCKS, wrong, num_devices=4).ok
+
+
+@pytest.mark.parametrize("program", ["sharded_megatron_mlp", "sharded_uneven"])
+def test_xla_own_partitioned_output_verifies(program):
+    """XLA's SPMD output (no parameter shardings in the text) against its input program."""
+    original = (CORPUS / program / f"{program}.lowered.gspmd.hlo").read_text()
+    xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
+    report = verify_equivalent(original, xla)
+    assert report.ok, report.format()
+
+
+def test_explicit_shardings_are_used_for_xla_output():
+    program = "sharded_megatron_mlp"
+    original = (CORPUS / program / f"{program}.lowered.gspmd.hlo").read_text()
+    xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
+    params = [p.sharding for p in parse_module(original).entry.parameters]
+    root = parse_module(original).entry.root.sharding
+    assert verify_equivalent(original, xla, param_shardings=params, root_sharding=root).ok
+    with pytest.raises(VerificationError, match=r"cuts the global \[16, 32\] into \[16, 32\] tiles"):
+        verify_equivalent(original, xla, param_shardings=[Sharding.replicated()] * len(params),
+                          root_sharding=root)
+    # The same tiles on the devices in reverse order: every device computes on the wrong shard.
+    first = params[0]
+    reordered = Sharding.tiled(first.tile_assignment.reshape(-1)[::-1].reshape(first.tile_dims), first.subgroups)
+    report = verify_equivalent(original, xla, param_shardings=[reordered] + params[1:], root_sharding=root)
+    assert not report.ok
+
+
+def test_per_device_module_without_shardings_has_no_global_result():
+    with pytest.raises(VerificationError, match="no global result"):
+        execute_module(REPLICA)
+
+
+def test_backend_cache_and_device_errors():
+    text = "HloModule m\nENTRY e {\n  x = f32[2] parameter(0)\n  ROOT y = f32[2] sine(x)\n}\n"
+    assert xla_backend.compile_hlo(text) is xla_backend.compile_hlo(text)
+    assert xla_backend.compile_hlo(text) is not xla_backend.compile_hlo(text, num_partitions=2, spmd=True)
+    with pytest.raises(xla_backend.BackendUnavailable, match="XLA_FLAGS=--xla_force_host_platform_device_count=64"):
+        xla_backend.ensure_devices(64)

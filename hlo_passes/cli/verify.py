@@ -1,8 +1,11 @@
-"""`hlo-passes verify ORIGINAL REWRITTEN`: run both on the same inputs and compare."""
+"""`hlo-passes verify ORIGINAL REWRITTEN`: run both on the same inputs through XLA and compare.
+
+Exit 0 when every output matches, 1 on a mismatch (the report says which output and
+element), 2 on bad usage, unreadable input or a module XLA cannot compile (XLA's message
+trimmed to its useful lines).
+"""
 
 from __future__ import annotations
-
-import numpy as np
 
 from hlo_passes.cli.io import read_module
 from hlo_passes.cli.main import UserError
@@ -12,45 +15,58 @@ HELP = "numerically compare two modules through XLA (exit 0 equal, 1 different)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("original")
-    p.add_argument("rewritten")
-    p.add_argument("--num-devices", type=int, help="devices for per-device programs (default: from the module)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rtol", type=float)
-    p.add_argument("--atol", type=float)
-    p.add_argument("--inputs", metavar="F.npz", help="global inputs (arr_0, arr_1, ...) instead of random ones")
-    p.add_argument("--save-inputs", metavar="F.npz")
+    p.add_argument("original", metavar="ORIGINAL")
+    p.add_argument("rewritten", metavar="REWRITTEN")
+    p.add_argument("--num-devices", type=int, metavar="N",
+                   help="devices for per-device programs and XLA-partitioned runs (default: from the modules)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: by element type)")
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: by element type)")
+    p.add_argument("--inputs", metavar="F.npz",
+                   help="inputs arr_0, arr_1, ... (one per ENTRY parameter leaf) instead of random ones")
+    p.add_argument("--save-inputs", metavar="F.npz", help="write the inputs used")
     p.add_argument("--save-outputs", metavar="F.npz",
                    help="both modules' outputs (expected_N from ORIGINAL, actual_N from REWRITTEN)")
+    p.add_argument("--platform", choices=("cpu", "gpu", "tpu"), help="XLA platform (default cpu)")
+
+
+def xla_failure(what: str, error: BaseException) -> UserError:
+    from hlo_passes.runtime.xla_backend import xla_error_lines
+
+    return UserError(f"XLA could not compile or run {what}:\n  " + "\n  ".join(xla_error_lines(error)))
 
 
 def main(args) -> int:
+    from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
-    from hlo_passes.runtime.xla_backend import ensure_devices
+    from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices
 
     original, rewritten = read_module(args.original), read_module(args.rewritten)
-    ensure_devices(max(args.num_devices or 1, original.num_partitions, rewritten.num_partitions,
-                       original.replica_count, rewritten.replica_count))
-    inputs = None
-    if args.inputs:
-        data = np.load(args.inputs)
-        inputs = [data[f"arr_{i}"] for i in range(len(data.files))]
-    elif args.save_inputs:
-        base = original if not v.is_per_device(original) else rewritten
-        inputs = v.random_inputs(base, args.seed)
-    if args.save_inputs and inputs is not None:
-        np.savez(args.save_inputs, *inputs)
+    if args.num_devices is not None and args.num_devices < 1:
+        raise UserError("--num-devices must be at least 1")
     try:
+        ensure_devices(max(args.num_devices or 1, original.num_partitions * original.replica_count,
+                           rewritten.num_partitions * rewritten.replica_count), args.platform)
+        inputs = None
+        if args.inputs:
+            inputs = inp.load_npz(args.inputs, None if v.is_per_device(original) else original)
+        elif args.save_inputs and not v.is_per_device(original):
+            inputs = inp.random_inputs(original, args.seed)
+        if args.save_inputs:
+            if inputs is None:
+                raise UserError("--save-inputs is for global modules (per-device inputs are drawn per device)")
+            inp.save_npz(args.save_inputs, inputs)
         report = v.verify_equivalent(original, rewritten, num_devices=args.num_devices, seed=args.seed,
-                                     rtol=args.rtol, atol=args.atol, inputs=inputs)
-    except v.VerificationError as e:
+                                     rtol=args.rtol, atol=args.atol, inputs=inputs, platform=args.platform)
+    except (v.VerificationError, inp.InputError, BackendUnavailable) as e:
         raise UserError(str(e)) from None
-    except Exception as e:  # XLA's compile errors: its message, trimmed
-        lines = [ln for ln in str(e).splitlines() if ln.strip()][:6]
-        raise UserError("XLA could not compile or run a module:\n  " + "\n  ".join(lines)) from None
+    except UserError:
+        raise
+    except Exception as e:  # XLA's compile and run errors
+        raise xla_failure("a module", e) from None
     print(report.format())
     if args.save_outputs:
         arrays = {f"expected_{i}": a for i, a in enumerate(report.expected)}
         arrays.update({f"actual_{i}": a for i, a in enumerate(report.actual)})
-        np.savez(args.save_outputs, **arrays)
+        inp.save_npz(args.save_outputs, arrays)
     return 0 if report.ok else 1

@@ -110,7 +110,11 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
 def check_inputs(module: Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """`inputs` as the module's leaves need them: count and shape checked, dtypes cast
     (an .npz file stores bf16/f8 as raw bytes; they are reinterpreted, not converted)."""
-    leaves = parameter_leaves(module)
+    return check_leaves(parameter_leaves(module), inputs)
+
+
+def check_leaves(leaves: list[tuple[str, ArrayShape]], inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """`check_inputs` against explicit (label, shape) leaves."""
     if len(inputs) != len(leaves):
         raise InputError(f"{len(inputs)} input arrays for {len(leaves)} parameter leaves "
                          f"({', '.join(label for label, _ in leaves) or 'none'})")

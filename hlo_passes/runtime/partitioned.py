@@ -219,6 +219,13 @@ def run_global_partitioned(module: Module, leaf_inputs: list[np.ndarray], *,
     if len(per_leaf_sharding) != len(leaf_inputs):
         raise PartitionError(f"{len(leaf_inputs)} inputs for {len(per_leaf_sharding)} parameter leaves")
     args = [[shard_array(x, s, d) for d in range(n)] for x, s in zip(leaf_inputs, per_leaf_sharding)]
+    leaf_shapes = [leaf for p in module.entry.parameters for leaf in p.shape.leaves()]
+    for i, (per_device, shape, s) in enumerate(zip(args, leaf_shapes, per_leaf_sharding)):
+        if tuple(per_device[0].shape) != tuple(shape.dims):
+            raise PartitionError(
+                f"parameter leaf {i}: its sharding {s.to_hlo() if s else '{replicated}'} cuts the global "
+                f"{list(leaf_inputs[i].shape)} into {list(per_device[0].shape)} tiles, but the per-device "
+                f"program expects {shape.to_hlo(with_layout=False)}")
     run = run_per_device_program(module, args, n, platform)
     leaves = global_root_shape.leaves()
     shardings = leaf_shardings(root_sharding, global_root_shape)

@@ -396,7 +396,9 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
             xla_backend.ensure_devices(n, platform)
             shapes = [_global_shape(p.shape, p.sharding) for p in entry.parameters]
             leaves = [leaf for s in shapes for leaf in s.leaves()]
-            if inputs is None:
+            if inputs is not None:
+                inputs = _inputs.check_leaves([(f"#{i}", leaf) for i, leaf in enumerate(leaves)], list(inputs))
+            else:
                 rng = np.random.default_rng(seed)
                 inputs = [_inputs.random_array(rng, leaf) for leaf in leaves]
             report = VerificationReport("partitioned")
