@@ -48,11 +48,12 @@ def summary(index: int, out: np.ndarray) -> str:
 
 
 def main(args) -> int:
-    from hlo_passes.cli.verify import xla_failure
+    from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable
 
+    quiet_xla_logs()
     module = read_module(args.input)
     try:
         inputs = inp.load_npz(args.inputs) if args.inputs else None

@@ -30,6 +30,14 @@ def add_arguments(p) -> None:
     p.add_argument("--platform", choices=("cpu", "gpu", "tpu"), help="XLA platform (default cpu)")
 
 
+def quiet_xla_logs() -> None:
+    """Keep XLA's C++ warnings (e.g. GSPMD deprecation) off the terminal; its errors still
+    arrive as exceptions.  Effective only before JAX starts; an explicit setting wins."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
 def xla_failure(what: str, error: BaseException) -> UserError:
     from hlo_passes.runtime.xla_backend import xla_error_lines
 
@@ -41,6 +49,7 @@ def main(args) -> int:
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices
 
+    quiet_xla_logs()
     original, rewritten = read_module(args.original), read_module(args.rewritten)
     if args.num_devices is not None and args.num_devices < 1:
         raise UserError("--num-devices must be at least 1")

@@ -121,6 +121,7 @@ def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol: float | 
 
 def _value(x) -> str:
     try:
-        return repr(x.item())
+        v = x.item()
     except (AttributeError, ValueError):
         return str(x)
+    return f"{v:.8g}" if isinstance(v, float) else repr(v)
