@@ -357,3 +357,18 @@ def test_backend_cache_and_device_errors():
     assert xla_backend.compile_hlo(text) is not xla_backend.compile_hlo(text, num_partitions=2, spmd=True)
     with pytest.raises(xla_backend.BackendUnavailable, match="XLA_FLAGS=--xla_force_host_platform_device_count=64"):
         xla_backend.ensure_devices(64)
+
+
+def test_changed_private_api_names_the_pinned_version(monkeypatch):
+    from jax._src.lib import xla_client
+
+    monkeypatch.setattr(xla_backend, "_api_cache", [])
+    monkeypatch.delattr(xla_client._xla.mlir, "hlo_to_stablehlo")
+    with pytest.raises(xla_backend.BackendUnavailable,
+                       match=r"lacks xla_client._xla.mlir.hlo_to_stablehlo.*tested with jax/jaxlib 0.12.0.1"):
+        xla_backend.compile_hlo("HloModule m\nENTRY e {\n  ROOT x = f32[] parameter(0)\n}\n")
+
+
+def test_global_module_is_the_oracle_on_either_side():
+    report = verify_equivalent(PARTITIONED, ORIGINAL)
+    assert report.ok and report.mode == "partitioned on 4 devices", report.format()

@@ -1,19 +1,19 @@
-"""Compare two per-device SPMD programs device by device.
+"""Per-device SPMD programs as replica programs, and a device-by-device comparison.
 
 The modules XLA compiles after SPMD partitioning (and the ones a compile-time
 rewrite produces from them) are per-device programs: per-device shapes,
 collectives with explicit device groups, no logical shardings.  Two such
 modules are equivalent when every device computes the same outputs from the
-same inputs.  `compare_per_device` runs both on `num_partitions` CPU devices
+same inputs.  `compare_per_device` (used by jax_hook) runs both on N CPU devices
 with the same random inputs per device (identical on every device for the
-parameters marked replicated, different per device otherwise) and compares
-every device's outputs.
+parameters marked replicated) and compares every device's outputs.
 
-XLA's CPU client runs `num_partitions=N` programs only through its SPMD
-partitioner, whose manual mode rejects variadic all-reduces; with one replica,
-device d is partition d, so both modules run as the equivalent `replica_count=N`
-program (partition-id becomes replica-id, every collective's device groups are
-spelled out as replica groups without a channel).
+`execute` runs a program as the equivalent `replica_count=N` program
+(`as_replica_program`: partition-id becomes replica-id, every collective's device
+groups are spelled out as replica groups without a channel).  `verify_equivalent`
+runs per-device programs with manual shardings instead (partitioned.py), where XLA
+itself interprets the groups, and uses this form only when XLA's partitioner
+rejects the manual program.
 """
 
 from __future__ import annotations
