@@ -1,7 +1,11 @@
 """`hlo-passes run IN --passes=PIPELINE`: run a pipeline, like XLA's hlo-opt.
 
 IN is a file, `-`, or an XLA dump directory with `--module NAME|NUMBER` (the
-module's `before_optimizations` file is used, and named on stderr)."""
+module's `before_optimizations` file is used, and named on stderr).
+
+Exit codes: 0 done; 1 a check failed (--verify-each: a pass left a malformed module,
+--verify: the result computes something else); 2 bad usage or input.  Nothing is
+written to OUT unless the command succeeds."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from hlo_passes.cli.io import read_module, read_text, write_text
+from hlo_passes.cli.io import read_text, write_text
 from hlo_passes.cli.main import UserError
 
 COMMAND = "run"
@@ -49,6 +53,7 @@ def pick_dump_file(directory: Path, module: str | None) -> Path:
 def main(args) -> int:
     from hlo_passes.passes.manager import PassFailed, PassManager
     from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
+    from hlo_passes.parse.module_parser import parse_module
     from hlo_passes.printer import print_module
     from hlo_passes.stats import module_stats
 
@@ -57,15 +62,22 @@ def main(args) -> int:
     except PipelineError as e:
         raise UserError(str(e)) from None
     if args.num_partitions is not None:
-        set_option_everywhere(pipeline, "num_partitions", args.num_partitions)
+        if args.num_partitions < 1:
+            raise UserError(f"--num-partitions must be at least 1, got {args.num_partitions}")
+        if not set_option_everywhere(pipeline, "num_partitions", args.num_partitions):
+            print(f"hlo-passes: warning: --num-partitions {args.num_partitions} is ignored: no pass in "
+                  f"{pipeline} has a num-partitions option", file=sys.stderr)
     source = args.input
     if source != "-" and Path(source).is_dir():
         source = str(pick_dump_file(Path(source), args.module))
         print(f"hlo-passes: reading {source}", file=sys.stderr)
-    text, _ = read_text(source)
-    module = read_module(source)
+    text, display = read_text(source)  # read once: `-` is a stream
+    module = parse_module(text, display)
     before_stats = module_stats(module) if args.stats else None
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
+    # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
+    module_number = Path(source).name.split(".")[0].removeprefix("module_") \
+        if Path(source).name.startswith("module_") else "0000"
     tty = sys.stderr.isatty()
 
     def dump(index, p, mod, when):
@@ -74,7 +86,7 @@ def main(args) -> int:
         if dump_dir is None:
             return
         dump_dir.mkdir(parents=True, exist_ok=True)
-        base = f"module_0000.{mod.name}.{index:04d}.{p.name}"
+        base = f"module_{module_number}.{mod.name}.{index:04d}.{p.name}"
         printed = print_module(mod)
         (dump_dir / f"{base}.{when}.txt").write_text(printed)
         if when == "after":
@@ -87,17 +99,19 @@ def main(args) -> int:
     try:
         manager.run(module)
     except PassFailed as e:
-        raise UserError(str(e)) from None
+        if e.pass_name == "input":
+            raise UserError(f"{display}: {e}") from None
+        _print_remarks(manager, args.remarks)
+        where = f" (its output is in {dump_dir})" if dump_dir is not None else ""
+        print(f"error: {e}{where}", file=sys.stderr)
+        return 1
     out = print_module(module)
-    if args.remarks:
-        for r in manager.remarks:
-            print(r.format(), file=sys.stderr)
+    _print_remarks(manager, args.remarks)
     if args.stats:
         print(before_stats.format("before:"), file=sys.stderr)
         print(module_stats(module).format("after:"), file=sys.stderr)
-        for rec in manager.records:
-            print(f"  {rec.name}: {'changed' if rec.changed else 'no change'} in {rec.seconds:.3f}s",
-                  file=sys.stderr)
+        print("passes:", file=sys.stderr)
+        print(manager.timing_report(), file=sys.stderr)
     if args.verify:
         from hlo_passes.runtime import verify_equivalent
         from hlo_passes.runtime.xla_backend import ensure_devices
@@ -109,3 +123,9 @@ def main(args) -> int:
             return 1
     write_text(args.output or "-", out)
     return 0
+
+
+def _print_remarks(manager, wanted: bool) -> None:
+    if wanted:
+        for r in manager.remarks:
+            print(r.format(), file=sys.stderr)

@@ -1,5 +1,16 @@
-"""PassManager: runs a pipeline, collects remarks and timings, and optionally
-checks the module after every pass with the structural verifier."""
+"""PassManager: runs passes in order, collects remarks and timings, and optionally
+checks the module with the structural verifier before the first pass and after
+every pass, so a broken module is blamed on the pass that broke it.
+
+    manager = PassManager.from_pipeline("call-inliner,cse,dce", verify_each=True)
+    changed = manager.run(module)
+    for r in manager.records: print(r.name, r.changed, f"{r.seconds:.3f}s")
+    for r in manager.remarks: print(r.format())
+
+A pass that raises gets a note naming it (and its index in the pipeline); a
+pass whose output the verifier rejects raises PassFailed with the verifier's
+errors, each showing the offending instruction with a few lines of context.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +21,35 @@ from typing import Callable
 from hlo_passes.ir.module import Module
 from hlo_passes.passes.pass_base import ModulePass, Remark
 from hlo_passes.passes.pipeline import parse_pipeline
+from hlo_passes.verifier import VerifierError, verify_module
 
 
 class PassFailed(Exception):
-    """A pass raised or left a module that the structural verifier rejects."""
+    """A pass left a module that the structural verifier rejects (or got one: pass_name "input")."""
 
-    def __init__(self, pass_name: str, message: str):
-        super().__init__(f"pass {pass_name}: {message}")
+    def __init__(self, pass_name: str, message: str, errors: list[VerifierError] | None = None):
+        super().__init__(f"pass {pass_name}: {message}" if pass_name != "input" else message)
         self.pass_name = pass_name
+        self.errors = errors or []
 
 
 @dataclass
 class PassRecord:
-    name: str
+    name: str  # the pass's pipeline text, options included
     changed: bool
     seconds: float
+    remarks: int = 0
+
+
+# Called as dump(index, pass, module, "before"|"after").
+DumpCallback = Callable[[int, ModulePass, Module, str], None]
 
 
 @dataclass
 class PassManager:
     passes: list[ModulePass]
     verify_each: bool = False
-    # Called as dump(index, pass, module, "before"|"after").
-    dump: Callable[[int, ModulePass, Module, str], None] | None = None
+    dump: DumpCallback | None = None
     remarks: list[Remark] = field(default_factory=list)
     records: list[PassRecord] = field(default_factory=list)
 
@@ -41,40 +58,52 @@ class PassManager:
         return cls(parse_pipeline(text).passes, **kwargs)
 
     def run(self, module: Module) -> bool:
+        """Run every pass in order; True when any of them changed the module."""
+        if self.verify_each:
+            errors = verify_module(module)
+            if errors:
+                raise PassFailed("input", _describe("the input module is malformed (before any pass ran)",
+                                                    errors), errors)
         changed_any = False
         for i, p in enumerate(self.passes):
             if self.dump is not None:
                 self.dump(i, p, module, "before")
             start = time.perf_counter()
+            seen = len(p.remarks)
             try:
                 changed = bool(p.run(module))
+            except Exception as e:
+                e.add_note(f"while running pass {i + 1} of {len(self.passes)}: {p.pipeline_text()}")
+                raise
             finally:
-                self.remarks.extend(p.remarks)
-            self.records.append(PassRecord(p.name, changed, time.perf_counter() - start))
+                self.remarks.extend(p.remarks[seen:])
+            self.records.append(PassRecord(p.pipeline_text(), changed, time.perf_counter() - start,
+                                           len(p.remarks) - seen))
             if self.dump is not None:
                 self.dump(i, p, module, "after")
-            if changed and self.verify_each:
-                problems = structural_problems(module)
-                if problems:
-                    raise PassFailed(p.name, "the structural verifier rejects its output:\n" + problems)
+            # Verified even when the pass says it changed nothing: a pass that edits
+            # the module and answers False is exactly the bug to catch here.
+            if self.verify_each:
+                errors = verify_module(module)
+                if errors:
+                    raise PassFailed(p.name, _describe("the structural verifier rejects its output", errors),
+                                     errors)
             changed_any |= changed
         return changed_any
 
+    def timing_report(self) -> str:
+        """One line per pass: changed or not, seconds, remarks."""
+        width = max((len(r.name) for r in self.records), default=0)
+        return "\n".join(f"  {r.name:<{width}}  {'changed  ' if r.changed else 'no change'}  "
+                         f"{r.seconds * 1000:8.1f} ms  {r.remarks} remarks" for r in self.records)
+
+
+def _describe(headline: str, errors: list[VerifierError], limit: int = 5) -> str:
+    shown = "\n".join(e.format() for e in errors[:limit])
+    more = f"\n({len(errors) - limit} more)" if len(errors) > limit else ""
+    return f"{headline}:\n{shown}{more}"
+
 
 def structural_problems(module: Module) -> str:
-    """What the structural verifier finds wrong with `module` ("" when fine).
-
-    Until hlo_passes.verifier exists this checks that XLA's parser accepts the printed module."""
-    try:
-        from hlo_passes.verifier import verify_module
-    except ImportError:
-        from hlo_passes.printer import print_module
-        from hlo_passes.runtime.hlo_proto import text_to_proto
-
-        try:
-            text_to_proto(print_module(module))
-        except Exception as e:  # noqa: BLE001 - XLA's message is the diagnosis
-            return str(e).strip()
-        return ""
-    errors = verify_module(module)
-    return "\n".join(str(e) for e in errors)
+    """What the structural verifier finds wrong with `module` ("" when fine)."""
+    return "\n".join(e.format() for e in verify_module(module))

@@ -1,0 +1,149 @@
+"""`hlo-passes run` and `hlo-passes passes`: output, dumps, stats, remarks, verification,
+stdin, XLA dump directories, and nothing written unless the command succeeds.
+
+Most tests call the CLI's main() in-process (fast, and test passes can be registered);
+one runs the real entry point in a subprocess end to end."""
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hlo_passes import parse_module
+from hlo_passes.cli.main import main as cli
+from hlo_passes.passes import registry
+from tests.frontend.xla_oracle import xla_canonical
+from tests.test_pipeline import BreakShape, NegateRoot
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "dp_mlp_step.hlo"
+
+DEAD = """HloModule dead
+ENTRY e {
+  p = f32[4] parameter(0)
+  unused = f32[4] exponential(p)
+  a = f32[4] add(p, p)
+  b = f32[4] add(p, p)
+  ROOT r = f32[4] multiply(a, b)
+}
+"""
+
+
+@pytest.fixture
+def test_passes(monkeypatch):
+    for cls in (NegateRoot, BreakShape):
+        monkeypatch.setitem(registry._REGISTRY, cls.name, cls)
+
+
+@pytest.fixture
+def dead(tmp_path):
+    path = tmp_path / "dead.hlo"
+    path.write_text(DEAD)
+    return path
+
+
+def test_end_to_end_dumps_stats_remarks_and_verification(tmp_path):
+    out, dumps = tmp_path / "out.hlo", tmp_path / "dumps"
+    r = subprocess.run([sys.executable, "-m", "hlo_passes", "run", str(EXAMPLE), "--passes=collective-fusion,dce",
+                        "--stats", "--remarks", "--verify", "--verify-each", "--dump-dir", str(dumps),
+                        "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""
+    assert "all-reduce: 6 ×" in r.stderr and "all-reduce: 1 ×" in r.stderr  # before / after
+    assert "all-reduce-combiner: applied: " in r.stderr  # a remark of the sub-pass that did it
+    assert "EQUIVALENT" in r.stderr
+    assert "[1/2]" not in r.stderr  # progress only on a terminal
+    names = sorted(p.name for p in dumps.iterdir())
+    assert names == [f"module_0000.jit__fun.{i:04d}.{p}.{kind}"
+                     for i, p in ((0, "collective-fusion"), (1, "dce"))
+                     for kind in ("after.txt", "before.txt", "diff")]
+    assert "-  %psum" in (dumps / names[2]).read_text()
+    assert (dumps / names[0]).read_text() == (dumps / names[4]).read_text()  # after pass 0 = before pass 1
+    assert (dumps / names[3]).read_text() == out.read_text()
+    xla_canonical(out.read_text())
+
+
+def test_stdout_when_no_output_file_and_stats_by_opcode(dead, capsys):
+    assert cli(["run", str(dead), "--passes=cse,dce", "--stats"]) == 0
+    captured = capsys.readouterr()
+    module = parse_module(captured.out)
+    assert [i.name for i in module.entry.instructions] == ["p", "a", "r"]
+    assert "instructions: 5" in captured.err and "instructions: 3" in captured.err
+    assert "add 2" in captured.err and "add 1" in captured.err
+    assert "cse" in captured.err and "changed" in captured.err
+
+
+def test_reads_standard_input_once(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(DEAD))
+    assert cli(["run", "-", "--passes=dce"]) == 0
+    assert "unused" not in capsys.readouterr().out
+
+
+def test_bad_pipeline_is_rejected_before_reading_or_writing(tmp_path, capsys):
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(tmp_path / "missing.hlo"), "--passes=dce,nope", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown pass 'nope'" in err and "known passes: " in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_num_partitions_sets_the_option_or_warns(dead, capsys):
+    assert cli(["run", str(dead), "--passes=dce", "--num-partitions", "4"]) == 0
+    assert "--num-partitions 4 is ignored: no pass in dce has a num-partitions option" in capsys.readouterr().err
+    assert cli(["run", str(dead), "--passes=dce", "--num-partitions", "0"]) == 2
+
+
+def test_verify_each_failure_names_the_pass_and_writes_nothing(test_passes, dead, tmp_path, capsys):
+    out, dumps = tmp_path / "out.hlo", tmp_path / "dumps"
+    assert cli(["run", str(dead), "--passes=dce,break-shape,cse", "--verify-each", "--dump-dir", str(dumps),
+                "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: pass break-shape: the structural verifier rejects its output:")
+    assert "e/%r: shape should be f32[4] (from its operands), got f32[5]" in err
+    assert "  > ROOT r = f32[5] multiply(a, b)" in err and f"its output is in {dumps}" in err
+    assert not out.exists()
+    assert (dumps / "module_0000.dead.0001.break-shape.after.txt").exists()
+    assert not list(dumps.glob("*.0002.cse.*"))
+
+
+def test_verify_mismatch_exits_1_and_writes_nothing(test_passes, dead, tmp_path, capsys):
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(dead), "--passes=negate-root", "--verify", "-o", str(out)]) == 1
+    assert "MISMATCH" in capsys.readouterr().err.upper()
+    assert not out.exists()
+    assert cli(["run", str(dead), "--passes=cse,dce", "--verify", "-o", str(out)]) == 0
+    assert out.exists()
+
+
+def test_xla_dump_directories(tmp_path, capsys):
+    dump = tmp_path / "xla_dump"
+    dump.mkdir()
+    (dump / "module_0007.jit_step.before_optimizations.txt").write_text(EXAMPLE.read_text())
+    (dump / "module_0007.jit_step.cpu_after_optimizations.txt").write_text("not used")
+    (dump / "module_0003.jit_other.before_optimizations.txt").write_text(DEAD)
+    assert cli(["run", str(dump), "--passes=dce"]) == 2
+    assert "holds 2 modules; pick one with --module (jit_other, jit_step" in capsys.readouterr().err
+    assert cli(["run", str(dump), "--module", "jit_step", "--passes=dce"]) == 0
+    captured = capsys.readouterr()
+    assert "reading " in captured.err and "module_0007.jit_step.before_optimizations.txt" in captured.err
+    assert captured.out.startswith("HloModule jit__fun")
+    assert cli(["run", str(dump), "--module", "3", "--passes=dce", "--dump-dir", str(tmp_path / "d")]) == 0
+    assert capsys.readouterr().out.startswith("HloModule dead")
+    assert (tmp_path / "d" / "module_0003.dead.0000.dce.after.txt").exists()  # keeps XLA's number
+    assert cli(["run", str(dump), "--module", "9", "--passes=dce"]) == 2
+    assert cli(["run", str(tmp_path), "--passes=dce"]) == 2
+    assert "is it an XLA dump?" in capsys.readouterr().err
+
+
+def test_passes_lists_every_pass_with_typed_options(capsys):
+    assert cli(["passes"]) == 0
+    out = capsys.readouterr().out
+    for name in registry.all_passes():
+        assert f"{name}\n    " in out
+    assert "    remove-dead-computations: bool = true    also drop computations nobody calls" in out
+    assert "propagate-to-parameters: bool or none = none" in out
+    assert cli(["passes", "cse"]) == 0
+    assert capsys.readouterr().out.startswith("cse\n")
+    assert cli(["passes", "nope"]) == 2
