@@ -108,6 +108,25 @@ def test_verify_each_failure_names_the_pass_and_writes_nothing(test_passes, dead
     assert not list(dumps.glob("*.0002.cse.*"))
 
 
+def test_malformed_input_is_a_usage_error_under_verify_each(tmp_path, capsys):
+    bad = tmp_path / "bad.hlo"
+    # the parser checks operand counts and shapes; channel pairing is a module-level check
+    bad.write_text("""HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  t = token[] after-all()
+  s = (f32[4], u32[], token[]) send(p, t), channel_id=5
+  sd = token[] send-done(s), channel_id=6
+  ROOT r = f32[4] copy(p)
+}
+""")
+    assert cli(["run", str(bad), "--passes=dce", "--verify-each"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {bad}: the input module is malformed (before any pass ran):" in err
+    assert "e/%sd: channel_id=6 differs from channel_id=5 of its send s" in err
+    assert cli(["run", str(bad), "--passes=dce"]) == 0  # without --verify-each nothing checks it
+
+
 def test_verify_mismatch_exits_1_and_writes_nothing(test_passes, dead, tmp_path, capsys):
     out = tmp_path / "out.hlo"
     assert cli(["run", str(dead), "--passes=negate-root", "--verify", "-o", str(out)]) == 1

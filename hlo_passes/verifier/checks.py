@@ -95,6 +95,48 @@ def verify_module(module: Module) -> list[VerifierError]:
                 errors.append(_error(instr, f"name is used twice in {comp.name}"))
             seen_names.add(instr.name)
         errors.extend(_computation_errors(comp, comps))
+    errors.extend(channel_errors(module))
+    return errors
+
+
+_SEND_RECV = {Opcode.SEND: Opcode.SEND_DONE, Opcode.RECV: Opcode.RECV_DONE}
+
+
+def channel_errors(module: Module) -> list[VerifierError]:
+    """Channel ids, as XLA's verifier always checks them (hlo_verifier.cc, VerifyChannels):
+    a channel of send/recv is used by no other kind of instruction; a send (recv) has one
+    user, and when that is a send-done (recv-done) it carries the same channel id.
+
+    XLA checks that collectives sharing a channel id share an opcode only under its
+    verify_unique_channel_ids option; XLA's own dumps share ids across all-reduce and
+    all-to-all (golden/corpus/pmap_collectives), so that is not checked here."""
+    errors: list[VerifierError] = []
+    by_channel: dict[int, list[Instruction]] = {}
+    for instr in module.all_instructions():
+        channel = instr.attr("channel_id") if "channel_id" in instr.attributes else None
+        if channel is None:
+            continue
+        by_channel.setdefault(channel, []).append(instr)
+        done = _SEND_RECV.get(instr.opcode)
+        if done is None or (instr.is_root and not instr.parent.is_entry):  # wrapped in an async call
+            continue
+        if len(instr.users) != 1:
+            errors.append(_error(instr, f"a {instr.opcode.value} needs exactly one user (its "
+                                        f"{done.value}), has {len(instr.users)}"))
+        elif (user := next(iter(instr.users))).opcode is done and user.attr("channel_id") != channel:
+            errors.append(_error(user, f"channel_id={user.attr('channel_id')} differs from channel_id="
+                                       f"{channel} of its {instr.opcode.value} {instr.name}"))
+    for channel, instrs in by_channel.items():
+        kinds = [i.opcode in _SEND_RECV or i.opcode in _SEND_RECV.values() for i in instrs]
+        if not any(kinds):
+            continue
+        first = instrs[kinds.index(True)]
+        for other, is_send_recv in zip(instrs, kinds):
+            if not is_send_recv:
+                errors.append(_error(other, f"channel_id={channel} is also used by {first.opcode.value} "
+                                            f"{first.name}: instructions of different kinds may not "
+                                            f"share a channel"))
+                break
     return errors
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
-from hlo_passes.verifier.shape_rules import ShapeProblem, text
+from hlo_passes.verifier.shape_rules import ShapeProblem, check_reducer, text
 
 
 class GroupMode(enum.Enum):
@@ -136,12 +136,24 @@ def _all_gather(instr: Instruction) -> Shape | None:
     return _scaled(instr, "dimensions", gather=True)
 
 
+def _element_types(instr: Instruction) -> list:
+    return [o.shape.element_type for o in instr.operands if type(o.shape) is ArrayShape]
+
+
 def _reduce_scatter(instr: Instruction) -> Shape | None:
-    return _scaled(instr, "dimensions", gather=False)
+    result = _scaled(instr, "dimensions", gather=False)
+    for t in _element_types(instr):  # each operand is reduced on its own: one scalar pair
+        check_reducer(instr, "to_apply", [t])
+    return result
 
 
 def _all_reduce(instr: Instruction) -> Shape | None:
     check_replica_groups(instr, uniform=False)
+    channel = instr.attr("channel_id")
+    if channel is not None and channel <= 0:
+        raise ShapeProblem(f"channel_id must be positive, got {channel}")
+    for t in _element_types(instr):
+        check_reducer(instr, "to_apply", [t])
     shapes = tuple(o.shape for o in instr.operands)
     return shapes[0] if len(shapes) == 1 else TupleShape(shapes)
 
@@ -167,6 +179,15 @@ def _all_to_all(instr: Instruction) -> Shape | None:
 
 def _collective_permute(instr: Instruction) -> Shape | None:
     pairs = instr.attr("source_target_pairs", ())
+    replicas, partitions = _config(instr)
+    limit = partitions if group_mode(instr) is GroupMode.CROSS_PARTITION else replicas
+    # A count of 1 is also what a module without the header attribute reads as (JAX's
+    # lowered text leaves the counts to the compile options): only larger counts are checked.
+    for pair in pairs if limit > 1 else ():
+        for role, device in zip(("source", "target"), pair):
+            if not 0 <= device < limit:
+                what = "partitions" if limit == partitions and instr.attr("channel_id") is not None else "replicas"
+                raise ShapeProblem(f"{role} {device} in source_target_pairs is out of range for {limit} {what}")
     if len(instr.operands) == 1:
         sources, targets = set(), set()
         for s, t in pairs:

@@ -116,6 +116,34 @@ def _check_dims(dims, rank: int, what: str) -> None:
         raise ShapeProblem(f"{what} {list(dims)} repeat a dimension")
 
 
+def check_reducer(instr: Instruction, key: str, accumulators) -> None:
+    """The computation under `key` (reduce, all-reduce, reduce-scatter) combines scalars of the
+    accumulator types: 2·n scalar parameters, a scalar root (a tuple of n for a variadic reduce),
+    all of the accumulators' element types exactly (XLA rejects an f32 computation reducing
+    bf16 values, and the other way round)."""
+    comp = _called(instr, key)
+    if comp is None or isinstance(comp, tuple):
+        return
+    n = len(accumulators)
+    params = comp.parameters
+    if len(params) != 2 * n:
+        raise ShapeProblem(f"{key}={comp.name} takes {len(params)} parameters; combining {n} value"
+                           f"{'s' if n > 1 else ''} needs {2 * n}")
+    root = comp.root.shape if comp.root is not None else None
+    results = root.elements if type(root) is TupleShape and n > 1 else (root,)
+    for i, t in enumerate(accumulators):
+        for what, shape in ((f"parameter {i}", params[i].shape if params[i] else None),
+                            (f"parameter {n + i}", params[n + i].shape if params[n + i] else None),
+                            ("result" if n == 1 else f"result {i}", results[i] if i < len(results) else None)):
+            if shape is None:
+                continue
+            if type(shape) is not ArrayShape or shape.dims:
+                raise ShapeProblem(f"{key}={comp.name}: {what} must be a scalar, got {text(shape)}")
+            if shape.element_type is not t:
+                raise ShapeProblem(f"{key}={comp.name}: {what} is {text(shape)}, but it combines "
+                                   f"{t.value} values")
+
+
 # ----------------------------------------------------------- elementwise --
 # Unary ops whose result has the operand's element type.
 _SAME_TYPE_UNARY = frozenset({
@@ -271,6 +299,7 @@ def _reduce(instr: Instruction) -> Shape | None:
             raise ShapeProblem(f"init value {init.name} must be a scalar, got {text(init_shape)}")
         kept = tuple(d for i, d in enumerate(xs.dims) if i not in dims)
         results.append(ArrayShape(init_shape.element_type, kept))
+    check_reducer(instr, "to_apply", [r.element_type for r in results])
     return results[0] if n == 1 else TupleShape(tuple(results))
 
 

@@ -80,6 +80,12 @@ add {
   ROOT s = f32[] add(a, b)
 }
 
+addi {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+
 ENTRY e {
   p = f32[2,3] parameter(0)
   q = f32[3,4] parameter(1)
@@ -142,6 +148,19 @@ CASES = {
                             "to_apply=add",
                             "ROOT r = f32[1,3] reduce-scatter(p), replica_groups={{0,1},{2,3}}, dimensions={0}, "
                             "to_apply=add", ["groups of 2 divides dimension 0"]),
+    "reduce_computation_type": ("z = f32[] constant(0)\n  ROOT r = f32[2] reduce(p, z), dimensions={1}, to_apply=addi",
+                                "z = f32[] constant(0)\n  ROOT r = f32[2] reduce(p, z), dimensions={1}, to_apply=add",
+                                ["to_apply=addi: parameter 0 is s32[], but it combines f32 values"]),
+    "all_reduce_computation_type": ("ROOT r = f32[2,3] all-reduce(p), replica_groups={{0,1,2,3}}, to_apply=addi",
+                                    "ROOT r = f32[2,3] all-reduce(p), replica_groups={{0,1,2,3}}, to_apply=add",
+                                    ["parameter 0 is s32[], but it combines f32 values"]),
+    "all_reduce_channel_zero": ("ROOT r = f32[2,3] all-reduce(p), channel_id=0, replica_groups={{0,1,2,3}}, "
+                                "use_global_device_ids=true, to_apply=add",
+                                "ROOT r = f32[2,3] all-reduce(p), channel_id=1, replica_groups={{0,1,2,3}}, "
+                                "use_global_device_ids=true, to_apply=add", ["channel_id must be positive"]),
+    "collective_permute_target": ("ROOT r = f32[2,3] collective-permute(p), source_target_pairs={{0,1},{1,7}}",
+                                  "ROOT r = f32[2,3] collective-permute(p), source_target_pairs={{0,1},{1,3}}",
+                                  ["target 7 in source_target_pairs is out of range for 4 replicas"]),
     "groups_miss_replicas": ("ROOT r = f32[2,3] all-reduce(p), replica_groups={{0,1,2}}, to_apply=add",
                              "ROOT r = f32[2,3] all-reduce(p), replica_groups={{0,1,2,3}}, to_apply=add",
                              ["must name 4 ids"]),
@@ -248,3 +267,37 @@ def test_check_module_raises_and_pass_manager_uses_it():
         check_module(m)
     assert "e/%r: shape should be f32[4]" in str(info.value)
     assert "> ROOT r = f32[5] add(c, p)" in structural_problems(m)
+
+
+def test_reducer_signature_is_checked_when_parsing_too():
+    """The parser's semantic hook runs the same rule table: XLA's parser rejects this module."""
+    from hlo_passes.parse.errors import HloParseError
+
+    text = _module_text("z = f32[] constant(0)\n  ROOT r = f32[2] reduce(p, z), dimensions={1}, to_apply=addi")
+    with pytest.raises(HloParseError) as info:
+        parse_module(text, "bad.hlo")
+    assert "bad.hlo:" in info.value.format() and "to_apply=addi" in info.value.format()
+
+
+def test_send_and_send_done_share_their_channel():
+    """XLA's verifier (VerifyChannels) ties a send to its send-done by channel id; XLA's text
+    parser does not take this hand-written send, so the rule is checked against the source."""
+    text = """HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  t = token[] after-all()
+  s = (f32[4], u32[], token[]) send(p, t), channel_id=5
+  sd = token[] send-done(s), channel_id=6
+  ROOT r = f32[4] copy(p)
+}
+"""
+    errors = verify_module(parse_module(text))
+    assert [(e.instruction, e.message) for e in errors] == [
+        ("sd", "channel_id=6 differs from channel_id=5 of its send s")]
+    assert verify_module(parse_module(text.replace("channel_id=6", "channel_id=5"))) == []
+    shared = text.replace("ROOT r = f32[4] copy(p)", "ROOT r = f32[4] all-reduce(p), channel_id=5, "
+                                                      "replica_groups={}, to_apply=add")
+    shared = shared.replace("ENTRY e {", "add {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                                          "  ROOT s = f32[] add(a, b)\n}\nENTRY e {")
+    messages = [e.message for e in verify_module(parse_module(shared))]
+    assert "channel_id=5 is also used by send s: instructions of different kinds may not share a channel" in messages
