@@ -55,7 +55,8 @@ class Remark:
         if self.computation:
             where = f"{self.computation}/{where}" if where else self.computation
         src = f" [{self.source}]" if self.source else ""
-        return f"{self.pass_name}: {self.kind}: {where}{src}: {self.message}"
+        located = f"{where}{src}: " if where or src else ""  # module-wide remarks have no location
+        return f"{self.pass_name}: {self.kind}: {located}{self.message}"
 
 
 class ModulePass:
