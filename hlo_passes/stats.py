@@ -37,7 +37,8 @@ class ModuleStats:
         lines.append(f"  by opcode: {top}")
         if self.collective_count:
             for kind in sorted(self.collective_count):
-                lines.append(f"  {kind}: {self.collective_count[kind]} × , {self.collective_bytes[kind]:,} bytes")
+                n = self.collective_count[kind]
+                lines.append(f"  {kind}: {n} op{'s' if n != 1 else ''}, {self.collective_bytes[kind]:,} bytes")
         else:
             lines.append("  collectives: none")
         return "\n".join(lines)

@@ -51,7 +51,7 @@ def test_end_to_end_dumps_stats_remarks_and_verification(tmp_path):
                         "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
-    assert "all-reduce: 6 ×" in r.stderr and "all-reduce: 1 ×" in r.stderr  # before / after
+    assert "all-reduce: 6 ops, 27,688 bytes" in r.stderr and "all-reduce: 1 op, 27,688 bytes" in r.stderr  # before / after
     assert "all-reduce-combiner: applied: " in r.stderr  # a remark of the sub-pass that did it
     assert "EQUIVALENT" in r.stderr
     assert "[1/2]" not in r.stderr  # progress only on a terminal

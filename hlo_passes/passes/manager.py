@@ -95,7 +95,8 @@ class PassManager:
         """One line per pass: changed or not, seconds, remarks."""
         width = max((len(r.name) for r in self.records), default=0)
         return "\n".join(f"  {r.name:<{width}}  {'changed  ' if r.changed else 'no change'}  "
-                         f"{r.seconds * 1000:8.1f} ms  {r.remarks} remarks" for r in self.records)
+                         f"{r.seconds * 1000:8.1f} ms  {r.remarks} remark{'s' if r.remarks != 1 else ''}"
+                         for r in self.records)
 
 
 def _describe(headline: str, errors: list[VerifierError], limit: int = 5) -> str:

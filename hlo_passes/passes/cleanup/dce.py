@@ -43,8 +43,11 @@ class DeadCodeElimination(ModulePass):
             removed += self._sweep(comp)
         dropped = self._drop_unreachable(module) if self.options.remove_dead_computations else []
         if removed or dropped:
-            self.remark(None, f"removed {removed} instructions" +
-                        (f" and computations {', '.join(dropped)}" if dropped else ""), kind="applied")
+            parts = [f"removed {removed} instruction{'s' if removed != 1 else ''}"] if removed else []
+            if dropped:
+                parts.append(f"dropped computation{'s' if len(dropped) != 1 else ''} nobody calls: "
+                             f"{', '.join(dropped)}")
+            self.remark(None, "; ".join(parts), kind="applied")
         return bool(removed or dropped)
 
     @staticmethod
