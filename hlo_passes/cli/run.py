@@ -102,7 +102,7 @@ def main(args) -> int:
         if e.pass_name == "input":
             raise UserError(f"{display}: {e}") from None
         _print_remarks(manager, args.remarks)
-        where = f" (its output is in {dump_dir})" if dump_dir is not None else ""
+        where = f"\n(its output is in {dump_dir})" if dump_dir is not None else ""
         print(f"error: {e}{where}", file=sys.stderr)
         return 1
     out = print_module(module)
