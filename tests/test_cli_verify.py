@@ -1,6 +1,7 @@
 """`hlo-passes verify` and `hlo-passes exec` as a user runs them: exit codes 0/1/2,
 the report's format, inputs and outputs saved to .npz, XLA errors without tracebacks."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ SWAPPED = PARTITIONED.replace("constant({0, 0, 4, 4})", "constant({4, 4, 0, 0})"
 
 
 def cli(*args):
+    # As a user runs it: without a log level inherited from the test environment.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "JAX_LOGGING_LEVEL")}
     return subprocess.run([sys.executable, "-m", "hlo_passes", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True, cwd=ROOT, env=env)
 
 
 def test_verify_exit_codes_and_report(tmp_path):

@@ -31,11 +31,9 @@ def add_arguments(p) -> None:
 
 
 def quiet_xla_logs() -> None:
-    """Keep XLA's C++ warnings (e.g. GSPMD deprecation) off the terminal; its errors still
-    arrive as exceptions.  Effective only before JAX starts; an explicit setting wins."""
-    import os
+    from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_cpp_logs()
 
 
 def xla_failure(what: str, error: BaseException) -> UserError:

@@ -82,6 +82,21 @@ def _api() -> _Api:
     return _api_cache[0]
 
 
+def quiet_cpp_logs() -> None:
+    """Keep XLA's C++ warnings (e.g. the GSPMD deprecation notice) off the terminal; its errors
+    still arrive as exceptions.  An explicit TF_CPP_MIN_LOG_LEVEL wins.  The variable is read
+    when XLA starts, so once jaxlib is loaded absl's level is also set directly."""
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    try:
+        from jax._src.lib import utils
+
+        utils.absl_set_min_log_level(2)
+    except (ImportError, AttributeError):  # older jaxlib: the environment variable is all there is
+        pass
+
+
 def _jax_started() -> bool:
     """Has JAX created its backends (after which XLA_FLAGS is no longer read)?"""
     import sys
