@@ -1,8 +1,12 @@
 """Whole-corpus checks with XLA as the oracle:
 
-* XLA's own SPMD-partitioned module of every sharded corpus program verifies
-  against the unpartitioned program (its parameter and result shardings are
-  taken from the unpartitioned module, since JAX 0.12 drops them);
+* XLA's own SPMD-partitioned module of every multi-device corpus program
+  (jit with shardings, shard_map, pmap) verifies against the unpartitioned
+  program: parameter shardings come from the unpartitioned module (JAX 0.12
+  drops them from the partitioned one), result shardings from what JAX's
+  compile reported (meta.json `output_shardings`, written by make_corpus.py;
+  XLA may tile a result finer than the program asked).  Programs with manual
+  regions run through XLA's own SPMD partitioner on their device count;
 * `collective-fusion` runs on every per-device corpus program (XLA's
   partitioned modules) and the result computes what the input computes on
   every device.
@@ -14,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from hlo_passes import parse_module, print_module
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.passes.manager import PassManager
 from hlo_passes.runtime import VerificationError, verify_equivalent
 
@@ -21,13 +27,17 @@ CORPUS = Path(__file__).resolve().parents[1] / "golden" / "corpus"
 XLA_SPMD = sorted(CORPUS.glob("*/*.xla_spmd.hlo"))
 
 
-def has_manual_regions(text: str) -> bool:
-    return "sharding={manual}" in text or "SPMDFullToShardShape" in text
+read_sharding = reader_for("sharding")
 
 
-# XLA does not print the result sharding it chose when the program leaves it open; the
-# verifier asks XLA's partitioner for it (sharded_uneven relies on that).
-RESULT_SHARDING_UNKNOWN: set[str] = set()
+def meta(path: Path) -> dict:
+    return json.loads((path.parent / "meta.json").read_text())
+
+
+def result_sharding(path: Path, module) -> Sharding:
+    """The ROOT's logical sharding as JAX's compile reported it, one entry per output leaf."""
+    leaves = [read_sharding(s) for s in meta(path)["output_shardings"]]
+    return Sharding.tuple_of(leaves) if module.entry.root.shape.is_tuple else leaves[0]
 # Open bug: all-gather-combiner's rewrite of this program differs on device 4 (output 2).
 COMBINER_BUG = {"sharded_shape_ops"}
 
@@ -37,14 +47,13 @@ def marked(paths, names, reason):
             else p for p in paths]
 
 
-@pytest.mark.parametrize("path", marked(XLA_SPMD, RESULT_SHARDING_UNKNOWN, "XLA's result sharding is not in the text"),
-                         ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", XLA_SPMD, ids=lambda p: p.parent.name)
 def test_xla_partitioned_module_verifies_against_original(path):
     program = path.parent.name
     lowered = (path.parent / f"{program}.lowered.gspmd.hlo").read_text()
-    if has_manual_regions(lowered):
-        pytest.skip("manual regions (shard_map/pmap) cannot run unpartitioned on one device")
-    report = verify_equivalent(lowered, path.read_text())
+    partitioned = parse_module(path.read_text())
+    report = verify_equivalent(lowered, partitioned, num_devices=meta(path)["num_devices"],
+                               root_sharding=result_sharding(path, partitioned))
     assert report.ok, report.format()
 
 

@@ -775,12 +775,25 @@ def lower(prog: Program, built: Built, shardy: bool):
         jax.config.update("jax_use_shardy_partitioner", old)
 
 
-def compile_with_dumps(prog: Program, lowered) -> tuple[str, dict[str, str]]:
+def output_shardings(lowered, compiled) -> list[str] | None:
+    """The HLO sharding JAX's compile chose for each output leaf, or None when one is not a
+    NamedSharding.  XLA's partitioned module does not print its result sharding (JAX 0.12 drops
+    it) and may tile a result finer than the program asked, so the verifier needs this to
+    reassemble `P.xla_spmd.hlo`'s outputs."""
+    shardings = jax.tree.leaves(compiled.output_shardings)
+    infos = jax.tree.leaves(lowered.out_info)
+    if not all(isinstance(s, NamedSharding) for s in shardings):
+        return None
+    return [str(s._to_xla_hlo_sharding(len(i.shape))) for s, i in zip(shardings, infos)]
+
+
+def compile_with_dumps(prog: Program, lowered) -> tuple[str, dict[str, str], list[str] | None]:
     """Compiles; for multi-device programs and those with dump_passes also returns the dump files:
-    XLA's SPMD-partitioned module and up to MAX_DUMP_FILES pass-by-pass files."""
+    XLA's SPMD-partitioned module and up to MAX_DUMP_FILES pass-by-pass files; for multi-device
+    programs also the output shardings."""
     passes = tuple(dict.fromkeys(prog.dump_passes + (("spmd-partitioning",) if prog.num_devices > 1 else ())))
     if not passes:
-        return lowered.compile().as_text(), {}
+        return lowered.compile().as_text(), {}, None
     with tempfile.TemporaryDirectory() as dump:
         compiled = lowered.compile(compiler_options={"xla_dump_to": dump,
                                                      "xla_dump_hlo_pass_re": "|".join(passes)})
@@ -795,7 +808,7 @@ def compile_with_dumps(prog: Program, lowered) -> tuple[str, dict[str, str]]:
                        and p not in picked][:2]
         for p in sorted(picked[:MAX_DUMP_FILES]):
             extra[f"dump/{p.name.removesuffix('.txt')}.hlo"] = p.read_text()
-        return compiled.as_text(), extra
+        return compiled.as_text(), extra, (output_shardings(lowered, compiled) if prog.num_devices > 1 else None)
 
 
 def describe_args(args) -> list[dict]:
@@ -835,7 +848,7 @@ def make(prog: Program, out_root: Path) -> tuple[list[str], list[str]]:
         f"{prog.name}.lowered.shardy.hlo": lower(prog, built, True).as_text(dialect="hlo"),
         f"{prog.name}.lowered.gspmd.hlo": lower(prog, built, False).as_text(dialect="hlo"),
     }
-    compiled, extra = compile_with_dumps(prog, lower(prog, built, True))
+    compiled, extra, out_shardings = compile_with_dumps(prog, lower(prog, built, True))
     texts[f"{prog.name}.compiled.hlo"] = compiled
     texts.update(extra)
     written, skipped = [], []
@@ -853,6 +866,8 @@ def make(prog: Program, out_root: Path) -> tuple[list[str], list[str]]:
     if built.mesh is not None:
         meta["mesh"] = dict(built.mesh.shape)
     meta["files"] = sorted(accepted)
+    if out_shardings is not None:
+        meta["output_shardings"] = out_shardings
 
     out = out_root / prog.name
     if out.exists():
