@@ -232,6 +232,8 @@ class Installation:
             module.num_partitions = partitions
         if replicas > 1:
             module.set_header_attr("replica_count", replicas)
+        replicated = hlo_proto.parameter_replicated(proto)
+        mark_replicated_parameters(module, replicated)
         self._dump(index, module.name, "before.hlo", original)
 
         remarks: list[Remark] = []
@@ -247,8 +249,7 @@ class Installation:
                     raise _Rejected(changed_by[-1], f"XLA's parser rejects the rewritten module: {e}") from e
                 verified = None
                 if self.verify:
-                    verified = self._check_numerics(original, rewritten, partitions * replicas,
-                                                    hlo_proto.parameter_replicated(proto))
+                    verified = self._check_numerics(original, rewritten, partitions * replicas, replicated)
         except _Rejected as rejected:
             if rewritten:
                 self._dump(index, module.name, "rejected.hlo", rewritten)
@@ -342,6 +343,20 @@ def _build_passes(pipeline: str) -> list[ModulePass]:
     return list(parse_pipeline(pipeline).passes)
 
 
+def mark_replicated_parameters(module, replicated: list[bool] | None) -> None:
+    """`parameter_replication={true}` on each ENTRY parameter that JAX replicated before partitioning.
+
+    XLA's text form of the module loses this (it lives in the proto's
+    `spmd_parameters_shardings`); passes such as weight-update-sharding need it to know that
+    a weight is the same on every device."""
+    if not replicated or module.entry is None:
+        return
+    for param in module.entry.parameters:
+        if (param is not None and param.parameter_number < len(replicated) and replicated[param.parameter_number]
+                and param.shape.is_array and "parameter_replication" not in param.attributes):
+            param.set_attr("parameter_replication", (True,))
+
+
 def _structural_problems(module) -> str:
     """The structural verifier's complaint about `module`, or "" (XLA's parser still checks later)."""
     try:
@@ -418,6 +433,7 @@ def _first_mismatching_pass(pipeline: str, original: str, num_devices: int,
     from hlo_passes.printer import print_module
 
     module = parse_module(original, "<xla module>")
+    mark_replicated_parameters(module, replicated)
     before = original
     for p in _build_passes(pipeline):
         if not p.run(module):

@@ -33,6 +33,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.collectives.common import participant_groups, reduction_of
+from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
@@ -211,7 +212,23 @@ def _is_layout_op(instr: Instruction) -> bool:
     """Ops that only reorder or regroup elements (they commute with a sum)."""
     if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE):
         return True
-    return _is_degenerate_reduce(instr)
+    return is_row_major_bitcast(instr) or _is_degenerate_reduce(instr)
+
+
+def is_elementwise(instr: Instruction) -> bool:
+    """An elementwise op, or a kLoop fusion that computes like one (`fused.elementwise_fusion`)."""
+    return instr.opcode.is_elementwise or elementwise_fusion(instr)
+
+
+def is_row_major_bitcast(instr: Instruction) -> bool:
+    """A bitcast between row-major layouts: a reshape (XLA's layout passes leave these behind)."""
+    if instr.opcode is not Opcode.BITCAST or not instr.shape.is_array or len(instr.operands) != 1:
+        return False
+    return all(_row_major(s) for s in (instr.shape, instr.operands[0].shape))
+
+
+def _row_major(shape) -> bool:
+    return shape.layout is None or shape.layout.minor_to_major == tuple(range(shape.rank - 1, -1, -1))
 
 
 def _is_degenerate_reduce(instr: Instruction) -> bool:
@@ -312,13 +329,13 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         first = roots.pop()
         for r in roots:
             parent[r] = first
-        if (instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE) and instr.users
+        if ((instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE) or is_row_major_bitcast(instr)) and instr.users
                 and all(u.is_root and u.opcode is Opcode.TUPLE for u in instr.users)):
             tails[instr] = first  # a new weight reshaped on its way out: done on the full value
             exits[instr.operands[0]] = first
             continue
         dims = shard_ops[0].shape.dims
-        if instr.opcode.is_elementwise and instr.shape.is_array and instr.shape.dims == dims:
+        if is_elementwise(instr) and instr.shape.is_array and instr.shape.dims == dims:
             bad = [o for o in instr.operands if o.shape.is_tuple or
                    (o.shape.rank != 0 and o.shape.dims != dims)]
             if bad:
@@ -340,6 +357,8 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             reductions[instr] = first
             continue
         what = ("a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
+                f"a {instr.attr('kind')} fusion that is not elementwise on the weight's shape"
+                if instr.opcode is Opcode.FUSION else
                 f"{instr.opcode.value} (not elementwise on the weight's shape)")
         problems.setdefault(first, (instr, f"the reduced gradient has another user %{instr.name}: {what}"))
 
@@ -383,7 +402,7 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
     dims = component.dims
 
     def pullable(x: Instruction) -> bool:
-        return (x not in members and x not in origin and x.opcode.is_elementwise and x.shape.is_array
+        return (x not in members and x not in origin and is_elementwise(x) and x.shape.is_array
                 and x.shape.dims == dims and not x.has_side_effect
                 and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == dims) for o in x.operands))
 

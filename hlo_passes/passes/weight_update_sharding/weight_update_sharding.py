@@ -43,7 +43,9 @@ from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.weight_update_sharding.analysis import (REDUCTION_NAME, Component, Replication,
-                                                               _is_degenerate_reduce, analyze_computation)
+                                                               _is_degenerate_reduce, analyze_computation,
+                                                               is_row_major_bitcast)
+from hlo_passes.passes.weight_update_sharding.fused import normalize, shard_fused_computation
 from hlo_passes.passes.collectives.common import reduction_of
 
 S32 = PrimitiveType.S32
@@ -66,6 +68,22 @@ class WeightUpdateSharding(ModulePass):
                    "they are marked parameter_replication={true}")
 
     def run(self, module: Module) -> bool:
+        if _in_fused_form(module):
+            # XLA's post-fusion form (jax_hook): normalize a copy first, so that a module whose
+            # update cannot be sharded comes back untouched, with the copy's remarks.
+            from hlo_passes.parse.module_parser import parse_module
+            from hlo_passes.printer import print_module
+
+            trial = parse_module(print_module(module), "<weight-update-sharding trial>")
+            normalize(trial, _update_computations(trial))
+            probe = WeightUpdateSharding(self.options)
+            if not probe._shard(trial):
+                self.remarks.extend(probe.remarks)
+                return False
+            normalize(module, _update_computations(module))
+        return self._shard(module)
+
+    def _shard(self, module: Module) -> bool:
         changed = False
         for comp in _update_computations(module):
             plan = analyze_computation(comp, module,
@@ -82,6 +100,17 @@ class WeightUpdateSharding(ModulePass):
                 rewriter.apply()
                 changed = True
         return changed
+
+
+def _in_fused_form(module: Module) -> bool:
+    """Has XLA combined the gradient all-reduces or fused their users (see `fused.normalize`)?"""
+    for comp in _update_computations(module):
+        for instr in comp.instructions:
+            if instr.opcode is Opcode.ALL_REDUCE and instr.shape.is_tuple:
+                return True
+            if instr.opcode is Opcode.FUSION and any(o.opcode is Opcode.ALL_REDUCE for o in instr.operands):
+                return True
+    return False
 
 
 def _update_computations(module: Module) -> list[Computation]:
@@ -240,7 +269,7 @@ class _Rewriter:
             if op.opcode is Opcode.TRANSPOSE:
                 x = b.op(Opcode.TRANSPOSE, op.shape, [x], dimensions=op.attr("dimensions"))
             else:  # reshape, or a sum over size-1 dimensions
-                assert op.opcode is Opcode.RESHAPE or _is_degenerate_reduce(op)
+                assert op.opcode is Opcode.RESHAPE or is_row_major_bitcast(op) or _is_degenerate_reduce(op)
                 x = b.reshape(x, op.shape)
         etype = x.shape.element_type
         reduction = self.reduction("add", etype)
@@ -251,8 +280,12 @@ class _Rewriter:
     def _elementwise(self, instr: Instruction) -> None:
         operands = [self.shard_of(o, instr) for o in instr.operands]
         attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
+        called = dict(instr.called)
+        if instr.opcode is Opcode.FUSION:  # an elementwise kLoop fusion: the same fusion on [chunk]
+            called["calls"] = shard_fused_computation(self.module, instr.called["calls"], self.chunk)
+            attrs.pop("backend_config", None)  # its loop partitioning counts the old dimensions
         new = Instruction(instr.opcode, self.flat(instr.shape.element_type), operands,
-                          attributes=attrs, called=dict(instr.called))
+                          attributes=attrs, called=called)
         self.shard[instr] = self.comp.add(new, name_hint=instr.name, before=self.comp.root)
 
     def _reduction(self, instr: Instruction) -> None:
@@ -389,5 +422,9 @@ class _Rewriter:
                                       or instr.opcode.is_collective):
                 continue
             operands = list(instr.operands)
+            fused = instr.called.get("calls") if instr.opcode is Opcode.FUSION else None
             self.comp.remove(instr)
             work.extend(operands)
+            if fused is not None and not any(fused in i.called_computations()
+                                             for i in self.module.all_instructions()):
+                self.module.remove_computation(fused)  # the fusion was its only caller

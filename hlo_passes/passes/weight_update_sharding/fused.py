@@ -1,0 +1,149 @@
+"""XLA's own modules, as `jax.jit` hands them over after fusion, in the form the analysis reads.
+
+By the time XLA's pre-scheduler hook runs, XLA has combined every gradient all-reduce into
+one variadic (tuple) all-reduce, put the optimizer update into kLoop fusions, and moved the
+transposes of transposed gradients (the `dot` of the backward pass produces `[out, in]`)
+inside those fusions.  `normalize` undoes just enough of that, without changing what the
+module computes:
+
+    before                                           after
+    ar = (f32[10,256], f32[256]) all-reduce(a, b)    ar.0 = f32[10,256] all-reduce(a)
+    g = f32[10,256] get-tuple-element(ar), index=0   ar.1 = f32[256] all-reduce(b)
+    m' = f32[256,10] fusion(g, m), kind=kLoop,       t = f32[256,10]{1,0} transpose(ar.0), dimensions={1,0}
+         calls={ p0 → transpose → copy → ... }       m' = f32[256,10] fusion(t, m), calls={ p0 → copy → ... }
+
+Each element of a summed variadic all-reduce read only through get-tuple-element becomes
+its own all-reduce (a sum of a tuple is the tuple of the sums); a transpose of a fusion
+parameter that holds a reduced gradient moves out of the fusion (once per gradient and
+permutation, shared by every fusion that reads it).  The fusions themselves stay fused:
+`elementwise_fusion` says which of them the analysis may treat like one elementwise op.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.builder import next_channel_id
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape, Layout
+from hlo_passes.passes.collectives.common import reduction_of
+
+
+def elementwise_fusion(instr: Instruction) -> bool:
+    """A kLoop fusion that computes elementwise on operands of its own shape and scalars.
+
+    Its fused computation may hold parameters (scalars or of the fusion's dimensions),
+    scalar constants, broadcasts of scalars, and elementwise ops (copies included) of the
+    fusion's dimensions or scalars; anything else (a transpose, a reduce, a broadcast along
+    some dimensions, an iota) makes it no elementwise op."""
+    if instr.opcode is not Opcode.FUSION or instr.attr("kind") != "kLoop" or not instr.shape.is_array:
+        return False
+    fused = instr.called.get("calls")
+    if not isinstance(fused, Computation):
+        return False
+    dims = instr.shape.dims
+    if any(not o.shape.is_array or o.shape.rank not in (0, len(dims)) or
+           (o.shape.rank and o.shape.dims != dims) for o in instr.operands):
+        return False
+    for i in fused.instructions:
+        if not i.shape.is_array or (i.shape.rank and i.shape.dims != dims):
+            return False
+        if i.opcode is Opcode.PARAMETER:
+            continue
+        if i.opcode is Opcode.CONSTANT:
+            if i.shape.rank:
+                return False
+        elif i.opcode is Opcode.BROADCAST:
+            if i.operands[0].shape.rank:
+                return False
+        elif not i.opcode.is_elementwise or i.has_side_effect or i.called:
+            return False
+    return True
+
+
+def shard_fused_computation(module: Module, fused: Computation, chunk: int) -> Computation:
+    """A copy of an elementwise fused computation computing on `[chunk]` instead of its dims."""
+    new = module.clone_computation(fused, suffix="shard")
+    for i in new.instructions:
+        if i.shape.is_array and i.shape.rank:
+            i.shape = ArrayShape(i.shape.element_type, (chunk,), layout=Layout((0,)))
+    return new
+
+
+# ------------------------------------------------------------- normalize --
+def normalize(module: Module, computations: list[Computation]) -> bool:
+    """Split summed variadic all-reduces and hoist gradient transposes out of kLoop fusions."""
+    changed = False
+    for comp in computations:
+        changed |= _split_variadic_all_reduces(module, comp)
+        changed |= _hoist_gradient_transposes(module, comp)
+    return changed
+
+
+def _split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
+    changed = False
+    for ar in comp.instructions:
+        if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_tuple or ar.is_root
+                or reduction_of(ar) is None or ar.control_predecessors or ar.control_successors
+                or not all(u.opcode is Opcode.GET_TUPLE_ELEMENT for u in ar.users)):
+            continue
+        parts = []
+        for k, (operand, shape) in enumerate(zip(ar.operands, ar.shape.elements)):
+            attrs = dict(ar.attributes)
+            new = Instruction(Opcode.ALL_REDUCE, shape, [operand], attributes=attrs, called=dict(ar.called))
+            if ar.attr("channel_id") is not None:
+                new.set_attr("channel_id", next_channel_id(module))
+            parts.append(comp.add(new, name_hint=f"{ar.name}.{k}", before=ar))
+        for gte in list(ar.users):
+            gte.replace_all_uses_with(parts[gte.attr("index")])
+            comp.remove(gte)
+        comp.remove(ar)
+        changed = True
+    return changed
+
+
+def _is_reduced_gradient(instr: Instruction) -> bool:
+    return (instr.opcode is Opcode.ALL_REDUCE and instr.shape.is_array and len(instr.operands) == 1
+            and reduction_of(instr) is not None)
+
+
+def _hoist_gradient_transposes(module: Module, comp: Computation) -> bool:
+    """`fusion(g, ...)` whose parameter for g is only transposed inside: the transpose moves out."""
+    callers: dict[Computation, int] = {}
+    for instr in module.all_instructions():
+        for callee in instr.called_computations():
+            callers[callee] = callers.get(callee, 0) + 1
+    hoisted: dict[tuple[Instruction, tuple[int, ...]], Instruction] = {}
+    changed = False
+    for fusion in comp.instructions:
+        if fusion.opcode is not Opcode.FUSION or fusion.attr("kind") != "kLoop":
+            continue
+        fused = fusion.called.get("calls")
+        if not isinstance(fused, Computation) or callers.get(fused) != 1:
+            continue
+        for k, operand in enumerate(fusion.operands):
+            if not _is_reduced_gradient(operand):
+                continue
+            param = fused.parameters[k]
+            users = list(param.users)
+            if len(users) != 1 or users[0].opcode is not Opcode.TRANSPOSE:
+                continue
+            inner = users[0]
+            perm = tuple(inner.attr("dimensions"))
+            outer = hoisted.get((operand, perm))
+            if outer is None:
+                shape = ArrayShape(inner.shape.element_type, inner.shape.dims,
+                                   layout=Layout.default_for_rank(inner.shape.rank))
+                outer = Instruction(Opcode.TRANSPOSE, shape, [operand], attributes=dict(inner.attributes))
+                outer = comp.add(outer, name_hint=inner.name, before=fusion)
+                hoisted[(operand, perm)] = outer
+            fusion.set_operand(k, outer)
+            # the parameter now holds the transposed value, in row-major layout
+            param.shape = outer.shape
+            inner.replace_all_uses_with(param)
+            fused.remove(inner)
+            changed = True
+    if changed:
+        comp.sort_topologically()
+    return changed
