@@ -56,3 +56,22 @@ def test_groups_mean_what_xla_means(text):
     expected = [float(sum(groups.group_of(d))) for d in range(8)]
     assert run_all_reduce_of_device_ids(text) == expected
     assert sorted(d for g in groups.groups for d in g) == list(range(8))
+
+
+@pytest.mark.parametrize("text", ["mesh['x'=2,'y'=4] {'y','x'}", "mesh['x'=2,'y'=4] {'x','y'}",
+                                  "mesh['x'=2,'y'=2,'z'=2] {'z','x'}", "[2,4]<=[2,4]T(1,0)"])
+def test_group_order_is_the_order_xla_gathers_in(text):
+    """Within a group the order matters (all-gather concatenates in it): in the mesh form it
+    follows the listed axes, not the mesh's order."""
+    from hlo_passes.runtime import xla_backend
+
+    groups = reader_for("replica_groups")(text)
+    module = f"""HloModule m, replica_count=8
+ENTRY e {{
+  r = u32[] replica-id()
+  b = u32[1] broadcast(r), dimensions={{}}
+  ROOT g = u32[{groups.group_size}] all-gather(b), dimensions={{0}}, replica_groups={text}
+}}"""
+    gathered = xla_backend.compile_hlo(module, num_replicas=8).run([])
+    for device in range(8):
+        assert list(gathered[device][0]) == list(groups.group_of(device))

@@ -8,6 +8,8 @@ the groups they denote; the spelling is kept for printing.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,26 +45,18 @@ class ReplicaGroups:
 
         `selected` holds (axis, pre_size, size): a whole axis when pre_size is None, else the
         sub-axis of `size` devices inside it whose more-major factors multiply to pre_size."""
-        factors: list[tuple[str, int, bool]] = []  # (axis, size, selected) from major to minor
-        chosen = {name: (pre, size) for name, pre, size in selected}
-        for name, n in axes:
-            if name not in chosen:
-                factors.append((name, n, False))
-            elif chosen[name][0] is None:
-                factors.append((name, n, True))
-            else:
-                pre, size = chosen[name]
-                if n % (pre * size):
-                    raise ValueError(f"sub-axis '{name}':({pre}){size} does not divide axis of size {n}")
-                factors += [(name, pre, False), (name, size, True), (name, n // (pre * size), False)]
-        unknown = set(chosen) - {name for name, _ in axes}
+        from hlo_passes.ir.mesh import AxisRef, DeviceMesh
+
+        mesh = DeviceMesh(tuple(axes))
+        refs = [AxisRef(name, pre, size) for name, pre, size in selected]
+        known = {name for name, _ in axes}
+        unknown = {r.name for r in refs} - known
         if unknown:
             raise ValueError(f"replica groups select unknown mesh axes {sorted(unknown)}")
-        sizes = [f[1] for f in factors]
-        arr = np.arange(int(np.prod(sizes))).reshape(sizes)
-        picked = [i for i, f in enumerate(factors) if f[2]]
-        others = [i for i, f in enumerate(factors) if not f[2]]
-        group_size = int(np.prod([sizes[i] for i in picked])) if picked else 1
+        arr, index = mesh.factored(refs)
+        picked = [i for r in refs for i in index[r]]
+        others = [i for i in range(arr.ndim) if i not in picked]
+        group_size = math.prod(arr.shape[i] for i in picked)
         arr = arr.transpose(others + picked).reshape(-1, group_size)
         return cls(tuple(tuple(int(d) for d in row) for row in arr), mesh_spelling=spelling)
 
