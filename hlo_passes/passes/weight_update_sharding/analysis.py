@@ -208,6 +208,9 @@ class ComputationPlan:
 
 
 # -------------------------------------------------------------- analysis --
+_LAYOUT_OPCODES = frozenset({Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.BITCAST, Opcode.COPY})
+
+
 def _is_layout_op(instr: Instruction) -> bool:
     """Ops that only reorder or regroup elements (they commute with a sum)."""
     if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE):
@@ -360,7 +363,10 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                 f"a {instr.attr('kind')} fusion that is not elementwise on the weight's shape"
                 if instr.opcode is Opcode.FUSION else
                 f"{instr.opcode.value} (not elementwise on the weight's shape)")
-        problems.setdefault(first, (instr, f"the reduced gradient has another user %{instr.name}: {what}"))
+        known = problems.get(first)
+        if known is None or (known[0].opcode in _LAYOUT_OPCODES and instr.opcode not in _LAYOUT_OPCODES):
+            # a layout op beside the real blocker (a transpose hoisted out of a fusion) says less
+            problems[first] = (instr, f"the reduced gradient has another user %{instr.name}: {what}")
 
     # Components.
     by_root: dict[Instruction, Component] = {}

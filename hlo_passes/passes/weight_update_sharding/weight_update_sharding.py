@@ -68,6 +68,13 @@ class WeightUpdateSharding(ModulePass):
                    "they are marked parameter_replication={true}")
 
     def run(self, module: Module) -> bool:
+        if module.header_attr("is_scheduled", False):
+            # XLA CPU's thunk emitter takes no standalone elementwise ops after scheduling (its
+            # FusionWrapper has run), and the rewrite creates some: decline the whole module.
+            if any(i.opcode is Opcode.ALL_REDUCE for i in module.all_instructions()):
+                self.remark(None, "not sharded: the module is already scheduled (is_scheduled=true); "
+                                  "run before scheduling (jax_hook stage='pre-scheduler')", kind="missed")
+            return False
         if _in_fused_form(module):
             # XLA's post-fusion form (jax_hook): normalize a copy first, so that a module whose
             # update cannot be sharded comes back untouched, with the copy's remarks.
