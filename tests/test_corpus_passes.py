@@ -38,13 +38,6 @@ def result_sharding(path: Path, module) -> Sharding:
     """The ROOT's logical sharding as JAX's compile reported it, one entry per output leaf."""
     leaves = [read_sharding(s) for s in meta(path)["output_shardings"]]
     return Sharding.tuple_of(leaves) if module.entry.root.shape.is_tuple else leaves[0]
-# Open bug: all-gather-combiner's rewrite of this program differs on device 4 (output 2).
-COMBINER_BUG = {"sharded_shape_ops"}
-
-
-def marked(paths, names, reason):
-    return [pytest.param(p, marks=pytest.mark.xfail(reason=reason, strict=True)) if p.parent.name in names
-            else p for p in paths]
 
 
 @pytest.mark.parametrize("path", XLA_SPMD, ids=lambda p: p.parent.name)
@@ -57,8 +50,7 @@ def test_xla_partitioned_module_verifies_against_original(path):
     assert report.ok, report.format()
 
 
-@pytest.mark.parametrize("path", marked(XLA_SPMD, COMBINER_BUG, "open all-gather-combiner bug"),
-                         ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", XLA_SPMD, ids=lambda p: p.parent.name)
 def test_collective_fusion_on_every_partitioned_program(path):
     text = path.read_text()
     module = parse_module(text)

@@ -14,6 +14,16 @@ gather through a transpose that swaps their dimension into it and back (each all
 the same as its transposed twin).  Element types may differ (`combine_different_dtypes`):
 an all-gather moves bytes and computes nothing.  Cycles, control edges and channel ids are
 handled as in all-reduce-combiner.
+
+Only gathers over a *leading* dimension (every dimension before it has size 1) are merged
+as they are.  XLA CPU gathers by concatenating each device's buffer, so its layout
+assignment makes the gathered dimension major; for a variadic all-gather it does not always
+do so (XLA in jax 0.12: once an operand has other users, elements keep row-major layouts),
+and the devices' pieces of a gather over dimension 1 of f32[4,4] then land as whole [4,4]
+blocks one after the other instead of side by side (rows permuted).  So with
+`combine_by_dim=true` such all-gathers are left alone (a remark says why), and with
+`combine_by_dim=false` they go through transposes into a dimension that is leading for every
+member (dimension 0 when nothing better is shared).
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import TupleShape
+from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
@@ -38,6 +48,19 @@ from hlo_passes.passes.registry import register_pass
 
 def gather_dimension(instr: Instruction) -> int:
     return instr.attr("dimensions")[0]
+
+
+def leading_at(shape: Shape, own: int, dim: int) -> bool:
+    """After swapping dimension `own` of `shape` into position `dim`, is every dimension before
+    `dim` of size 1 (each device's piece one contiguous run of a row-major buffer)?"""
+    dims = list(shape.dims)
+    dims[own], dims[dim] = dims[dim], dims[own]
+    return all(d == 1 for d in dims[:dim])
+
+
+def gathers_leading_dimension(instr: Instruction) -> bool:
+    dim = gather_dimension(instr)
+    return all(leading_at(leaf, dim, dim) for leaf in instr.shape.leaves())
 
 
 @register_pass
@@ -71,18 +94,34 @@ class AllGatherCombiner(ModulePass):
             if not self.options.combine_by_dim or any(
                     u.opcode is not Opcode.GET_TUPLE_ELEMENT for u in instr.users):
                 return None
+        if self.options.combine_by_dim:
+            if not gathers_leading_dimension(instr):
+                self.remark(instr, f"gathers dimension {gather_dimension(instr)} behind dimensions larger "
+                            "than 1; not combined: XLA CPU may keep a variadic all-gather's elements "
+                            "row-major, which misplaces the devices' pieces", "missed")
+                return None
             where = ("dim", gather_dimension(instr))
         else:
-            where = (("dim", gather_dimension(instr)) if self.options.combine_by_dim
-                     else ("rank", instr.shape.rank))
+            where = ("rank", instr.shape.rank)
         types = None if self.options.combine_different_dtypes else tuple(
             sorted({leaf.element_type.value for leaf in instr.shape.leaves()}))
         return (replica_groups(instr), group_mode(instr), where, types, instr.sharding is not None)
 
+    @staticmethod
+    def _target_dimension(members: list[Instruction]) -> int:
+        """The dimension the combined all-gather gathers: the most common one among the members
+        that is leading for all of them once swapped in (0 always is)."""
+        def fits(dim: int) -> bool:
+            return all(leading_at(m.shape, gather_dimension(m), dim) for m in members
+                       if not m.shape.is_tuple)
+        own = [gather_dimension(m) for m in members]
+        usable = [d for d in own if fits(d)]
+        return most_common(usable) if usable else 0
+
     def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
-        dim = most_common(gather_dimension(m) for m in members)
+        dim = self._target_dimension(members)
         operands, shapes, swaps = [], [], []
         for m in members:
             own = gather_dimension(m)
