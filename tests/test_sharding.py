@@ -104,3 +104,38 @@ def test_subgroup_dims_are_not_data_dims():
     assert s.data_rank == 2 and s.subgroups == (SubgroupKind.MANUAL, SubgroupKind.REPLICATED)
     assert s.replication_factor == 4
     assert s.tile_index(5) == (1, 0)
+
+
+NAMED = [
+    "{mesh['x'=4,'y'=2], [{'x'}, {}]}",
+    "{mesh['x'=4,'y'=2], [{'y'}, {'x'}]}",
+    "{mesh['x'=4,'y'=2], device_ids=(0,2,4,6,1,3,5,7), [{'x'}, {?}]}",
+    "{mesh['x'=4,'y'=2], [{'x':(1)2, 'y'}, {}], replicated={'x':(2)2}}",
+    "{mesh['x'=2,'y'=2,'z'=2], [{'z', 'x'}, {}]}",
+    "{mesh['x'=2,'y'=4], [{}, {'y':(2)2}]}",
+    "{mesh['i'=8], [{'i'}, {}]}",
+]
+
+
+@pytest.mark.parametrize("text", NAMED)
+def test_named_form_means_what_xla_compiles_it_to(text):
+    """The mesh form newer XLA prints, read as a tile assignment, equals the sharding XLA's
+    own compile reports for a parameter annotated with it."""
+    from hlo_passes.runtime import xla_backend
+
+    module = f"""HloModule m, num_partitions=8
+ENTRY e {{
+  p = f32[8,4] parameter(0), sharding={text}
+  ROOT c = f32[8,4] copy(p), sharding={text}
+}}"""
+    [xla_says] = xla_backend.compile_hlo(module, num_partitions=8, spmd=True).parameter_shardings()
+    assert read_sharding(text) == read_sharding(xla_says), xla_says
+
+
+def test_named_special_forms():
+    assert read_sharding("{mesh[], replicated}") == Sharding.replicated()
+    assert read_sharding("{mesh['i'=8], manual}") == Sharding.manual()
+    assert read_sharding("{{mesh['i'=8], manual}, {mesh[], replicated}}") == Sharding.tuple_of(
+        [Sharding.manual(), Sharding.replicated()])
+    with pytest.raises(ValueError, match="unreduced"):
+        read_sharding("{mesh['x'=4,'y'=2], [{'x'}, {}], unreduced={'y'}}")

@@ -16,6 +16,7 @@ import lark
 
 from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata,
                                       PaddingConfig, SliceSpec, Window, WindowDimension)
+from hlo_passes.ir.mesh import AxisRef, DeviceMesh
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
 from hlo_passes.parse import grammar
@@ -130,6 +131,58 @@ class _TypedBuilder(lark.Transformer):
 
     def attr_sharding(self, c):
         return c[0]
+
+    # named (mesh-form) sharding
+    def named_mesh(self, c):
+        return DeviceMesh(tuple(x for x in c if x is not None))
+
+    def mesh_device_ids(self, c):
+        return ("device_ids", c[0])
+
+    def named_replicated(self, c):
+        return ("replicated",)
+
+    def named_manual(self, c):
+        return ("manual",)
+
+    def named_unknown(self, c):
+        return ("unknown",)
+
+    def dim_axes(self, c):
+        return tuple(AxisRef(*x) for x in c if isinstance(x, tuple))
+
+    def named_dims(self, c):
+        return ("dims", tuple(x for x in c if x is not None))
+
+    def named_replicated_axes(self, c):
+        return ("replicated_axes", tuple(AxisRef(*x) for x in c if x is not None))
+
+    def named_unreduced_axes(self, c):
+        return ("unreduced_axes", tuple(AxisRef(*x) for x in c if x is not None))
+
+    def named_sharding(self, c):
+        mesh, rest = c[0], [x for x in c[1:] if x is not None]
+        if rest[0][0] == "device_ids":
+            from dataclasses import replace
+
+            mesh, rest = replace(mesh, device_ids=rest[0][1]), rest[1:]
+        spec, options = rest[0], rest[1:]
+        metadata = next((o[1] for o in options if o[0] == "metadata"), "")
+        if any(o[0] == "unreduced_axes" and o[1] for o in options):
+            raise AttributeError_("unreduced axes (partial sums) have no tile-assignment equivalent")
+        if spec[0] != "dims":
+            s = {"replicated": Sharding.replicated, "manual": Sharding.manual,
+                 "unknown": Sharding.unknown}[spec[0]]()
+        else:
+            try:
+                s = Sharding.from_named_mesh(mesh, list(spec[1]))
+            except ValueError as e:
+                raise AttributeError_(str(e)) from None
+        if metadata:
+            from dataclasses import replace
+
+            s = replace(s, metadata=metadata)
+        return s
 
     def tuple_sharding(self, c):
         return Sharding.tuple_of(c)
