@@ -45,16 +45,20 @@ class ReplicaGroups:
 
         `selected` holds (axis, pre_size, size): a whole axis when pre_size is None, else the
         sub-axis of `size` devices inside it whose more-major factors multiply to pre_size."""
-        from hlo_passes.ir.mesh import AxisRef, DeviceMesh
+        from hlo_passes.ir.sdy import AxisRef, RefinedMesh, SdyMesh
 
-        mesh = DeviceMesh(tuple(axes))
-        refs = [AxisRef(name, pre, size) for name, pre, size in selected]
-        known = {name for name, _ in axes}
-        unknown = {r.name for r in refs} - known
+        mesh = SdyMesh(tuple(axes))
+        unknown = {name for name, _, _ in selected} - {name for name, _ in axes}
         if unknown:
             raise ValueError(f"replica groups select unknown mesh axes {sorted(unknown)}")
-        arr, index = mesh.factored(refs)
-        picked = [i for r in refs for i in index[r]]
+        refs = [AxisRef(name, pre or 1, size) for name, pre, size in selected]
+        for ref in refs:
+            if ref.size is not None and mesh.axis_size(ref.name) % (ref.pre_size * ref.size):
+                raise ValueError(f"sub-axis '{ref.name}':({ref.pre_size}){ref.size} does not divide "
+                                 f"axis of size {mesh.axis_size(ref.name)}")
+        refined = RefinedMesh(mesh, refs)
+        arr = refined.devices
+        picked = [i for r in refs for i in refined.indices(r, mesh)]
         others = [i for i in range(arr.ndim) if i not in picked]
         group_size = math.prod(arr.shape[i] for i in picked)
         arr = arr.transpose(others + picked).reshape(-1, group_size)

@@ -11,6 +11,10 @@ and converts them here:
 
 A sub-axis `"x":(p)s` is the middle factor of axis x reshaped to [p, s, n/(p*s)]
 (major to minor), as in Shardy's AxisRefAttr.
+
+Newer XLA prints the same meshes in HLO itself, in mesh-form replica groups
+(`mesh['x'=4,'y'=2] {'x'}`) and named shardings (`{mesh['x'=4,'y'=2], [{'x'}, {}]}`);
+those are read into these values too.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ class SdySharding:
         return meshes[self.mesh]
 
 
-class _RefinedMesh:
+class RefinedMesh:
     """The mesh with each axis split at every sub-axis boundary that `refs` use."""
 
     def __init__(self, mesh: SdyMesh, refs: list[AxisRef]):
@@ -104,7 +108,7 @@ def mesh_sharding(mesh: SdyMesh, dim_axes: list[tuple[AxisRef, ...]],
     if not mesh.axes:
         return Sharding.maximal(mesh.device_ids[0]) if mesh.device_ids else Sharding.replicated()
     all_refs = [r for axes in dim_axes for r in axes] + list(manual_axes)
-    refined = _RefinedMesh(mesh, all_refs)
+    refined = RefinedMesh(mesh, all_refs)
     dim_pieces = [[i for r in axes for i in refined.indices(r, mesh)] for axes in dim_axes]
     manual = [i for r in manual_axes for i in refined.indices(r, mesh)]
     used = {i for ps in dim_pieces for i in ps} | set(manual)

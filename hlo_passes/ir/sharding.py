@@ -143,25 +143,6 @@ class Sharding:
             return cls.tiled(arr.reshape(tile_dims + [replicate]), (SubgroupKind.REPLICATED,))
         return cls.tiled(arr.reshape(tile_dims))
 
-    @classmethod
-    def from_named_mesh(cls, mesh, dims: list[tuple]) -> "Sharding":
-        """The tile assignment of XLA's named form `{mesh[...], [{'x'}, {}]}`: dimension i is
-        split by the axes (or sub-axes) `dims[i]` lists, major to minor; mesh axes no
-        dimension uses hold replicas.  `mesh` is an ir.mesh.DeviceMesh, `dims` AxisRefs."""
-        refs = [r for axes in dims for r in axes]
-        arr, index = mesh.factored(refs)
-        dim_factors = [[i for r in axes for i in index[r]] for axes in dims]
-        used = [i for fs in dim_factors for i in fs]
-        if len(set(used)) != len(used):
-            raise ValueError("a mesh axis splits more than one dimension")
-        rest = [i for i in range(arr.ndim) if i not in used]
-        tiles = [math.prod(arr.shape[i] for i in fs) for fs in dim_factors]
-        replicas = math.prod(arr.shape[i] for i in rest)
-        arr = arr.transpose(used + rest)
-        if replicas > 1:
-            return cls.tiled(arr.reshape(tiles + [replicas]), (SubgroupKind.REPLICATED,)).normalized()
-        return cls.tiled(arr.reshape(tiles)).normalized()
-
     # ----------------------------------------------------------- meaning --
     def _key(self):
         if self.kind is ShardingKind.TILED:

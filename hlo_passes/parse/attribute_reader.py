@@ -16,7 +16,7 @@ import lark
 
 from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata,
                                       PaddingConfig, SliceSpec, Window, WindowDimension)
-from hlo_passes.ir.mesh import AxisRef, DeviceMesh
+from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
 from hlo_passes.parse import grammar
@@ -24,6 +24,12 @@ from hlo_passes.parse import grammar
 
 class AttributeError_(ValueError):
     """An attribute value that does not read as its key requires."""
+
+
+def _axis_ref(selected: tuple[str, int | None, int | None]) -> AxisRef:
+    """('x', None, None) for a whole axis, ('x', 2, 2) for the sub-axis 'x':(2)2."""
+    name, pre_size, size = selected
+    return AxisRef(name, pre_size or 1, size)
 
 
 def _ints(items) -> tuple[int, ...]:
@@ -134,7 +140,7 @@ class _TypedBuilder(lark.Transformer):
 
     # named (mesh-form) sharding
     def named_mesh(self, c):
-        return DeviceMesh(tuple(x for x in c if x is not None))
+        return SdyMesh(tuple(x for x in c if x is not None))
 
     def mesh_device_ids(self, c):
         return ("device_ids", c[0])
@@ -149,16 +155,16 @@ class _TypedBuilder(lark.Transformer):
         return ("unknown",)
 
     def dim_axes(self, c):
-        return tuple(AxisRef(*x) for x in c if isinstance(x, tuple))
+        return tuple(_axis_ref(x) for x in c if isinstance(x, tuple))
 
     def named_dims(self, c):
         return ("dims", tuple(x for x in c if x is not None))
 
     def named_replicated_axes(self, c):
-        return ("replicated_axes", tuple(AxisRef(*x) for x in c if x is not None))
+        return ("replicated_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
     def named_unreduced_axes(self, c):
-        return ("unreduced_axes", tuple(AxisRef(*x) for x in c if x is not None))
+        return ("unreduced_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
     def named_sharding(self, c):
         mesh, rest = c[0], [x for x in c[1:] if x is not None]
@@ -175,8 +181,8 @@ class _TypedBuilder(lark.Transformer):
                  "unknown": Sharding.unknown}[spec[0]]()
         else:
             try:
-                s = Sharding.from_named_mesh(mesh, list(spec[1]))
-            except ValueError as e:
+                s = mesh_sharding(mesh, list(spec[1]))
+            except (KeyError, ValueError) as e:
                 raise AttributeError_(str(e)) from None
         if metadata:
             from dataclasses import replace
