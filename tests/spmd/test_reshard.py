@@ -33,7 +33,23 @@ CASES = [
     pytest.param("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}",
                  "{devices=[2,1,4]<=[4,2]T(1,0) last_tile_dim_replicate}", "16,8", {"all-to-all": 1},
                  id="partial-replication-all-to-all-in-groups"),
-    pytest.param(ROW8, "{devices=[2,4]<=[8]}", "16,8", {"all-gather": 1}, id="gather-then-slice"),
+    pytest.param(ROW8, "{devices=[2,4]<=[8]}", "16,8", {"all-to-all": 1},
+                 id="minor-factor-of-split-moves-to-other-dim"),
+    pytest.param("{devices=[4,2]<=[8]}", "{devices=[2,4]<=[4,2]T(1,0)}", "16,8",
+                 {"all-to-all": 1, "collective-permute": 1}, id="mesh-axes-swap-dims-all-to-all-then-permute"),
+    pytest.param("{devices=[2,1,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}", "{devices=[1,4,2]<=[2,4]T(1,0)}",
+                 "8,16,64", {"all-to-all": 1, "collective-permute": 1},
+                 id="slice-replicas-then-all-to-all-then-permute"),
+    pytest.param(ROW8, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", "16,8", {"all-gather": 1},
+                 id="coarser-partial-replication-gathers-pairs"),
+    pytest.param("{devices=[2,4]<=[8]}", "{devices=[2,2,2]<=[8] last_tile_dim_replicate}", "10,6", {"all-gather": 1},
+                 id="coarser-partial-replication-uneven"),
+    pytest.param("{devices=[4,2]<=[8]}", "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", "16,8", {"all-gather": 1},
+                 id="tiled-to-partially-replicated-gathers-one-dim"),
+    pytest.param("{devices=[4,1,2]<=[8] last_tile_dim_replicate}", "{devices=[2,4]<=[8]}", "16,8",
+                 {"all-to-all": 1}, id="partially-replicated-slice-then-all-to-all"),
+    pytest.param("{devices=[4,2]<=[8]}", "{devices=[2,4]<=[8]}", "16,8", {"all-to-all": 1, "collective-permute": 1},
+                 id="refactor-grid-4x2-to-2x4-moved-factor-lands-major"),
 ]
 
 
@@ -68,3 +84,18 @@ def test_plan_prefers_cheapest_step_and_costs_bytes():
     assert cost(S(ROW8), S(R), shape, 8) == 7 * 2 * 8 * 4
     assert cost(S(R), S(ROW8), shape, 8) == 0
     assert cost(S(ROW8), S(COL8), shape, 8) < cost(S(ROW8), S(R), shape, 8)
+
+
+def test_partial_gather_is_over_the_subgroup_only():
+    """[8,1] -> [4,1,2] replicated pairs: each device receives one neighbour's tile, not seven."""
+    shape = ArrayShape(PrimitiveType.F32, (16, 8))
+    steps = plan(tile_map(S(ROW8), 2, 8), tile_map(S("{devices=[4,1,2]<=[8] last_tile_dim_replicate}"), 2, 8), shape)
+    assert [(s.kind, s.dims, s.bytes) for s in steps] == [("all-gather", (0, 2), 2 * 8 * 4)]
+
+
+def test_grid_plan_slices_replicas_before_moving_data():
+    """The 3-D mesh case: replicas split their tile first, so the all-to-all moves half as much."""
+    shape = ArrayShape(PrimitiveType.F32, (8, 16, 64))
+    src = tile_map(S("{devices=[2,1,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}"), 3, 8)
+    dst = tile_map(S("{devices=[1,4,2]<=[2,4]T(1,0)}"), 3, 8)
+    assert [s.kind for s in plan(src, dst, shape)] == ["slice", "all-to-all", "permute"]

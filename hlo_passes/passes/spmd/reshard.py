@@ -1,6 +1,8 @@
 """Resharding: turn a per-device value of one sharding into the same global value in another.
 
-The cheapest step that applies is taken, then the rest is resharded again:
+Two planners propose step lists and the one whose devices receive fewer bytes wins:
+
+*greedy* (one step at a time, then the rest is resharded again):
 
 1. same placement           -> nothing;
 2. every device's new tile lies inside its current tile -> a local (dynamic-)slice,
@@ -10,6 +12,20 @@ The cheapest step that applies is taken, then the rest is resharded again:
 4. the split moves from dim i to dim j over the same devices -> one all-to-all;
 5. dims whose tiles are not nested in the target -> an all-gather per dim, over the
    devices that differ only in that dim's tile coordinate; then back to 2.
+
+*grid-first* (reach the target's tile counts per dim, then fix the device order):
+
+1. refine dims the target tiles finer, using replicas: a local slice
+   ({devices=[2,1,2,2] last_tile_dim_replicate} -> [2,2,2]: each replica keeps a half);
+2. move a factor g of a dim that is too fine into one that is too coarse: an all-to-all
+   within groups of g devices ([4,2] -> [2,4]: the minor 2 of dim 0 moves to dim 1);
+3. coarsen a dim that is still too fine: an all-gather over only the g devices that hold
+   the pieces of one coarser tile ([8,1] -> [4,1,2] last_tile_dim_replicate gathers pairs);
+4. equal tile counts, other device order: one collective-permute.
+
+The steps of (2) and (3) are factor moves: the minor factor g of dim i's tile coordinate
+c_i leaves it (c_i -> c_i // g) and, for an all-to-all, becomes the minor factor of dim
+j (c_j -> c_j * g + c_i % g).
 
 `plan` returns the steps without emitting anything, so handlers can compare
 the cost (bytes each device receives) of alternative operand shardings.
@@ -29,11 +45,12 @@ from hlo_passes.passes.spmd.partition_context import (Emitter, PValue, groups_va
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Step:
     kind: str  # "slice" | "permute" | "all-to-all" | "all-gather"
-    dims: tuple[int, ...] = ()  # all-gather: (dim,); all-to-all: (from, to)
+    dims: tuple[int, ...] = ()  # all-gather: (dim, g); all-to-all: (from, to, g)
     bytes: int = 0  # bytes each device receives
+    result: TileMap | None = None  # the placement after this step
 
 
 def _slice_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) -> np.ndarray | None:
@@ -71,52 +88,193 @@ def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
     return pairs
 
 
-def _all_to_all_result(src: TileMap, i: int, j: int) -> TileMap:
+# ------------------------------------------------------- factor moves --
+def _fits(size: int, fine: int, g: int) -> bool:
+    """Do g consecutive tiles of a `fine`-way split of `size` make one tile of the `fine // g`-way
+    split (uneven sizes pad at the end, so this can fail: 10 split 4 ways is 3,3,3,1 but 2 ways 5,5)?"""
+    return fine // g == 1 or -(-size // (fine // g)) == g * -(-size // fine)
+
+
+def _moved(src: TileMap, i: int, j: int, g: int) -> TileMap:
+    """The minor factor g of dim i's tiling becomes the minor factor of dim j's (an all-to-all)."""
     coords = src.coords.copy()
-    coords[:, j] = src.coords[:, i]
-    coords[:, i] = 0
+    coords[:, j] = src.coords[:, j] * g + src.coords[:, i] % g
+    coords[:, i] = src.coords[:, i] // g
     dims = list(src.dims)
-    dims[j], dims[i] = dims[i], 1
+    dims[i], dims[j] = src.dims[i] // g, src.dims[j] * g
     return TileMap(tuple(dims), coords, src.manual, src.manual_size)
 
 
-def _gathered(src: TileMap, k: int) -> TileMap:
-    return src.keep_dims([d for d in range(src.rank) if d != k])
+def _coarsened(src: TileMap, k: int, g: int) -> TileMap:
+    """Dim k tiled g times coarser (an all-gather over the g devices of each coarse tile)."""
+    coords = src.coords.copy()
+    coords[:, k] = src.coords[:, k] // g
+    dims = list(src.dims)
+    dims[k] = src.dims[k] // g
+    return TileMap(tuple(dims), coords, src.manual, src.manual_size)
 
 
-def _elem_bytes(shape: ArrayShape) -> int:
-    return shape.element_type.byte_size if shape.element_type.is_array else 0
+def _factor_groups(src: TileMap, k: int, g: int) -> list[tuple[int, ...]]:
+    """The devices that differ only in the minor factor g of dim k's tile coordinate, ordered by it."""
+    coords = np.concatenate([src.coords, (src.coords[:, k] % g)[:, None]], axis=1)
+    coords[:, k] //= g
+    view = TileMap(src.dims + (g,), coords, src.manual, src.manual_size)
+    return groups_varying(view, [src.rank])
 
 
-def plan(src: TileMap, dst: TileMap, shape: ArrayShape) -> list[Step]:
-    """The steps that reshard an array of `shape` from `src` to `dst`."""
+def _holders(tm: TileMap) -> int:
+    return tm.num_devices // (tm.num_tiles * tm.manual_size)
+
+
+def _refined(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> TileMap | None:
+    """`cur` tiled finer on the dims `dst` tiles finer, each replica keeping one piece of its tile
+    (a local slice), or None when there are no replicas to split or no dim to refine.  The
+    target's own coordinates are used where they nest, so that no permute follows."""
+    budget = _holders(cur)
+    factors: dict[int, int] = {}
+    for k in range(cur.rank):
+        want = dst.dims[k]
+        if want > cur.dims[k] and want % cur.dims[k] == 0:
+            f = math.gcd(want // cur.dims[k], budget)
+            if f > 1 and (cur.dims[k] == 1 or _fits(dims[k], cur.dims[k] * f, f)):
+                factors[k] = f
+                budget //= f
+    if not factors:
+        return None
+    new_dims = tuple(cur.dims[k] * factors.get(k, 1) for k in range(cur.rank))
+    coords = cur.coords.copy()
+    if all(dst.dims[k] == new_dims[k] and np.array_equal(dst.coords[:, k] // f, cur.coords[:, k])
+           for k, f in factors.items()):
+        for k in factors:
+            coords[:, k] = dst.coords[:, k]
+        cand = TileMap(new_dims, coords, cur.manual, cur.manual_size)
+        if cand.to_sharding() is not None:
+            return cand
+    ks = list(factors)
+    fs = [factors[k] for k in ks]
+    per = math.prod(fs)
+    members: dict[tuple, list[int]] = {}
+    for d in range(cur.num_devices):
+        members.setdefault(tuple(cur.coords[d]) + (int(cur.manual[d]),), []).append(d)
+    coords = cur.coords.copy()
+    for devs in members.values():
+        for q, d in enumerate(devs):
+            sub = np.unravel_index(q % per, fs)
+            for k, f, s in zip(ks, fs, sub):
+                coords[d, k] = cur.coords[d, k] * f + int(s)
+    return TileMap(new_dims, coords, cur.manual, cur.manual_size)
+
+
+def _a2a_bytes(src: TileMap, dims, esize: int, g: int) -> int:
+    return math.prod(tm_local_dims(src, dims)) * esize * (g - 1) // g
+
+
+def _gather_bytes(src: TileMap, dims, esize: int, g: int) -> int:
+    return math.prod(tm_local_dims(src, dims)) * esize * (g - 1)
+
+
+def _grid_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int,
+               slice_first: bool) -> list[Step] | None:
+    """The grid-first plan (module docstring), or None when it gets stuck.  Slicing replicas
+    first makes an all-to-all move less data; moving first can leave the replicas holding the
+    target's own tiles, so that no permute is needed: both orders are priced."""
     steps: list[Step] = []
-    dims = tuple(shape.dims)
-    esize = _elem_bytes(shape)
+    cur = src
+    for _ in range(4 * max(1, src.rank) + 4):
+        if same_placement(cur, dst):
+            return steps
+        if cur.dims == dst.dims:
+            if _permute_pairs(cur, dst) is None:
+                return None
+            steps.append(Step("permute", (), math.prod(tm_local_dims(cur, dims)) * esize, dst))
+            return steps
+        move = _factor_move(cur, dst, dims)
+        nxt = _refined(cur, dst, dims) if slice_first or move is None else None
+        if nxt is not None:
+            steps.append(Step("slice", (), 0, nxt))
+            cur = nxt
+            continue
+        if move is not None:
+            i, j, g = move
+            steps.append(Step("all-to-all", move, _a2a_bytes(cur, dims, esize, g), _moved(cur, i, j, g)))
+            cur = steps[-1].result
+            continue
+        k, g = _coarsening(cur, dst, dims)
+        if k is None:
+            return None
+        steps.append(Step("all-gather", (k, g), _gather_bytes(cur, dims, esize, g), _coarsened(cur, k, g)))
+        cur = steps[-1].result
+    return None
+
+
+def _factor_move(cur: TileMap, dst: TileMap, dims) -> tuple[int, int, int] | None:
+    """(i, j, g): dim i is tiled g times too finely and dim j at least g times too coarsely."""
+    for i in range(cur.rank):
+        if cur.dims[i] <= dst.dims[i] or cur.dims[i] % dst.dims[i]:
+            continue
+        for j in range(cur.rank):
+            if j == i or dst.dims[j] <= cur.dims[j] or dst.dims[j] % cur.dims[j]:
+                continue
+            g = math.gcd(cur.dims[i] // dst.dims[i], dst.dims[j] // cur.dims[j])
+            if g > 1 and _fits(dims[i], cur.dims[i], g) and _fits(dims[j], cur.dims[j] * g, g):
+                return i, j, g
+    return None
+
+
+def _coarsening(cur: TileMap, dst: TileMap, dims) -> tuple[int | None, int]:
+    """(k, g): gather the minor factor g of dim k, which `dst` tiles more coarsely (or not as a
+    multiple); a whole dim is gathered when a partial gather cannot reach the target."""
+    for k in range(cur.rank):
+        t, want = cur.dims[k], dst.dims[k]
+        if t > want:
+            g = t // want if t % want == 0 and _fits(dims[k], t, t // want) else t
+            return k, g
+    for k in range(cur.rank):  # finer in dst but not reachable by slicing: start from whole
+        t, want = cur.dims[k], dst.dims[k]
+        if t > 1 and (want % t or not _fits(dims[k], want, want // t)):
+            return k, t
+    return None, 0
+
+
+def _greedy_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step]:
+    steps: list[Step] = []
     for _ in range(4 * max(1, src.rank) + 4):
         if same_placement(src, dst):
             return steps
         if _slice_nested(src, dst, dims):
-            steps.append(Step("slice"))
+            steps.append(Step("slice", (), 0, dst))
             return steps
         if src.dims == dst.dims and _permute_pairs(src, dst) is not None:
-            steps.append(Step("permute", (), math.prod(tm_local_dims(src, dims)) * esize))
+            steps.append(Step("permute", (), math.prod(tm_local_dims(src, dims)) * esize, dst))
             return steps
         moved = _all_to_all_move(src, dst)
         if moved is not None:
             i, j = moved
-            local = math.prod(tm_local_dims(src, dims))
-            steps.append(Step("all-to-all", (i, j), local * esize * (src.dims[i] - 1) // src.dims[i]))
-            src = _all_to_all_result(src, i, j)
+            g = src.dims[i]
+            steps.append(Step("all-to-all", (i, j, g), _a2a_bytes(src, dims, esize, g), _moved(src, i, j, g)))
+            src = steps[-1].result
             continue
         bad = [k for k in range(src.rank) if src.dims[k] > 1 and not _slice_nested(src, dst, dims, [k])]
         if not bad:  # nested per dim but not jointly (device orders differ): gather everything tiled
             bad = [k for k in range(src.rank) if src.dims[k] > 1]
         k = bad[0]
-        local = math.prod(tm_local_dims(src, dims))
-        steps.append(Step("all-gather", (k,), local * esize * (src.dims[k] - 1)))
-        src = _gathered(src, k)
+        g = src.dims[k]
+        steps.append(Step("all-gather", (k, g), _gather_bytes(src, dims, esize, g), _coarsened(src, k, g)))
+        src = steps[-1].result
     raise AssertionError("resharding did not converge")
+
+
+def plan(src: TileMap, dst: TileMap, shape: ArrayShape) -> list[Step]:
+    """The steps that reshard an array of `shape` from `src` to `dst`: the cheaper of the two
+    planners' (the greedy one on ties)."""
+    dims = tuple(shape.dims)
+    esize = _elem_bytes(shape)
+    best = _greedy_plan(src, dst, dims, esize)
+    for slice_first in (True, False):
+        grid = _grid_plan(src, dst, dims, esize, slice_first)
+        if grid is not None and sum(s.bytes for s in grid) < sum(s.bytes for s in best):
+            best = grid
+    return best
 
 
 def _all_to_all_move(src: TileMap, dst: TileMap) -> tuple[int, int] | None:
@@ -127,11 +285,15 @@ def _all_to_all_move(src: TileMap, dst: TileMap) -> tuple[int, int] | None:
         for j in range(src.rank):
             if j == i or src.dims[j] != 1 or dst.dims[j] % src.dims[i]:
                 continue
-            moved = _all_to_all_result(src, i, j)
+            moved = _moved(src, i, j, src.dims[i])
             if dst.dims[j] == src.dims[i] and not np.array_equal(moved.coords[:, j], dst.coords[:, j]):
                 continue
             return i, j
     return None
+
+
+def _elem_bytes(shape: ArrayShape) -> int:
+    return shape.element_type.byte_size if shape.element_type.is_array else 0
 
 
 def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int) -> int:
@@ -161,21 +323,17 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     dims = tuple(shape.dims)
     for step in plan(src_tm, dst_tm, shape):
         if step.kind == "slice":
-            x = _emit_slice(em, x, src_tm, dst_tm, dims)
-            src_tm = dst_tm
+            x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
-            x = _emit_permute(em, x, src_tm, dst_tm)
-            src_tm = dst_tm
+            x = _emit_permute(em, x, src_tm, step.result)
         elif step.kind == "all-to-all":
-            i, j = step.dims
-            x = _emit_all_to_all(em, x, src_tm, i, j, dims)
-            src_tm = _all_to_all_result(src_tm, i, j)
+            i, j, g = step.dims
+            x = _emit_all_to_all(em, x, src_tm, step.result, (i, j, g), dims)
         else:
-            (k,) = step.dims
-            x = em.all_gather(x, k, groups_varying(src_tm, [k]))
-            src_tm = _gathered(src_tm, k)
-            x = em.slice_to(x, tuple(min(a, g) if i == k else a
-                                     for i, (a, g) in enumerate(zip(x.shape.dims, dims))))
+            k, g = step.dims
+            x = em.all_gather(x, k, _factor_groups(src_tm, k, g))
+            x = em.slice_to(x, tuple(min(a, t) for a, t in zip(x.shape.dims, tm_local_dims(step.result, dims))))
+        src_tm = step.result
     return PValue(x, dst, shape)
 
 
@@ -202,19 +360,19 @@ def _emit_permute(em: Emitter, x, src: TileMap, dst: TileMap):
     return b.select(pred, x, moved)
 
 
-def _emit_all_to_all(em: Emitter, x, src: TileMap, i: int, j: int, dims):
-    """Split dim j of the local value into k chunks, exchange them within each dim-i group, and
-    concatenate the received chunks along dim i."""
-    k = src.dims[i]
+def _emit_all_to_all(em: Emitter, x, src: TileMap, result: TileMap, move: tuple[int, int, int], dims):
+    """Split dim j of the local value into g chunks, exchange them within each group of the g
+    devices holding consecutive tiles of dim i, and concatenate the received chunks along dim i."""
+    i, j, k = move
     local = list(tm_local_dims(src, dims))
-    chunk_j = -(-dims[j] // k)
+    chunk_j = -(-local[j] // k)
     x = em.pad_to(x, tuple(chunk_j * k if a == j else local[a] for a in range(len(dims))))
     b = em.b()
     # [.., j: k*c, ..] -> [.., k, c, ..]; exchange along the new k dim
     split = list(x.shape.dims)
     split[j:j + 1] = [k, chunk_j]
     y = b.reshape(x, x.shape.with_dims(split))
-    y = em.all_to_all(y, j, groups_varying(src, [i]))
+    y = em.all_to_all(y, j, _factor_groups(src, i, k))
     # now dim j (size k) indexes the source's dim-i tile: move it just before dim i and merge
     rank = len(split)
     i_pos = i if i < j else i + 1
@@ -225,4 +383,4 @@ def _emit_all_to_all(em: Emitter, x, src: TileMap, i: int, j: int, dims):
     at = perm.index(j)
     merged[at:at + 2] = [merged[at] * merged[at + 1]]
     y = b.reshape(y, y.shape.with_dims(merged))
-    return em.slice_to(y, tuple(min(a, dims[d]) if d == i else a for d, a in enumerate(merged)))
+    return em.slice_to(y, tuple(min(a, t) for a, t in zip(merged, tm_local_dims(result, dims))))
