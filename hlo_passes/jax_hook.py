@@ -221,19 +221,12 @@ class Installation:
             _guard.active = False
 
     def _transform(self, proto: bytes, index: int, start: float) -> bytes | None:
-        from hlo_passes.parse.module_parser import parse_module
         from hlo_passes.printer import print_module
         from hlo_passes.runtime import hlo_proto
 
         original = hlo_proto.proto_to_text(proto)
-        replicas, partitions = device_assignment(proto)
-        module = parse_module(original, "<xla module>")
-        if partitions > 1:
-            module.num_partitions = partitions
-        if replicas > 1:
-            module.set_header_attr("replica_count", replicas)
-        replicated = hlo_proto.parameter_replicated(proto)
-        mark_replicated_parameters(module, replicated)
+        devices = _Devices(*device_assignment(proto), hlo_proto.parameter_replicated(proto))
+        module = devices.parse(original)
         self._dump(index, module.name, "before.hlo", original)
 
         remarks: list[Remark] = []
@@ -249,7 +242,7 @@ class Installation:
                     raise _Rejected(changed_by[-1], f"XLA's parser rejects the rewritten module: {e}") from e
                 verified = None
                 if self.verify:
-                    verified = self._check_numerics(original, rewritten, partitions * replicas, replicated)
+                    verified = self._check_numerics(original, rewritten, devices)
         except _Rejected as rejected:
             if rewritten:
                 self._dump(index, module.name, "rejected.hlo", rewritten)
@@ -277,8 +270,7 @@ class Installation:
                 self.stats.fallbacks += 1
 
     # ------------------------------------------------------------ numerics --
-    def _check_numerics(self, original: str, rewritten: str, num_devices: int,
-                        replicated: list[bool] | None) -> bool:
+    def _check_numerics(self, original: str, rewritten: str, devices: _Devices) -> bool:
         """Raise _Rejected when `rewritten` computes something else; cached per original module."""
         key = hashlib.sha256(f"{self.pipeline}\0{original}".encode()).hexdigest()
         with self._lock:
@@ -288,11 +280,11 @@ class Installation:
                 return True
             raise _Rejected(verdict[1], verdict[2] + " (verdict cached from an earlier compile)")
         try:
-            report = _compare(original, rewritten, num_devices, replicated)
+            report = _compare(original, rewritten, devices.count, devices.replicated)
             known, why = report.ok, f"the rewrite changes what the module computes\n{report.format()}"
         except Exception as e:  # noqa: BLE001 - XLA's verifier or compiler rejects the rewrite
             known, why = False, f"XLA cannot compile the rewritten module: {type(e).__name__}: {e}"
-        culprit = "" if known else _first_mismatching_pass(self.pipeline, original, num_devices, replicated)
+        culprit = "" if known else _first_mismatching_pass(self.pipeline, original, devices)
         with self._lock:
             self._verified[key] = (known, culprit, why)
         if not known:
@@ -341,6 +333,31 @@ def _build_passes(pipeline: str) -> list[ModulePass]:
             passes.append(cls())
         return passes
     return list(parse_pipeline(pipeline).passes)
+
+
+@dataclass(frozen=True)
+class _Devices:
+    """What the proto says about devices and its text form does not."""
+
+    replicas: int
+    partitions: int
+    replicated: list[bool] | None  # per ENTRY parameter
+
+    @property
+    def count(self) -> int:
+        return self.replicas * self.partitions
+
+    def parse(self, text: str):
+        """`text` parsed, with the device counts and replicated parameters passes need."""
+        from hlo_passes.parse.module_parser import parse_module
+
+        module = parse_module(text, "<xla module>")
+        if self.partitions > 1:
+            module.num_partitions = self.partitions
+        if self.replicas > 1:
+            module.set_header_attr("replica_count", self.replicas)
+        mark_replicated_parameters(module, self.replicated)
+        return module
 
 
 def mark_replicated_parameters(module, replicated: list[bool] | None) -> None:
@@ -426,21 +443,21 @@ def as_fresh_program(text: str) -> str:
     return print_module(module)
 
 
-def _first_mismatching_pass(pipeline: str, original: str, num_devices: int,
-                            replicated: list[bool] | None) -> str:
+def _first_mismatching_pass(pipeline: str, original: str, devices: _Devices) -> str:
     """Re-run the pipeline pass by pass on `original`; the first pass whose output differs."""
-    from hlo_passes.parse.module_parser import parse_module
     from hlo_passes.printer import print_module
 
-    module = parse_module(original, "<xla module>")
-    mark_replicated_parameters(module, replicated)
+    module = devices.parse(original)
     before = original
     for p in _build_passes(pipeline):
-        if not p.run(module):
-            continue
+        try:
+            if not p.run(module):
+                continue
+        except Exception:  # noqa: BLE001 - it raises this time: it is the culprit
+            return p.name
         after = print_module(module)
         try:
-            same = _compare(before, after, num_devices, replicated).ok
+            same = _compare(before, after, devices.count, devices.replicated).ok
         except Exception:  # noqa: BLE001 - does not compile: this pass is the culprit
             same = False
         if not same:

@@ -274,3 +274,116 @@ def test_training_with_collective_passes_matches():
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
     for name in expected_params:
         np.testing.assert_allclose(params[name], expected_params[name], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------- weight-update sharding --
+def adam_problem():
+    """A data-parallel Adam step on a 16-32-4 MLP (transposed weight gradients, a bias of 32)."""
+    params, x, y = mlp_problem()
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return params, {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.int32)}, x, y
+
+
+def make_adam_step(lr=1e-2, b1=0.9, b2=0.999, eps=1e-8):
+    @jax.jit
+    def step(p, opt, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        t = opt["t"] + 1
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt["m"], g)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["v"], g)
+        scale = lr * jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        p = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + eps), p, m, v)
+        return p, {"m": m, "v": v, "t": t}, loss
+
+    return step
+
+
+def adam_train(steps=3):
+    """(losses, final params and moments, the compiled step's HLO text) under whatever hook is installed."""
+    params, opt, x, y = adam_problem()
+    step = make_adam_step().lower(params, opt, x, y).compile()
+    losses = []
+    for _ in range(steps):
+        params, opt, loss = step(params, opt, x, y)
+        losses.append(float(loss))
+    leaves = [np.asarray(a) for a in jax.tree.leaves((params, opt["m"], opt["v"]))]
+    return losses, leaves, step.as_text()
+
+
+def collectives(text):
+    from hlo_passes.parse.module_parser import parse_module
+
+    found = {}
+    for instr in parse_module(text).all_instructions():
+        if instr.opcode in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER, Opcode.ALL_GATHER):
+            found.setdefault(instr.opcode, []).append(instr)
+    return found
+
+
+def test_weight_update_sharding_rewrites_a_jitted_adam_step():
+    """XLA's one variadic gradient all-reduce and its fused Adam update become reduce-scatters,
+    [chunk]-sized update fusions and all-gathers in the executable jax.jit runs; every step's
+    loss and every weight and moment agree with XLA's own executable."""
+    expected_losses, expected, xla_text = adam_train()
+    before = collectives(xla_text)
+    assert Opcode.REDUCE_SCATTER not in before and any(i.shape.is_tuple for i in before[Opcode.ALL_REDUCE])
+    with jax_hook.installed("weight-update-sharding", verify=True) as hook:
+        losses, actual, text = adam_train()
+    assert hook.stats.fallbacks == 0, [r.fallback for r in hook.stats.records if r.fallback]
+    step = [r for r in hook.stats.records if r.name == "jit_step"]
+    assert step and all(r.changed and r.verified for r in step)
+    applied = [r for r in hook.stats.remarks if r.kind == "applied"]
+    assert len(applied) == 3, [r.format() for r in hook.stats.remarks]  # w1, b1, w2
+    after = collectives(text)
+    assert len(after[Opcode.REDUCE_SCATTER]) == 3 and len(after[Opcode.ALL_GATHER]) == 9  # w, m, v each
+    # only the loss is still all-reduced
+    assert all(i.shape.is_array and i.shape.rank == 0 for i in after[Opcode.ALL_REDUCE])
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_update_sharding_with_collective_fusion_combines_the_new_collectives():
+    expected_losses, _, _ = adam_train(2)
+    with jax_hook.installed("weight-update-sharding,collective-fusion", verify=True) as hook:
+        losses, _, text = adam_train(2)
+    assert hook.stats.fallbacks == 0, [r.fallback for r in hook.stats.records if r.fallback]
+    after = collectives(text)
+    assert len(after[Opcode.REDUCE_SCATTER]) == 1 and len(after[Opcode.ALL_GATHER]) == 1
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+
+
+def test_a_wrong_pass_after_weight_update_sharding_still_falls_back():
+    """The fallback path with a real rewrite in front: the culprit is found by re-running the
+    pipeline pass by pass (weight-update-sharding verifies, the corrupting pass does not)."""
+    expected_losses, expected, _ = adam_train(2)
+    with pytest.warns(jax_hook.HookFallback, match="pass 'test-subtract-to-add'"):
+        with jax_hook.installed("weight-update-sharding,test-subtract-to-add", verify=True) as hook:
+            losses, actual, text = adam_train(2)
+    assert Opcode.REDUCE_SCATTER not in collectives(text)  # XLA's own module ran
+    assert losses == expected_losses
+    for got, want in zip(actual, expected):
+        np.testing.assert_array_equal(got, want)
+    assert hook.stats.modules_changed == 0 and hook.stats.fallbacks >= 1
+
+
+def test_weight_update_sharding_declines_scheduled_modules():
+    expected_losses, _, _ = adam_train(2)
+    with jax_hook.installed("weight-update-sharding", stage="post-scheduler") as hook:
+        losses, _, text = adam_train(2)
+    assert hook.stats.modules_changed == 0 and hook.stats.fallbacks == 0
+    assert any("already scheduled" in r.message for r in hook.stats.remarks)
+    assert Opcode.REDUCE_SCATTER not in collectives(text)
+    assert losses == expected_losses
+
+
+def test_fused_golden_case_computes_what_its_input_computes():
+    """golden/weight-update-sharding/fused_adam.hlo skips the golden runner's numerics (XLA aborts
+    recompiling fused modules from scratch); here it is checked the way the hook checks rewrites."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "golden" / "weight-update-sharding"
+    before = (folder / "fused_adam.hlo").read_text()
+    after = (folder / "fused_adam.expected.hlo").read_text()
+    report = jax_hook._compare(before, after, 8, [True] * 7 + [False] * 3)
+    assert report.ok, report.format()
