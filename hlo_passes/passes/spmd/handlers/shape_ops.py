@@ -3,17 +3,33 @@
     %t = f32[8,16] transpose(%a), dimensions={1,0}, sharding={devices=[2,1]<=[2]}
   needs %a in {devices=[1,2]<=[2]}; then the local transpose is the answer.
 
-A reshape is local when each tiled result dim is the major dim of a group of
-dims that reshape into each other and the tile count divides both sides evenly
-(f32[16,32] -> f32[512] tiled 8 ways); anything else is replicated.
+A reshape is local when its tiles are contiguous chunks of the row-major order of
+each group of dims that reshape into each other, on both sides:
+
+    f32[16,32] -> f32[512] tiled 8 ways           operand tiled [8,1]
+    f32[4,32]  -> f32[128] tiled 8 ways           operand tiled [4,2] (rows whole, then halves)
+    f32[64]    -> f32[4,16] tiled [4,2]           operand tiled 8 ways
+
+Otherwise the handler prices the operand's own tiling carried forward (a local
+reshape, then the result is resharded: an all-to-all or permute rather than a
+gather of everything) against gathering the operand, and takes the cheaper.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import numpy as np
+
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.partition_context import (PValue, is_manual, local_shape, same_placement, tile_map,
+                                                       tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
 
 
 @handles(Opcode.BROADCAST)
@@ -37,54 +53,73 @@ def transpose(p, instr) -> PValue:
     return PValue(p.clone(instr, [x], local_shape(instr.shape, target)), target, instr.shape)
 
 
-def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]):
-    """Pairs (dims of a, dims of b) of minimal groups with equal element counts; size-1 dims join
-    the group before them."""
-    groups, i, j = [], 0, 0
-    while i < len(a) or j < len(b):
-        ga, gb = [], []
-        pa = pb = 1
-        if i < len(a):
-            ga.append(i); pa *= a[i]; i += 1
-        if j < len(b):
-            gb.append(j); pb *= b[j]; j += 1
-        while pa != pb:
-            if pa < pb and i < len(a):
-                ga.append(i); pa *= a[i]; i += 1
-            elif j < len(b):
-                gb.append(j); pb *= b[j]; j += 1
-            else:
-                return None
-        while i < len(a) and a[i] == 1 and (j >= len(b) or b[j] != 1):
-            ga.append(i); i += 1
-        while j < len(b) and b[j] == 1 and (i >= len(a) or a[i] != 1):
-            gb.append(j); j += 1
-        groups.append((ga, gb))
-    return groups
-
-
 @handles(Opcode.RESHAPE, Opcode.BITCAST)
 def reshape(p, instr) -> PValue:
+    """Local reshape on a sharding whose tiles are contiguous chunks of both shapes, chosen by
+    price among: the target's tiling carried back to the operand, the operand's own tiling
+    carried forward (then the result is resharded, e.g. by an all-to-all), and replication."""
     target = p.target(instr)
     in_dims, out_dims = tuple(instr.operands[0].shape.dims), tuple(instr.shape.dims)
-    tm = tile_map(target, len(out_dims), p.n)
-    source = {}
-    groups = reshape_groups(in_dims, out_dims) if tm.num_tiles > 1 else []
-    if groups is None:
-        return replicate(p, instr, "reshape with mismatched element counts")
-    for ga, gb in groups:
-        tiled = [j for j in gb if tm.dims[j] > 1]
-        if not tiled:
-            continue
-        j = next((k for k in gb if out_dims[k] > 1), gb[0])  # the group's major non-trivial dims
-        i = next((k for k in ga if in_dims[k] > 1), ga[0])
-        t = tm.dims[j]
-        if tiled != [j] or in_dims[i] % t or out_dims[j] % t:
+    n = p.n
+    tm = tile_map(target, len(out_dims), n)
+    op_value = p.operand(instr, 0)
+    if is_manual(target) or is_manual(op_value.sharding):  # inside shard_map: the target's own tiling only
+        found = _local_reshape(reshape_tile_map(tm, out_dims, in_dims), in_dims, out_dims)
+        if found is None or not same_placement(found[1], tm):
             return replicate(p, instr, "reshape splits or merges a sharded dimension unevenly")
-        source[i] = j
-    op_tm = tm.remap(len(in_dims), source)
+        x = p.operand_as(instr, 0, to_sharding(found[0]))
+        return PValue(_local(p, instr, x, target), target, instr.shape)
+    element = instr.operands[0].shape
+    replicated = TileMap.replicated(len(in_dims), n)
+    candidates = [reshape_tile_map(c, out_dims, in_dims) for c in _coarsenings(tm)]
+    candidates.append(tile_map(op_value.sharding, len(in_dims), n))
+    best = None
+    for want in candidates:
+        found = _local_reshape(want, in_dims, out_dims)
+        if found is None:
+            continue
+        op_tm, out_tm = found
+        price = (cost(op_value.sharding, to_sharding(op_tm), element, n)
+                 + cost(to_sharding(out_tm), target, instr.shape, n))
+        if best is None or price < best[0]:
+            best = (price, op_tm, out_tm)
+    full = cost(op_value.sharding, Sharding.replicated(), element, n)
+    if best is None or (full < best[0] and tm.num_tiles > 1):
+        if tm.num_tiles > 1:
+            p.remark(instr, "replicated: reshape splits or merges a sharded dimension unevenly", kind="missed")
+        best = (full, replicated, TileMap.replicated(len(out_dims), n))
+    _, op_tm, out_tm = best
+    out = to_sharding(out_tm)
     x = p.operand_as(instr, 0, to_sharding(op_tm))
-    new = p.clone(instr, [x], local_shape(instr.shape, target))
+    return p.reshard(PValue(_local(p, instr, x, out), out, instr.shape), target)
+
+
+def _local(p, instr, x, out):
+    new = p.clone(instr, [x], local_shape(instr.shape, out))
     if new.opcode is Opcode.BITCAST:
         new.opcode = Opcode.RESHAPE
-    return PValue(new, target, instr.shape)
+    return new
+
+
+def _coarsenings(tm: TileMap):
+    """`tm` itself, then `tm` with tiled dims cut into fewer, larger tiles (c -> c // g), from
+    which the target is a local slice away: f32[10,4] -> f32[40] tiled 4 ways (tiles of 10)
+    has no operand tiling, tiled 2 ways (tiles of 20) does."""
+    divisors = [[g for g in range(1, t + 1) if t % g == 0] for t in tm.dims]
+    for gs in itertools.product(*divisors):
+        coords = tm.coords // np.asarray(gs, np.int64) if tm.rank else tm.coords
+        yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
+
+
+def _local_reshape(want: TileMap, in_dims, out_dims) -> tuple[TileMap, TileMap] | None:
+    """(operand map, result map) nearest `want` whose local reshape is exact: `want` less the
+    tiling that does not carry across the reshape, when that round-trips; else None."""
+    out_tm = reshape_tile_map(want, in_dims, out_dims)
+    op_tm = reshape_tile_map(out_tm, out_dims, in_dims)
+    if not same_placement(reshape_tile_map(op_tm, in_dims, out_dims), out_tm):
+        return None
+    if op_tm.to_sharding() is None or out_tm.to_sharding() is None:
+        return None
+    if math.prod(tm_local_dims(op_tm, in_dims)) != math.prod(tm_local_dims(out_tm, out_dims)):
+        return None  # uneven tiles pad differently on the two sides
+    return op_tm, out_tm
