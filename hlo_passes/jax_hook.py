@@ -21,7 +21,9 @@ fusions are kLoop or kCustom (`__ynn_fusion`) with JSON backend configs, and no
 parameter carries a logical sharding.  At the post-scheduler stage the module
 is also `is_scheduled=true`.  The text form of the proto has no
 `num_partitions`; the hook reads the device assignment from the proto and sets
-`module.num_partitions` so that passes see it.  Every small helper jit
+`module.num_partitions` so that passes see it, and marks the ENTRY parameters JAX
+replicated (the proto's `spmd_parameters_shardings`) `parameter_replication={true}`, so that
+weight-update-sharding knows the weights are the same on every device.  Every small helper jit
 (`jit__reduce_sum`, `jit_broadcast_in_dim`, ...) goes through the callback too.
 
 Safety.  No exception ever reaches XLA, and a rewrite is only handed back when
@@ -31,7 +33,10 @@ computes what XLA's module computes.  Otherwise XLA compiles its own module and
 a `HookFallback` warning names the pass and the reason.  With `verify=True`
 each distinct module is checked once: both modules run as per-device programs
 on `num_partitions` devices with the same random inputs per device, and every
-device's outputs must agree.
+device's outputs must agree.  What the check cannot see: verification compiles both
+modules from scratch, so a rewrite that XLA's remaining passes reject at this stage
+(XLA CPU takes no standalone elementwise ops after scheduling) still fails the jit;
+passes that create such ops decline scheduled modules.
 
 Re-entrancy.  XLA calls the callback on the thread that compiles; verification
 compiles modules from inside the callback on that same thread.  A thread-local

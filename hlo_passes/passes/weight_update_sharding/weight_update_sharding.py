@@ -22,6 +22,14 @@ tile (`sharding={devices=[N,1,...]<=[N]}` recorded on both), so no state is gath
 
 The analysis (`analysis.py`) decides what is safe: anything it does not model leaves the
 all-reduce as it is, with a "missed" remark saying why.
+
+XLA's own modules after fusion (what `jax_hook` hands over before scheduling) are read too:
+`fused.normalize` splits the summed variadic all-reduce into one all-reduce per gradient and
+moves gradient transposes out of kLoop fusions; an elementwise kLoop fusion then counts as one
+elementwise op and is rewritten into the same fusion on `[chunk]` (`%fused.shard`).  The
+normalization is tried on a copy first: a module whose update cannot be sharded comes back
+untouched.  Scheduled modules (`is_scheduled=true`) are declined: XLA CPU compiles no
+standalone elementwise ops after its scheduler.
 """
 
 from __future__ import annotations
