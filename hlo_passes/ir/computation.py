@@ -122,7 +122,9 @@ class Computation:
                     continue
                 state[node] = 1
                 stack.append((node, True))
-                preds = node.operands + node.control_predecessors
+                preds = node.operands
+                if node.control_predecessors:
+                    preds = preds + list(node.control_predecessors)
                 for op in reversed(preds):
                     if op.parent is self and not state.get(op):
                         stack.append((op, False))

@@ -4,11 +4,19 @@ Instructions are mutable and compared by identity.  The use-def graph is kept
 by the IR itself: every change of an operand goes through `set_operand`,
 `replace_operand` or `replace_all_uses_with`, which update the users on both
 sides, so `users` is always exact.
+
+A big module holds hundreds of thousands of instructions, most of them with one
+user, no called computation and no control edges, so those are stored compactly:
+`users` is a read-only view over a single user or an ordered set, and `called`,
+`control_predecessors` and `control_successors` are shared empty immutables
+until something is put in them (`called` is replaced by assigning a new dict;
+control edges change through `add_control_predecessor`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from hlo_passes.ir.attributes import Attr, OpMetadata
 from hlo_passes.ir.opcode import Opcode
@@ -29,43 +37,85 @@ CALLED_COMPUTATION_KEYS = (
     "false_computation", "called_computations", "select", "scatter", "comparator",
 )
 
+# What an instruction holds where it calls nothing / has no control edges; never mutated.
+NO_CALLS: Mapping[str, Any] = MappingProxyType({})
+NO_CONTROL_EDGES: tuple = ()
+
 
 class Instruction:
     __slots__ = (
-        "name", "opcode", "shape", "operands", "users", "attributes", "called", "parent",
+        "name", "opcode", "shape", "operands", "_users", "attributes", "called", "parent",
         "control_predecessors", "control_successors", "literal", "parameter_number", "__weakref__",
     )
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
                  *, name: str = "", attributes: dict[str, Attr] | None = None,
-                 called: dict[str, "Computation | tuple[Computation, ...]"] | None = None,
+                 called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
                  literal: str | None = None, parameter_number: int | None = None):
         self.name = name or opcode.value
         self.opcode = opcode
         self.shape = shape
-        self.operands: list[Instruction] = []
-        self.users: dict[Instruction, None] = {}  # ordered set
-        self.attributes: dict[str, Attr] = dict(attributes or {})
-        self.called: dict[str, Computation | tuple[Computation, ...]] = dict(called or {})
+        # None, the only user, or an ordered set (dict) of users: see `users`.
+        self._users: Instruction | dict[Instruction, None] | None = None
+        self.attributes: dict[str, Attr] = dict(attributes) if attributes else {}
+        self.called: Mapping[str, Computation | tuple[Computation, ...]] = dict(called) if called else NO_CALLS
         self.parent: Computation | None = None
-        self.control_predecessors: list[Instruction] = []
-        self.control_successors: list[Instruction] = []
+        self.control_predecessors: list[Instruction] | tuple = NO_CONTROL_EDGES
+        self.control_successors: list[Instruction] | tuple = NO_CONTROL_EDGES
         self.literal = literal
         self.parameter_number = parameter_number
-        for op in operands:
-            self.append_operand(op)
+        self.operands: list[Instruction]
+        self._init_operands(list(operands))
 
     # ------------------------------------------------------------ operands --
+    @property
+    def users(self) -> Collection["Instruction"]:
+        """The instructions that use this one, each once, in the order they became users (read-only)."""
+        users = self._users
+        if users is None:
+            return ()
+        if type(users) is dict:
+            return users.keys()
+        return (users,)
+
+    def _add_user(self, user: "Instruction") -> None:
+        users = self._users
+        if users is None:
+            self._users = user
+        elif type(users) is dict:
+            users[user] = None
+        elif users is not user:
+            self._users = {users: None, user: None}
+
+    def _remove_user(self, user: "Instruction") -> None:
+        users = self._users
+        if users is user:
+            self._users = None
+        elif type(users) is dict:
+            users.pop(user, None)
+
+    def _init_operands(self, operands: list["Instruction"]) -> None:
+        """Take `operands` (a fresh list, not yet anyone's) as this instruction's operands."""
+        self.operands = operands
+        for op in operands:  # `_add_user`, inlined: the parser calls this once per instruction
+            users = op._users
+            if users is None:
+                op._users = self
+            elif type(users) is dict:
+                users[self] = None
+            elif users is not self:
+                op._users = {users: None, self: None}
+
     def append_operand(self, operand: "Instruction") -> None:
         self.operands.append(operand)
-        operand.users[self] = None
+        operand._add_user(self)
 
     def set_operand(self, index: int, new: "Instruction") -> None:
         old = self.operands[index]
         self.operands[index] = new
-        new.users[self] = None
+        new._add_user(self)
         if old not in self.operands:
-            old.users.pop(self, None)
+            old._remove_user(self)
 
     def replace_operand(self, old: "Instruction", new: "Instruction") -> None:
         """Every use of `old` among this instruction's operands becomes `new`."""
@@ -73,16 +123,16 @@ class Instruction:
             if op is old:
                 self.operands[i] = new
         if old is not new:
-            old.users.pop(self, None)
-            new.users[self] = None
+            old._remove_user(self)
+            new._add_user(self)
 
     def drop_operands(self) -> None:
         for op in self.operands:
-            op.users.pop(self, None)
+            op._remove_user(self)
         self.operands = []
         for pred in self.control_predecessors:
             pred.control_successors.remove(self)
-        self.control_predecessors = []
+        self.control_predecessors = NO_CONTROL_EDGES
 
     def replace_all_uses_with(self, new: "Instruction") -> None:
         """Users of `self` use `new` instead; the computation's root moves too."""
@@ -96,7 +146,11 @@ class Instruction:
 
     def add_control_predecessor(self, pred: "Instruction") -> None:
         if pred not in self.control_predecessors:
+            if not self.control_predecessors:
+                self.control_predecessors = []
             self.control_predecessors.append(pred)
+            if not pred.control_successors:
+                pred.control_successors = []
             pred.control_successors.append(self)
 
     # ---------------------------------------------------------- attributes --

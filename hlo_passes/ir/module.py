@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.computation import Computation, IRError
@@ -12,19 +12,32 @@ from hlo_passes.ir.instruction import Instruction
 
 
 class NameTable:
-    """Hands out unique names in XLA's style: `add`, `add.1`, `add.2`, ..."""
+    """Hands out unique names in XLA's style: `add`, `add.1`, `add.2`, ...
+
+    `taken`, when given, lists the names already in use; it is read on the table's first
+    use, so that a parsed module that no pass renames or extends never builds the set.
+    """
 
     _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
-    def __init__(self) -> None:
-        self._used: set[str] = set()
+    def __init__(self, taken: Callable[[], Iterable[str]] | None = None) -> None:
+        self._taken = taken
+        self._names: set[str] | None = None if taken is not None else set()
         self._next: dict[str, int] = {}
+
+    @property
+    def _used(self) -> set[str]:
+        if self._names is None:
+            self._names = set(self._taken())
+            self._taken = None
+        return self._names
 
     def reserve(self, name: str) -> bool:
         """Record an existing name; False when it was taken already."""
-        if name in self._used:
+        used = self._used
+        if name in used:
             return False
-        self._used.add(name)
+        used.add(name)
         return True
 
     def release(self, name: str) -> None:
@@ -32,16 +45,17 @@ class NameTable:
 
     def unique(self, hint: str) -> str:
         hint = hint.lstrip("%") or "instruction"
-        if hint not in self._used:
-            self._used.add(hint)
+        used = self._used
+        if hint not in used:
+            used.add(hint)
             return hint
         base = self._SUFFIX.match(hint).group(1) or hint
         n = self._next.get(base, 1)
-        while f"{base}.{n}" in self._used:
+        while f"{base}.{n}" in used:
             n += 1
         self._next[base] = n + 1
         name = f"{base}.{n}"
-        self._used.add(name)
+        used.add(name)
         return name
 
     def __contains__(self, name: str) -> bool:
@@ -94,6 +108,13 @@ class Module:
         self.computation_names = NameTable()
         # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
         self.parsed_entry_signature: tuple | None = None
+
+    def take_names_of_parsed_instructions(self) -> None:
+        """The names of the computations and instructions now in the module are taken
+        (recorded when a name is first asked for: a big module's set of names is large)."""
+        comps = tuple(self.computations)
+        self.names = NameTable(lambda: (instr.name for comp in comps for instr in comp._instructions))
+        self.computation_names = NameTable(lambda: (comp.name for comp in comps))
 
     # -------------------------------------------------------- computations --
     def add_computation(self, comp: Computation, *, entry: bool = False, before: Computation | None = None,

@@ -153,6 +153,9 @@ class LineScanner:
         self.text = text
         self.parser = grammar.lark_parser(builder)
         self.shapes: dict[str, object] = {}
+        # The current computation's instructions by name: XLA prints operands before their
+        # users, so most operands are resolved as their line is read (the rest by the builder).
+        self.defined: dict[str, object] = {}
 
     def sub_parse(self, text: str, start: str):
         """Parse one piece with a grammar start rule; attribute texts are sliced from `text`."""
@@ -170,22 +173,31 @@ class LineScanner:
             self.shapes[text] = shape
         return shape
 
+    def lines(self):
+        """(offset, line) for each line, with its newline; no list of all lines is made."""
+        text = self.text
+        n = len(text)
+        pos = 0
+        while pos < n:
+            end = text.find("\n", pos) + 1 or n
+            yield pos, text[pos:end]
+            pos = end
+
     def scan(self):
         b = self.b
-        lines = self.text.splitlines(keepends=True)
-        offset = 0
         header = None
         tables: list = []
         computations: list = []
-        current = None  # (header tuple, pendings)
-        i = 0
-        n = len(lines)
-        while i < n:
-            line = lines[i]
-            start = offset
-            offset += len(line)
-            i += 1
+        current = None  # [computation header, pending instructions...]
+        table = None  # the lines (title, rows) of the table being read
+        for start, line in self.lines():
             stripped = line.strip()
+            if table is not None:
+                if stripped and stripped not in _TABLE_TITLES:
+                    table.append(line)
+                    continue
+                tables.append(self.table(table))
+                table = None
             if not stripped:
                 continue
             if stripped.startswith("//"):
@@ -193,27 +205,25 @@ class LineScanner:
             if current is not None:
                 if stripped.startswith("}"):
                     close = line.index("}")
-                    attrs = split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1)
-                    computations.append(b.computation([current[0], *current[1], attrs]))
+                    current.append(split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1))
+                    self.defined = {}
+                    computations.append(b.computation(current))
                     current = None
                 else:
-                    current[1].append(self.instruction(line, start))
+                    current.append(self.instruction(line, start))
                 continue
             if header is None and not computations and not tables and stripped.startswith("HloModule"):
                 header = self.module_header(line, start)
                 continue
             if stripped in _TABLE_TITLES:
-                block = [line]
-                while i < n and lines[i].strip() and lines[i].strip() not in _TABLE_TITLES:
-                    block.append(lines[i])
-                    offset += len(lines[i])
-                    i += 1
-                tables.append(self.table(block))
+                table = [line]
                 continue
             if stripped.endswith("{"):
-                current = (self.computation_header(line, start), [])
+                current = [self.computation_header(line, start)]
                 continue
             raise Fallback
+        if table is not None:
+            tables.append(self.table(table))
         if current is not None or not computations:
             raise Fallback
         return b.module([header, *tables, *computations] if header is not None else [*tables, *computations])
@@ -318,34 +328,37 @@ class LineScanner:
             operands = [("lit", (s, s + len(literal)))]
         elif not body.strip():
             operands = []
-        elif "[" in body or "(" in body:
-            operands = []
-            pos_b = 0
-            while pos_b < len(body):
-                tm = _TYPED_OPERAND.match(body, pos_b)
-                if tm is None:
-                    raise Fallback
-                if tm.group(1):
-                    self.b.operand_shapes = True
-                operands.append(("ref", Token("NAME", tm.group(2), body_offset + tm.start(2))))
-                pos_b = tm.end()
         else:
+            # Operands by name (str), or the instruction itself where it is already defined.
+            # Positions are not kept: any error makes the caller read the text with the grammar.
+            defined = self.defined
             operands = []
-            pos_b = 0
-            for part in body.split(","):
-                nm = _OPERAND_NAME.match(part)
-                if nm is None:
-                    raise Fallback
-                operands.append(("ref", Token("NAME", nm.group(1), body_offset + pos_b + nm.start(1))))
-                pos_b += len(part) + 1
+            if "[" in body or "(" in body:
+                pos_b = 0
+                while pos_b < len(body):
+                    tm = _TYPED_OPERAND.match(body, pos_b)
+                    if tm is None:
+                        raise Fallback
+                    if tm.group(1):
+                        self.b.operand_shapes = True
+                    ref = tm.group(2)
+                    operands.append(defined.get(ref[1:] if ref[0] == "%" else ref) or ref)
+                    pos_b = tm.end()
+            else:
+                for part in body.split(","):
+                    nm = _OPERAND_NAME.match(part)
+                    if nm is None:
+                        raise Fallback
+                    ref = nm.group(1)
+                    operands.append(defined.get(ref[1:] if ref[0] == "%" else ref) or ref)
         name = m.group(2)
-        name_tok = Token("NAME", name, offset + m.start(2))
         if name.startswith("%"):
             self.b.percent_names = True
+            name = name[1:]
         attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1,
                                  original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
-        pending = self.b._make_instruction(name.lstrip("%") if name.startswith("%") else name, shape,
-                                           opcode_tok, operands, attrs, name_tok)
+        pending = self.b._make_instruction(name, shape, opcode_tok, operands, attrs, None)
         pending.is_root = m.group(1) is not None
+        self.defined[name] = pending.instr
         return pending

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import gc
 import threading
-from dataclasses import dataclass, field
 
 import lark
 from lark import Token
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.computation import Computation
-from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
+from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, NO_CALLS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
@@ -40,14 +39,31 @@ def _bare(name: str) -> str:
     return name[1:] if name.startswith("%") else name
 
 
-@dataclass
+# Attributes that name other computations or instructions, resolved once the module is read.
+_REFERENCE_KEYS = frozenset(CALLED_COMPUTATION_KEYS) | {"control-predecessors"}
+
+
 class _PendingInstruction:
-    instr: Instruction
-    name_token: Token
-    operand_refs: list  # ("ref", Token) per operand
-    attrs: list[tuple[Token, Attr]]
-    is_root: bool
-    extra: list = field(default_factory=list)  # nested instructions to add before this one
+    """An instruction whose operands are not resolved yet (its computation is still being read).
+
+    operand_refs: per operand, its name (a lark Token with its position on the grammar path,
+    a plain str from the line scanner; `%t#1` for a tuple element) or the Instruction itself
+    (nested operands, and names the line scanner already resolved).
+    attrs: the (key token, Attr) pairs that name computations or control predecessors.
+    extra: nested instructions to add before this one.
+    Only the few with `attrs` outlive their computation, so a large module's pendings never
+    all exist at once.
+    """
+
+    __slots__ = ("instr", "name_token", "operand_refs", "attrs", "is_root", "extra")
+
+    def __init__(self, instr: Instruction, name_token, operand_refs: list, attrs, extra):
+        self.instr = instr
+        self.name_token = name_token
+        self.operand_refs = operand_refs
+        self.attrs = attrs
+        self.is_root = False
+        self.extra = extra
 
 
 class _Builder(lark.Transformer):
@@ -60,6 +76,8 @@ class _Builder(lark.Transformer):
         self.anonymous_names: dict[str, int] = {}
         self.percent_names = False
         self.operand_shapes = False
+        # (key, text) -> Attr: one slot for every repeat of an attribute (metadata repeats a lot).
+        self.attr_slots: dict[tuple[str, str], Attr] = {}
 
     # --------------------------------------------------------------- shapes --
     def static_dim(self, c):
@@ -107,11 +125,11 @@ class _Builder(lark.Transformer):
 
     # -------------------------------------------------------------- operands --
     def operand_ref(self, c):
-        return ("ref", c[0])
+        return c[0]  # the name token; a ref is a str, literals and nested operands are tuples
 
     def typed_operand_ref(self, c):
         self.operand_shapes = True
-        return ("ref", c[1])
+        return c[1]
 
     def nested_instruction(self, c):
         shape, opcode_tok, operands = c[0], c[1], c[2]
@@ -119,7 +137,7 @@ class _Builder(lark.Transformer):
 
     def operand(self, c):  # a literal reached through `operand`
         item = c[0]
-        return item if item[0] == "lit" else ("lit", item)
+        return item if isinstance(item[0], str) else ("lit", item)
 
     def operand_list(self, c):
         return c
@@ -160,43 +178,59 @@ class _Builder(lark.Transformer):
         if opcode is None:
             raise SemanticError(f"unknown opcode '{opcode_tok.value}'", opcode_tok)
         instr = Instruction(opcode, shape, name=name)
-        refs, extra = [], []
+        refs, extra = operands, ()
         if opcode is Opcode.CONSTANT:
             if not operands:
                 raise SemanticError("constant needs a literal, as in constant(0)", opcode_tok)
             start = self._operand_span(operands[0])[0]
             end = self._operand_span(operands[-1])[1]
             instr.literal = self.text[start:end]
+            refs = ()
         elif opcode is Opcode.PARAMETER:
-            if len(operands) != 1 or operands[0][0] != "lit":
+            if len(operands) != 1 or isinstance(operands[0], str) or operands[0][0] != "lit":
                 raise SemanticError("parameter needs its number, as in parameter(0)", opcode_tok)
             s, e = self._operand_span(operands[0])
             try:
                 instr.parameter_number = int(self.text[s:e])
             except ValueError:
                 raise SemanticError("parameter number must be an integer", pos=s) from None
+            refs = ()
         else:
             for op in operands:
-                if op[0] == "ref":
-                    refs.append(op)
-                elif op[0] == "nested":
-                    _, nshape, nop_tok, noperands = op
-                    nested = self._make_instruction(self._anonymous_name(nop_tok.value),
-                                                    nshape, nop_tok, noperands, [], nop_tok)
-                    extra.extend(nested.extra)
-                    extra.append(nested)
-                    refs.append(("nested_ref", nested.instr))
-                else:
-                    raise SemanticError(f"{opcode.value} expects operand names, got a literal",
-                                        pos=self._operand_span(op)[0])
-        pending = _PendingInstruction(instr, name_tok, refs, [], False, extra)
-        for key_tok, attr in attrs:
-            key = key_tok.value
-            if key in instr.attributes:
-                raise SemanticError(f"attribute '{key}' given twice", key_tok)
-            instr.attributes[key] = attr
-            pending.attrs.append((key_tok, attr))
-        return pending
+                if not isinstance(op, (str, Instruction)):
+                    refs, extra = self._nested_operands(opcode, operands)
+                    break
+            # else: the caller's fresh list of names becomes the operand list
+        references = ()
+        if attrs:
+            slots = self.attr_slots
+            attributes = instr.attributes
+            for key_tok, attr in attrs:
+                key = key_tok.value
+                if key in attributes:
+                    raise SemanticError(f"attribute '{key}' given twice", key_tok)
+                attributes[key] = slots.setdefault((key, attr.raw), attr)
+                if key in _REFERENCE_KEYS:
+                    references = [*references, (key_tok, attr)]
+        return _PendingInstruction(instr, name_tok, refs, references, extra)
+
+    def _nested_operands(self, opcode: Opcode, operands: list) -> tuple[list, list]:
+        """Operand refs and the nested instructions (added before their user) of `operands`."""
+        refs, extra = [], []
+        for op in operands:
+            if isinstance(op, (str, Instruction)):
+                refs.append(op)
+            elif op[0] == "nested":
+                _, nshape, nop_tok, noperands = op
+                nested = self._make_instruction(self._anonymous_name(nop_tok.value),
+                                                nshape, nop_tok, noperands, [], nop_tok)
+                extra.extend(nested.extra)
+                extra.append(nested)
+                refs.append(nested.instr)
+            else:
+                raise SemanticError(f"{opcode.value} expects operand names, got a literal",
+                                    pos=self._operand_span(op)[0])
+        return refs, extra
 
     def _tuple_element(self, comp, tuple_instr, index, tok, cache) -> Instruction:
         """`%call#1` — XLA's shorthand for element 1 of a tuple — as the get-tuple-element
@@ -223,10 +257,9 @@ class _Builder(lark.Transformer):
         return base if n == 0 else f"{base}.{n}"
 
     def _operand_span(self, op):
-        if op[0] == "lit":
-            return op[1]
-        tok = op[1]
-        return tok.start_pos, tok.end_pos
+        if isinstance(op, str):  # a name token, e.g. constant(true)
+            return op.start_pos, op.end_pos
+        return op[1]
 
     # ------------------------------------------------------------ computation --
     def param_decl(self, c):
@@ -248,42 +281,38 @@ class _Builder(lark.Transformer):
         pendings = c[1:-1]
         comp = Computation(_bare(name_tok.value), is_entry=is_entry)
         comp.print_signature = signature is not None
-        by_name: dict[str, _PendingInstruction] = {}
+        by_name: dict[str, Instruction] = {}
         ordered: list[_PendingInstruction] = []
         for p in pendings:
-            for nested in p.extra:
-                ordered.append(nested)
-            if p.instr.name in by_name:
-                raise SemanticError(f"instruction name '{p.instr.name}' is used twice in computation "
+            if p.extra:
+                ordered.extend(p.extra)
+            name = p.instr.name
+            if name in by_name:
+                raise SemanticError(f"instruction name '{name}' is used twice in computation "
                                     f"'{comp.name}'", p.name_token)
-            by_name[p.instr.name] = p
+            by_name[name] = p.instr
             ordered.append(p)
         element_refs: dict = {}
         roots = [p for p in ordered if p.is_root]
         if len(roots) > 1:
             raise SemanticError(f"computation '{comp.name}' has more than one ROOT", roots[1].name_token)
+        instructions = comp._instructions
         for p in ordered:
-            for ref in p.operand_refs:
-                if ref[0] == "nested_ref":
-                    p.instr.append_operand(ref[1])
-                    continue
-                name, _, index = _bare(ref[1].value).partition("#")
-                target = by_name.get(name)
-                if target is None:
-                    raise SemanticError(f"'{name}' is not defined in computation '{comp.name}'", ref[1])
-                if index:
-                    p.instr.append_operand(self._tuple_element(comp, target.instr, int(index), ref[1],
-                                                               element_refs))
-                else:
-                    p.instr.append_operand(target.instr)
-            p.instr.parent = comp
-            comp._instructions[p.instr] = None
-            if p.instr.opcode is Opcode.PARAMETER:
-                n = p.instr.parameter_number
+            instr = p.instr
+            refs = p.operand_refs
+            if refs:
+                for i, ref in enumerate(refs):
+                    if type(ref) is not Instruction:
+                        refs[i] = self._operand(comp, ref, by_name, element_refs)
+                instr._init_operands(refs)
+            instr.parent = comp
+            instructions[instr] = None
+            if instr.opcode is Opcode.PARAMETER:
+                n = instr.parameter_number
                 if n < len(comp.parameters) and comp.parameters[n] is not None:
                     raise SemanticError(f"parameter number {n} is used twice in computation "
                                         f"'{comp.name}'", p.name_token)
-                comp._register_parameter(p.instr)
+                comp._register_parameter(instr)
         if any(x is None for x in comp.parameters):
             missing = comp.parameters.index(None)
             raise SemanticError(f"computation '{comp.name}' has no parameter({missing})", name_tok)
@@ -295,7 +324,21 @@ class _Builder(lark.Transformer):
             if len(params) != len(comp.parameters):
                 raise SemanticError(f"signature of '{comp.name}' declares {len(params)} parameters, "
                                     f"the body has {len(comp.parameters)}", name_tok)
-        return ("computation", comp, name_tok, ordered)
+        # Only instructions that name computations or control predecessors wait for the module.
+        return ("computation", comp, name_tok, [p for p in ordered if p.attrs])
+
+    def _operand(self, comp, ref: str, by_name, element_refs) -> Instruction:
+        """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`)."""
+        target = by_name.get(ref)
+        if target is not None:
+            return target
+        name, _, index = _bare(ref).partition("#")
+        target = by_name.get(name)
+        if target is None:
+            raise SemanticError(f"'{name}' is not defined in computation '{comp.name}'", ref)
+        if index:
+            return self._tuple_element(comp, target, int(index), ref, element_refs)
+        return target
 
     # ---------------------------------------------------------------- tables --
     def string_row(self, c):
@@ -357,19 +400,19 @@ class _Builder(lark.Transformer):
             entry.is_entry = True
         if not module.name:  # no header: XLA names the module after its entry
             module.name = f"module_{entry.name}"
-        for _, comp, _, ordered in comps:
+        for _, comp, _, referring in comps:
             comp.module = module
             module.computations.append(comp)
-            module.computation_names.reserve(comp.name)
-            for instr in comp.instructions:
-                module.names.reserve(instr.name)
-            for p in ordered:
+            for p in referring:
                 self._resolve_references(p, by_name, comp)
+        module.take_names_of_parsed_instructions()
         module.entry = entry
         module.parsed_entry_signature = entry_signature(module)
         return module
 
     def _resolve_references(self, p: _PendingInstruction, by_name, comp) -> None:
+        if p.instr.called is NO_CALLS and any(k.value in CALLED_COMPUTATION_KEYS for k, _ in p.attrs):
+            p.instr.called = {}
         for key_tok, attr in p.attrs:
             key = key_tok.value
             if key in CALLED_COMPUTATION_KEYS:
@@ -417,6 +460,7 @@ def _reset_builder(text: str) -> None:
     _builder.anonymous_names = {}
     _builder.percent_names = False
     _builder.operand_shapes = False
+    _builder.attr_slots = {}
 
 
 def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
@@ -459,6 +503,7 @@ def _parse_locked(text: str, filename: str, engine: str) -> Module:
                     raise
             finally:
                 _builder.text = ""
+                _builder.attr_slots = {}
         _reset_builder(text)
         try:
             return grammar.lark_parser(_builder).parse(text, start="module")
@@ -469,6 +514,7 @@ def _parse_locked(text: str, filename: str, engine: str) -> Module:
             raise _lark_error(text, filename, e) from None
         finally:
             _builder.text = ""
+            _builder.attr_slots = {}
 
 
 def _check_semantics(module: Module, text: str, filename: str) -> None:
