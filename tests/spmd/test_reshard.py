@@ -99,3 +99,65 @@ def test_grid_plan_slices_replicas_before_moving_data():
     src = tile_map(S("{devices=[2,1,2,2]<=[2,2,2]T(0,2,1) last_tile_dim_replicate}"), 3, 8)
     dst = tile_map(S("{devices=[1,4,2]<=[2,4]T(1,0)}"), 3, 8)
     assert [s.kind for s in plan(src, dst, shape)] == ["slice", "all-to-all", "permute"]
+
+
+# --------------------------------------------------- random shardings --
+import hypothesis.strategies as st  # noqa: E402
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+
+from hlo_passes.ir.sharding import Sharding, SubgroupKind  # noqa: E402
+from hlo_passes.passes.spmd.partition_context import same_placement  # noqa: E402
+from hlo_passes.passes.spmd.reshard import _greedy_plan  # noqa: E402
+
+
+@st.composite
+def tiled_over_8(draw, rank: int):
+    """A tiled sharding of a rank-`rank` array over 8 devices in a random device order, with
+    the devices left over replicating (last_tile_dim_replicate)."""
+    counts, left = [], 8
+    for _ in range(rank):
+        t = draw(st.sampled_from([c for c in (1, 2, 4, 8) if left % c == 0]))
+        counts.append(t)
+        left //= t
+    order = draw(st.permutations(range(8)))
+    if left == 8:
+        return Sharding.replicated()
+    arr = np.asarray(order).reshape(counts + ([left] if left > 1 else []))
+    return Sharding.tiled(arr, (SubgroupKind.REPLICATED,) if left > 1 else ())
+
+
+@st.composite
+def reshard_case(draw):
+    rank = draw(st.integers(1, 3))
+    dims = tuple(draw(st.sampled_from([4, 6, 7, 8, 10, 16])) for _ in range(rank))
+    return dims, draw(tiled_over_8(rank)), draw(tiled_over_8(rank))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reshard_case())
+def test_plan_reaches_the_target_and_never_costs_more_than_greedy(case):
+    dims, src, dst = case
+    shape = ArrayShape(PrimitiveType.F32, dims)
+    a, b = tile_map(src, len(dims), 8), tile_map(dst, len(dims), 8)
+    steps = plan(a, b, shape)
+    if steps:
+        assert same_placement(steps[-1].result, b)
+    else:
+        assert same_placement(a, b)
+    assert sum(s.bytes for s in steps) <= sum(s.bytes for s in _greedy_plan(a, b, dims, 4))
+    for s in steps:  # every intermediate placement is a sharding (equal holders per tile)
+        assert s.result.to_sharding() is not None
+
+
+@settings(max_examples=12, deadline=None)
+@given(reshard_case())
+def test_random_reshards_run_correctly_on_8_devices(case):
+    dims, src, dst = case
+    shape = ",".join(map(str, dims))
+    text = module_text(src.to_hlo(), dst.to_hlo(), shape)
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=8).run(module)
+    out = print_module(module)
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format() + "\n" + out
