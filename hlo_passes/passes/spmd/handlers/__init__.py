@@ -37,8 +37,9 @@ def handles_custom_call(*targets: str):
 
 
 def handler_for(instr: Instruction) -> Handler:
-    from hlo_passes.passes.spmd.handlers import (control_flow, dot, elementwise, fallback, gather,  # noqa: F401
-                                                 reduce, shape_ops, slicing, structural)
+    from hlo_passes.passes.spmd.handlers import (control_flow, convolution, dot, elementwise,  # noqa: F401
+                                                 fallback, gather, reduce, reduce_window, shape_ops, slicing,
+                                                 structural)
     from hlo_passes.passes.spmd.partition_context import is_manual
 
     if is_manual(instr.sharding if "sharding" in instr.attributes else None) and not (

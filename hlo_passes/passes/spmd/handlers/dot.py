@@ -13,8 +13,8 @@ sharding would move.  The cheapest wins.  This covers, by cost alone:
 * mismatched operands: the cheaper one is resharded.
 
 Padding of uneven contracting tiles is zeroed in both operands first.
-A convolution is the same with spatial dims kept untiled (no halo exchange yet:
-a spatially sharded input is all-gathered along its spatial dims).
+Convolutions (handlers/convolution.py) price their tilings the same way and share
+`partial_sum_bytes` and `sum_partials`.
 """
 
 from __future__ import annotations
@@ -55,19 +55,12 @@ def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untile
     candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
     best, best_cost = None, None
-    out_bytes = instr.shape.byte_size()
     for space in candidates:
         if space is None or space.to_sharding() is None:
             continue
         c = (cost(p.value(lhs).sharding, to_sharding(_project(space, lhs_map, lhs.shape.rank)), lhs.shape, n)
              + cost(p.value(rhs).sharding, to_sharding(_project(space, rhs_map, rhs.shape.rank)), rhs.shape, n))
-        summed = [d for d in contracting if space.dims[d] > 1]
-        if summed:
-            g = math.prod(space.dims[d] for d in summed)
-            local = out_bytes // max(1, math.prod(space.dims[:out_rank]))
-            c += 2 * local * (g - 1) // g
-        out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
-        c += cost(to_sharding(out_tm), target, instr.shape, n)
+        c += partial_sum_bytes(instr, space, out_rank, contracting, target, n)
         if best_cost is None or c < best_cost:
             best, best_cost = space, c
     if best is None:
@@ -87,6 +80,28 @@ def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> P
         ops.append(em.mask_padding(x, tm, tuple(op.shape.dims), pad_dims, 0) if pad_dims else x)
     out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
     local = p.clone(instr, ops, local_shape(instr.shape, to_sharding(out_tm)))
+    return sum_partials(p, instr, local, space, out_rank, contracting, target)
+
+
+def partial_sum_bytes(instr, space: TileMap, out_rank: int, contracting, target, n: int) -> int:
+    """What summing the partial results (contracting dims tiled in `space`) and resharding the
+    result to `target` move per device."""
+    c = 0
+    summed = [d for d in contracting if space.dims[d] > 1]
+    if summed:
+        g = math.prod(space.dims[d] for d in summed)
+        local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
+        c += 2 * local * (g - 1) // g
+    out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
+    return c + cost(to_sharding(out_tm), target, instr.shape, n)
+
+
+def sum_partials(p, instr, local, space: TileMap, out_rank: int, contracting, target) -> PValue:
+    """The local result `local` of a space tiling: partial sums over the tiled contracting dims
+    are all-reduced (or reduce-scattered straight into `target`), then resharded to `target`."""
+    em = p.em
+    summed = [d for d in contracting if space.dims[d] > 1]
+    out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
     if not summed:
         return p.reshard(PValue(local, to_sharding(out_tm), instr.shape), target)
     groups = groups_varying(space, summed)
@@ -138,22 +153,4 @@ def dot(p, instr) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
 
 
-@handles(Opcode.CONVOLUTION)
-def convolution(p, instr) -> PValue:
-    labels = instr.attr("dim_labels")
-    if (instr.attr("feature_group_count") or 1) != 1 or (instr.attr("batch_group_count") or 1) != 1:
-        return replicate(p, instr, "grouped convolution")
-    out_rank = instr.shape.rank
-    spatial_out = list(labels.output_spatial)
-    lhs_map = {labels.input_batch: labels.output_batch, labels.input_feature: out_rank}
-    lhs_map |= {d: spatial_out[k] for k, d in enumerate(labels.input_spatial)}
-    rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: out_rank}
-    rhs_map |= {d: None for d in labels.kernel_spatial}
-    lhs_tiles = p.value(instr.operands[0]).sharding
-    if lhs_tiles.is_tiled and any(lhs_tiles.tile_dims[d] > 1 for d in labels.input_spatial):
-        p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
-                 "dims (no halo exchange)", kind="missed")
-    return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, [out_rank], spatial_out)
-
-
-__all__ = ["convolution", "dot", "partition_dot_like"]
+__all__ = ["dot", "partial_sum_bytes", "partition_dot_like", "sum_partials"]

@@ -1,5 +1,6 @@
-"""Ops that are local on every dimension they do not slice, pad, join, sort or window over:
-slice, pad, concatenate, dynamic-slice, dynamic-update-slice, reverse, sort, reduce-window.
+"""Ops that are local on every dimension they do not slice, pad, join or sort:
+slice, pad, concatenate, dynamic-slice, dynamic-update-slice, reverse, sort (and
+reduce-window on the dims handlers/reduce_window.py does not exchange halos for).
 
 The result's sharding with those dimensions untiled is used for the operands
 (so a sharding along them is all-gathered first), the op runs locally, and the
@@ -82,11 +83,3 @@ def dynamic_slice(p, instr) -> PValue:
 def dynamic_update_slice(p, instr) -> PValue:
     dims, upd = instr.shape.dims, instr.operands[1].shape.dims
     return local_except(p, instr, [d for d in range(len(dims)) if upd[d] != dims[d]])
-
-
-@handles(Opcode.REDUCE_WINDOW)
-def reduce_window(p, instr) -> PValue:
-    window = instr.attr("window")
-    fixed = [d for d, w in enumerate(window.dimensions)
-             if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation) != (1, 1, 0, 0, 1, 1)]
-    return local_except(p, instr, fixed)

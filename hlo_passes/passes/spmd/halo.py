@@ -1,0 +1,171 @@
+"""Halo exchange: give each device the window of a tiled dimension that its windowed op reads.
+
+A convolution or reduce-window whose input is tiled along a windowed (spatial)
+dimension needs, on device t, the input rows [lo_t, lo_t + width) — its own
+tile plus some rows of its neighbours' tiles (the *halo*), or fewer rows when a
+stride skips some.  GSPMD's answer, taken here:
+
+1. every device sends its first/last rows to the neighbours that need them with
+   one collective-permute per neighbour distance (usually one each way);
+2. the received rows and the own tile are concatenated into an extended buffer
+   covering global rows [t*L - left, t*L + L + right);
+3. a (dynamic-)slice at a per-device offset cuts this device's window out of it;
+4. rows outside the global array [0, size) are set to the op's padding value
+   (zero for a convolution, the init value for a reduce-window): they are
+   the op's edge padding or the don't-care padding of uneven tiles.  Rows from
+   beyond the first/last device arrive as zeros from the collective-permute, so
+   a zero-padded op over evenly tiled data needs no mask at all.
+
+    x = f32[2,4,16,4] (rows 4t..4t+3 on device t), 3x3 conv, pad 1_1, stride 1
+      %l = f32[2,1,16,4] slice(x), slice={[0:2], [3:4], ...}     last row -> right neighbour
+      %h = f32[2,1,16,4] collective-permute(%l), source_target_pairs={{0,1},{1,2},{2,3}}
+      %r = ... the first row -> left neighbour
+      %e = f32[2,6,16,4] concatenate(%h, x, %r'), dimensions={1}
+    then the local convolution runs on %e with pad 0_0 in that dimension.
+
+`plan` works out the rows from the window per tile (`window_rows`); `exchange`
+emits the collectives.  The op then runs locally with the window returned by
+`window_rows` (its padding moved into the exchanged data).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hlo_passes.ir.attributes import WindowDimension
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.spmd.partition_context import Emitter, groups_varying
+from hlo_passes.passes.spmd.tile_map import TileMap
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """Per tile coordinate, the input rows a windowed op reads along one dimension, and the
+    window the local op then runs with."""
+
+    starts: tuple[int, ...]    # global index of the first row tile t reads
+    width: int                 # rows every tile reads
+    local: WindowDimension     # the window of the local op over those rows
+
+
+def window_rows(w: WindowDimension, tiles: int, out_first, out_count: int, win_first, win_count: int
+                ) -> WindowRows | None:
+    """Rows read when tile t computes outputs [out_first[t], +out_count) over window positions
+    [win_first[t], +win_count) of window `w`; None when the tiles' rows do not line up with
+    the base dilation the same way (the local op would need per-device padding)."""
+    s, rd, ld, pl = w.stride, w.rhs_dilation, w.lhs_dilation, w.padding_low
+    span = (out_count - 1) * s + (win_count - 1) * rd  # padded coords one tile's window covers
+    starts, phase, width = [], None, None
+    for t in range(tiles):
+        base = out_first[t] * s + win_first[t] * rd - pl  # first padded coord, from input row 0
+        lo, hi = -(-base // ld), (base + span) // ld
+        if phase is None:
+            phase, width = lo * ld - base, hi - lo + 1
+        elif (phase, width) != (lo * ld - base, hi - lo + 1):
+            return None
+        starts.append(lo)
+    if width is None or width < 1:
+        return None
+    high = span - phase - (width - 1) * ld
+    local = WindowDimension(win_count, s, phase, high, ld, rd, w.reversal)
+    return WindowRows(tuple(starts), width, local)
+
+
+@dataclass(frozen=True)
+class Halo:
+    """How one tiled dimension is exchanged: rows taken from the left and right neighbours
+    and where each tile's window starts in the extended buffer."""
+
+    dim: int
+    tiles: int
+    size: int                  # global rows
+    local: int                 # rows per tile (ceil)
+    rows: WindowRows
+    left: int                  # rows received from lower tiles
+    right: int                 # rows received from higher tiles
+    mask: bool                 # rows outside [0, size) must be set to the padding value
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Where each tile's window starts in its extended buffer (tiles whose results are all
+        padding read whatever lies nearest)."""
+        last = self.left + self.local + self.right - self.rows.width
+        return tuple(min(max(self.left - (t * self.local - lo), 0), last) for t, lo in enumerate(self.rows.starts))
+
+    def bytes(self, row_bytes: int) -> int:
+        """Bytes each device receives."""
+        return (self.left + self.right) * row_bytes
+
+
+def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool, active=None) -> Halo:
+    """The exchange for a dim of `size` rows in `tiles` tiles; `zero_padding`: the op pads with
+    zero (what the collective-permute delivers where there is no neighbour); `active`: the tiles
+    whose results are not all padding (default: every tile) — only they need their rows."""
+    local = -(-size // tiles)
+    used = [(t, lo) for t, lo in enumerate(rows.starts) if active is None or active[t]]
+    left = max([0] + [t * local - lo for t, lo in used])
+    right = max([0] + [lo + rows.width - (t + 1) * local for t, lo in used])
+    outside = [t for t, lo in used if lo < 0 or lo + rows.width > size]
+    beyond_end = [t for t, lo in used if lo + rows.width > size]
+    uneven = size % tiles != 0
+    mask = bool(outside) and not zero_padding or bool(beyond_end) and uneven
+    return Halo(dim, tiles, size, local, rows, left, right, mask)
+
+
+def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruction | None) -> Instruction:
+    """This device's window rows of `x` (tiled along `halo.dim` by `tm`); rows outside the array
+    read `fill` (a scalar; None: zero)."""
+    k, local, tiles = halo.dim, halo.local, halo.tiles
+    b = em.b()
+    groups = groups_varying(tm, [k])
+    parts = []
+    for m in range(-(-halo.left // local), 0, -1):  # farthest left neighbour first
+        rows = min(local, halo.left - (m - 1) * local)
+        parts.append(_from_neighbour(em, x, k, local - rows, rows, groups, -m, tiles))
+    parts.append(x)
+    for m in range(1, -(-halo.right // local) + 1):
+        rows = min(local, halo.right - (m - 1) * local)
+        parts.append(_from_neighbour(em, x, k, 0, rows, groups, m, tiles))
+    ext = b.concatenate(parts, k) if len(parts) > 1 else x
+    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    dims = list(ext.shape.dims)
+    dims[k] = halo.rows.width
+    offsets = [[0] * em.n for _ in dims]
+    offsets[k] = [halo.offsets[c] for c in coord]
+    window = em.local_slice(ext, offsets, tuple(dims))
+    if not halo.mask:
+        return window
+    rows = ArrayShape(PrimitiveType.S32, (halo.rows.width,))
+    pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar([halo.rows.starts[c] for c in coord]), rows))
+    low = b.compare(pos, b.broadcast(b.constant(0), rows), "GE")
+    high = b.compare(pos, b.broadcast(b.constant(halo.size), rows), "LT")
+    inside = b.op(Opcode.AND, low.shape, [low, high])
+    inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, tuple(dims)), [k])
+    etype = x.shape.element_type
+    pad = b.broadcast(fill if fill is not None else b.constant(0, etype), window.shape)
+    return b.select(inside, window, pad)
+
+
+def _from_neighbour(em: Emitter, x, k: int, start: int, rows: int, groups, shift: int, tiles: int):
+    """Rows [start, start+rows) of the tile `shift` positions away along dim k (zeros where
+    there is none)."""
+    dims = list(x.shape.dims)
+    dims[k] = rows
+    pairs = [(g[t + shift], g[t]) for g in groups for t in range(tiles) if 0 <= t + shift < tiles]
+    if not pairs:
+        return em.broadcast_scalar(0, x.shape.element_type, tuple(dims))
+    starts = [0] * len(dims)
+    starts[k] = start
+    piece = em.b().slice(x, starts, [s + d for s, d in zip(starts, dims)])
+    return em.collective_permute(piece, pairs)
+
+
+def row_bytes(local_dims, dim: int, element_bytes: int) -> int:
+    return math.prod(d for i, d in enumerate(local_dims) if i != dim) * element_bytes
+
+
+__all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_rows"]

@@ -1,0 +1,185 @@
+"""convolution: a dot over the iteration space, with halo exchange for tiled spatial dims.
+
+The iteration space is the output dims, the input feature (summed) and one
+window dim per spatial dim (summed).  An input spatial dim is read through a
+window, so it follows either the output spatial dim or the window dim:
+
+* forward (output spatial tiled): device t computes its output rows and needs
+  the input rows under their windows — its own tile plus halo rows from its
+  neighbours (`halo.exchange`); the local convolution runs with the padding
+  moved into the exchanged data.  Stride, padding, window and base dilation
+  follow from the window (`halo.window_rows`), so this also covers the
+  input-gradient convolution of a strided one (base dilation = stride) when
+  the tiles line up with the dilation.
+
+      x: f32[2,16,16,4] {devices=[1,4,1,1]}, 3x3 kernel, pad 1_1, result tiled the same
+    ->  halo: one row each way by collective-permute, concatenate -> f32[2,6,16,4]
+        f32[2,4,16,8] convolution(halo'd x, k), window={size=3x3 pad=0_0x1_1}
+
+* kernel-gradient (window dim tiled, i.e. the "kernel" operand — an output
+  gradient — tiled along its spatial dim): device t convolves the input rows
+  its window tile reads with its part of the window, and the partial kernels
+  are all-reduced like any contracting dim.
+
+Candidate tilings are priced like dots (resharding, partial sums, result
+resharding) plus the halo rows; the variants with spatial dims untiled (the
+input all-gathered along them) stay in the race, so a halo wider than the
+tile is not forced.  Grouped convolutions are computed replicated.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.attributes import Window
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.spmd import halo as halos
+from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers.dot import _lift, _project, partial_sum_bytes, sum_partials
+from hlo_passes.passes.spmd.handlers.fallback import replicate
+from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
+from hlo_passes.passes.spmd.reshard import cost
+
+
+class _Space:
+    """Dim bookkeeping of one convolution: space dims 0..R-1 are the output dims, R the input
+    feature, R+1+j the window of spatial dim j."""
+
+    def __init__(self, instr):
+        self.instr = instr
+        labels = instr.attr("dim_labels")
+        self.window = instr.attr("window")
+        self.labels = labels
+        self.out_rank = r = instr.shape.rank
+        self.rank = r + 1 + len(labels.input_spatial)
+        self.out_spatial = list(labels.output_spatial)
+        self.win = [r + 1 + j for j in range(len(labels.input_spatial))]
+        self.contracting = [r] + self.win
+        self.lhs_base = {labels.input_batch: labels.output_batch, labels.input_feature: r}
+        self.rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: r}
+        self.rhs_map |= {d: self.win[j] for j, d in enumerate(labels.kernel_spatial)}
+
+    def lhs_map(self, space) -> dict[int, int] | None:
+        """Input dim -> space dim: a spatial dim follows its window dim where that is tiled."""
+        m = dict(self.lhs_base)
+        for j, d in enumerate(self.labels.input_spatial):
+            o, w = self.out_spatial[j], self.win[j]
+            if space.dims[o] > 1 and space.dims[w] > 1:
+                return None
+            m[d] = w if space.dims[w] > 1 else o
+        return m
+
+    def lhs_maps(self):
+        """Both ways an input spatial tiling can be read: as output rows, as window rows."""
+        spatial = self.labels.input_spatial
+        fwd = dict(self.lhs_base) | {d: self.out_spatial[j] for j, d in enumerate(spatial)}
+        grad = dict(self.lhs_base) | {d: self.win[j] for j, d in enumerate(spatial)}
+        return fwd, grad
+
+    def halos(self, space) -> list[halos.Halo] | None:
+        """The exchange of every tiled input spatial dim, or None when one cannot be done."""
+        out = []
+        lhs = self.instr.operands[0]
+        for j, d in enumerate(self.labels.input_spatial):
+            o, w = self.out_spatial[j], self.win[j]
+            wd = self.window.dimensions[j]
+            size, out_size = lhs.shape.dims[d], self.instr.shape.dims[o]
+            if space.dims[o] > 1:
+                t = space.dims[o]
+                lo = -(-out_size // t)
+                rows = halos.window_rows(wd, t, [i * lo for i in range(t)], lo, [0] * t, wd.size)
+                active = [i * lo < out_size for i in range(t)]
+            elif space.dims[w] > 1:
+                t = space.dims[w]
+                if wd.reversal:
+                    return None  # a reversed window tile is another tile's kernel rows
+                lw = -(-wd.size // t)
+                rows = halos.window_rows(wd, t, [0] * t, out_size, [i * lw for i in range(t)], lw)
+                active = [i * lw < wd.size for i in range(t)]
+            else:
+                continue
+            if rows is None:
+                return None
+            out.append(halos.plan(d, size, t, rows, zero_padding=True, active=active))
+        return out
+
+    def untiled_spatial(self, space):
+        keep = [d for d in range(self.rank) if d not in self.out_spatial and d not in self.win]
+        return space.keep_dims(keep)
+
+
+@handles(Opcode.CONVOLUTION)
+def convolution(p, instr):
+    if (instr.attr("feature_group_count") or 1) != 1 or (instr.attr("batch_group_count") or 1) != 1:
+        return replicate(p, instr, "grouped convolution")
+    sp = _Space(instr)
+    lhs, rhs = instr.operands
+    n, target = p.n, p.target(instr)
+    cur_l = tile_map(p.value(lhs).sharding, lhs.shape.rank, n)
+    cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
+    fwd, grad = sp.lhs_maps()
+    lifted_ls = [_lift(cur_l, fwd, sp.rank), _lift(cur_l, grad, sp.rank)]
+    lifted_r = _lift(cur_r, sp.rhs_map, sp.rank)
+    lifted_o = tile_map(target, sp.out_rank, n).remap(sp.rank, {i: i for i in range(sp.out_rank)})
+    candidates = []
+    for lifted_l in lifted_ls:
+        candidates += [lifted_l.merge(lifted_r), lifted_l, lifted_o.merge(lifted_l)]
+    candidates += [lifted_r, lifted_o, lifted_o.merge(lifted_r)]
+    candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
+    best, best_cost = None, None
+    for space in candidates:
+        priced = _price(p, sp, space, target)
+        if priced is not None and (best_cost is None or priced < best_cost):
+            best, best_cost = space, priced
+    if best is None:
+        return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
+    chosen = _project(best, sp.lhs_map(best), lhs.shape.rank)
+    if any(cur_l.dims[d] > 1 and chosen.dims[d] == 1 for d in sp.labels.input_spatial):
+        p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
+                 "dims (halo exchange would move more)", kind="missed")
+    return _emit(p, sp, best, target)
+
+
+def _price(p, sp: _Space, space, target) -> int | None:
+    if space is None or space.to_sharding() is None:
+        return None
+    lhs_map = sp.lhs_map(space)
+    exchanges = sp.halos(space) if lhs_map is not None else None
+    if exchanges is None:
+        return None
+    instr, n = sp.instr, p.n
+    lhs, rhs = instr.operands
+    tm_l = _project(space, lhs_map, lhs.shape.rank)
+    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
+    c += cost(p.value(rhs).sharding, to_sharding(_project(space, sp.rhs_map, rhs.shape.rank)), rhs.shape, n)
+    local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
+    esize = lhs.shape.element_type.byte_size
+    for h in exchanges:
+        c += h.bytes(halos.row_bytes(local, h.dim, esize))
+        local[h.dim] = h.rows.width
+    return c + partial_sum_bytes(instr, space, sp.out_rank, sp.contracting, target, n)
+
+
+def _emit(p, sp: _Space, space, target):
+    em, instr = p.em, sp.instr
+    lhs, rhs = instr.operands
+    summed = [d for d in sp.contracting if space.dims[d] > 1]
+    lhs_map = sp.lhs_map(space)
+    tm_l = _project(space, lhs_map, lhs.shape.rank)
+    x = p.operand_as(instr, 0, to_sharding(tm_l))
+    if sp.out_rank in summed:
+        x = em.mask_padding(x, tm_l, tuple(lhs.shape.dims), [sp.labels.input_feature], 0)
+    window = list(sp.window.dimensions)
+    for h in sp.halos(space):
+        x = halos.exchange(em, x, tm_l, h, None)
+        window[sp.labels.input_spatial.index(h.dim)] = h.rows.local
+    tm_r = _project(space, sp.rhs_map, rhs.shape.rank)
+    y = p.operand_as(instr, 1, to_sharding(tm_r))
+    pad_dims = [d for d, s in sp.rhs_map.items() if s in summed]
+    if pad_dims:
+        y = em.mask_padding(y, tm_r, tuple(rhs.shape.dims), pad_dims, 0)
+    out_tm = space.remap(sp.out_rank, {i: i for i in range(sp.out_rank)})
+    local = p.clone(instr, [x, y], local_shape(instr.shape, to_sharding(out_tm)))
+    local.set_attr("window", Window(tuple(window)))
+    return sum_partials(p, instr, local, space, sp.out_rank, sp.contracting, target)
+
+
+__all__ = ["convolution"]
