@@ -387,3 +387,22 @@ def test_fused_golden_case_computes_what_its_input_computes():
     after = (folder / "fused_adam.expected.hlo").read_text()
     report = jax_hook._compare(before, after, 8, [True] * 7 + [False] * 3)
     assert report.ok, report.format()
+
+
+def test_weight_update_sharding_declines_a_fused_global_norm_untouched():
+    """Global-norm clipping: XLA fuses the norm of all gradients into one scalar fusion, which the
+    pass does not model; the module is handed back unchanged with a remark naming that fusion."""
+    def step(p, opt, x, y):
+        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+        norm = jnp.sqrt(sum(jnp.sum(a * a) for a in jax.tree.leaves(g)))
+        g = jax.tree.map(lambda a: a * jnp.minimum(1.0, 1.0 / norm), g)
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt["m"], g)
+        return jax.tree.map(lambda p, m: p - 0.01 * m, p, m), {**opt, "m": m}, loss
+
+    params, opt, x, y = adam_problem()
+    with jax_hook.installed("weight-update-sharding") as hook:
+        text = jax.jit(step).lower(params, opt, x, y).compile().as_text()
+    assert hook.stats.modules_changed == 0 and hook.stats.fallbacks == 0
+    missed = [r.message for r in hook.stats.remarks if r.kind == "missed"]
+    assert missed and all("reduces it inside" in m for m in missed), missed
+    assert Opcode.REDUCE_SCATTER not in collectives(text)

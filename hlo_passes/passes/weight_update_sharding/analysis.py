@@ -254,6 +254,15 @@ def _constant_equals(instr: Instruction, value: float) -> bool:
         return False
 
 
+def _fusion_problem(fusion: Instruction) -> str:
+    fused = fusion.called.get("calls")
+    ops = {i.opcode for i in fused.instructions} if isinstance(fused, Computation) else set()
+    if Opcode.REDUCE in ops:
+        return (f"a {fusion.attr('kind')} fusion that reduces it inside (a fused norm or sum; "
+                "reductions are modelled only outside fusions)")
+    return f"a {fusion.attr('kind')} fusion that is not elementwise on the weight's shape"
+
+
 def _candidate_problem(instr: Instruction, module: Module) -> str | None:
     if len(instr.operands) != 1 or not instr.shape.is_array:
         return "a variadic all-reduce (one gradient per all-reduce is modeled)"
@@ -360,8 +369,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             reductions[instr] = first
             continue
         what = ("a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
-                f"a {instr.attr('kind')} fusion that is not elementwise on the weight's shape"
-                if instr.opcode is Opcode.FUSION else
+                _fusion_problem(instr) if instr.opcode is Opcode.FUSION else
                 f"{instr.opcode.value} (not elementwise on the weight's shape)")
         known = problems.get(first)
         if known is None or (known[0].opcode in _LAYOUT_OPCODES and instr.opcode not in _LAYOUT_OPCODES):
@@ -376,12 +384,14 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         if comp_ is None:
             comp_ = by_root[r] = Component([], device_groups(c, module), stems[c].end.shape.dims)
         comp_.stems.append(stems[c])
+    for c, (instr, reason) in problems.items():  # the instruction that blocks says most
+        by_root[find(c)].decline(instr, reason)
+    for c in candidates:
+        comp_ = by_root[find(c)]
         if device_groups(c, module) != comp_.groups:
             comp_.decline(c, "its gradients are reduced over different device groups")
         if stems[c].end.shape.dims != comp_.dims:
             comp_.decline(c, "its gradients have different shapes")
-    for c, (instr, reason) in problems.items():
-        by_root[find(c)].decline(instr, reason)
     for instr in comp.post_order():
         if instr in origin and instr not in {s.end for s in stems.values()}:
             by_root[find(origin[instr])].shard_values.append(instr)
