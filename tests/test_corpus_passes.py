@@ -54,6 +54,17 @@ def test_xla_partitioned_module_verifies_against_original(path):
 
 
 @pytest.mark.parametrize("path", XLA_SPMD, ids=lambda p: p.parent.name)
+def test_shardy_and_gspmd_lowerings_compute_the_same(path):
+    """JAX's two lowerings of one program, each run by XLA on its devices (the Shardy one
+    through XLA's Shardy partitioner, or through our Shardy import where XLA cannot take it)."""
+    program = path.parent.name
+    shardy = (path.parent / f"{program}.lowered.shardy.hlo").read_text()
+    gspmd = (path.parent / f"{program}.lowered.gspmd.hlo").read_text()
+    report = verify_equivalent(gspmd, shardy, num_devices=meta(path)["num_devices"])
+    assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("path", XLA_SPMD, ids=lambda p: p.parent.name)
 def test_collective_fusion_on_every_partitioned_program(path):
     text = path.read_text()
     module = parse_module(text)

@@ -22,6 +22,10 @@ multi-device module runs on N devices.
 * `run_xla_spmd(module, inputs, n)` — mode (b): a module with logical `sharding=`
   annotations and global shapes, partitioned by XLA's own SPMD partitioner; the
   parameter and output shardings XLA settled on are read back from the executable.
+  A module in JAX's default Shardy form (`xla.sdy.*` frontend attributes) goes through
+  XLA's Shardy partitioner, as JAX itself compiles it; where XLA refuses it (partially
+  manual shard_map regions), our Shardy import rewrites it into the GSPMD form first
+  and the result says so.
 """
 
 from __future__ import annotations
@@ -238,18 +242,48 @@ def run_global_partitioned(module: Module, leaf_inputs: list[np.ndarray], *,
     return outputs, problems, run
 
 
-def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,
-                 platform: str | None = None) -> tuple[list[np.ndarray], list[str], list[Sharding]]:
-    """Mode (b): XLA's SPMD partitioner on a module with logical shardings and global shapes.
+def in_shardy_form(module: Module) -> bool:
+    """Does the module carry JAX's Shardy lowering (`xla.sdy.*` module frontend attributes)?"""
+    attributes = module.header_attr("frontend_attributes")
+    return attributes is not None and any(k.startswith("xla.sdy.") for k, _ in attributes.entries)
 
-    Returns the global outputs, problems, and the output shardings XLA chose (per leaf)."""
-    from hlo_passes.parse.attribute_reader import reader_for
+
+def _compile_xla_spmd(module: Module, num_devices: int, platform: str | None, notes: list[str]):
     from hlo_passes.runtime import xla_backend
 
     copy = parse_module(print_module(module))
     copy.num_partitions = num_devices
-    text = print_module(copy)
-    exe = xla_backend.compile_hlo(text, num_partitions=num_devices, spmd=True, platform=platform)
+    if not in_shardy_form(copy):
+        return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
+                                       platform=platform)
+    from hlo_passes.passes.spmd.shardy_import import has_partially_manual_regions, import_shardy
+
+    if not has_partially_manual_regions(copy):
+        try:
+            return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
+                                           platform=platform, shardy=True)
+        except xla_backend.BackendUnavailable:
+            raise
+        except RuntimeError as e:  # XLA's own error (JaxRuntimeError)
+            reason = f"XLA's Shardy partitioner refused it ({xla_backend.xla_error_lines(e, 1)[0]})"
+    else:
+        reason = "XLA's Shardy pipeline aborts on partially manual shard_map regions"
+    import_shardy(copy)
+    notes.append(f"{reason}; it ran in GSPMD form after our Shardy import")
+    return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
+                                   platform=platform)
+
+
+def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,
+                 platform: str | None = None, notes: list[str] | None = None
+                 ) -> tuple[list[np.ndarray], list[str], list[Sharding]]:
+    """Mode (b): XLA's SPMD partitioner on a module with logical shardings and global shapes.
+
+    Returns the global outputs, problems, and the output shardings XLA chose (per leaf);
+    how the module was compiled, where it matters, is appended to `notes`."""
+    from hlo_passes.parse.attribute_reader import reader_for
+
+    exe = _compile_xla_spmd(module, num_devices, platform, notes if notes is not None else [])
     read = reader_for("sharding")
     in_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.parameter_shardings() or []]
     out_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.output_shardings() or []]

@@ -169,9 +169,11 @@ def _run_global(module: Module, inputs, num_devices, platform, report) -> list[n
     if not needs_devices(module):
         return run_single_device(module, inputs, platform)
     n = num_devices or _device_count_of_shardings(module)
-    outputs, problems, _ = run_xla_spmd(module, inputs, n, platform)
+    notes: list[str] = []
+    outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
     report.problems += problems
     report.notes.append(f"original partitioned by XLA's SPMD partitioner on {n} devices")
+    report.notes += notes
     return outputs
 
 

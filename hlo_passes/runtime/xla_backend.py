@@ -179,6 +179,7 @@ class CompileOptions:
     platform: str = "cpu"
     # XLA may choose the sharding of output i when propagate_to_output[i] (one entry: all outputs)
     propagate_to_output: tuple[bool, ...] = ()
+    shardy: bool = False  # XLA's Shardy partitioner (modules in JAX's Shardy form) instead of GSPMD
 
     @property
     def num_devices(self) -> int:
@@ -231,12 +232,14 @@ _executables: dict[tuple[str, CompileOptions], Executable] = {}
 
 
 def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, spmd: bool = False,
-                platform: str | None = None, propagate_to_output: tuple[bool, ...] = ()) -> Executable:
+                platform: str | None = None, propagate_to_output: tuple[bool, ...] = (),
+                shardy: bool = False) -> Executable:
     """Compile HLO text for num_replicas × num_partitions devices (cached per text and options).
 
     XLA's own errors (parse, verifier, partitioner) propagate as the exception XLA raised.
     """
-    options = CompileOptions(num_replicas, num_partitions, spmd, platform or "cpu", tuple(propagate_to_output))
+    options = CompileOptions(num_replicas, num_partitions, spmd, platform or "cpu", tuple(propagate_to_output),
+                             shardy)
     key = (text, options)
     exe = _executables.get(key)
     if exe is not None:
@@ -250,9 +253,10 @@ def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, sp
                                                        num_partitions=num_partitions)
     build = compile_options.executable_build_options
     build.use_spmd_partitioning = spmd
-    # HLO text carries GSPMD shardings; XLA's Shardy import aborts the process (a CHECK, not an
-    # exception) on some of them, so the GSPMD partitioner is used.
-    build.use_shardy_partitioner = False
+    # Text in GSPMD form goes through the GSPMD partitioner: XLA's Shardy import aborts the
+    # process (a CHECK, not an exception) on some GSPMD shardings.  Text in JAX's Shardy form
+    # (xla.sdy.* attributes) goes through Shardy, as JAX compiles it.
+    build.use_shardy_partitioner = options.shardy
     if options.propagate_to_output:
         build.allow_spmd_sharding_propagation_to_output = list(options.propagate_to_output)
     build.device_assignment = xc.DeviceAssignment.create(

@@ -16,13 +16,16 @@ With Shardy (JAX's default), some shardings live only in frontend attributes:
     ... and SPMDShardToFullShape on the way out,
 
 gives values inside manual computation bodies their manual shardings (Shardy writes
-`{replicated}` there), and drops every `xla.sdy.*` frontend attribute, the mesh table
-included, so the module reads the same as JAX's GSPMD lowering.
+`{replicated}` there), drops Shardy's `inlineable="xla_late"` from the body calls, marks dimensions Shardy leaves open (`{?}`) as
+`backend_config="unspecified_dims=[...]"` on the annotations it writes (as JAX's GSPMD
+lowering does; XLA's partitioner needs it for partially manual shard_map regions), and
+drops every `xla.sdy.*` frontend attribute, the mesh table included, so the module reads
+the same as JAX's GSPMD lowering.
 """
 
 from __future__ import annotations
 
-from hlo_passes.ir.attributes import FrontendAttributes
+from hlo_passes.ir.attributes import FrontendAttributes, quote
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -36,6 +39,7 @@ SDY_PREFIX = "xla.sdy."
 FUNC_RESULT = "xla.sdy.FuncResultSharding"
 GLOBAL_TO_LOCAL = "xla.sdy.GlobalToLocalShape"
 LOCAL_TO_GLOBAL = "xla.sdy.LocalToGlobalShape"
+INLINEABLE = "inlineable"  # Shardy's export marks shard_map body calls inlineable="xla_late"
 
 
 def _frontend(obj_attr_getter) -> FrontendAttributes | None:
@@ -49,6 +53,20 @@ def has_shardy_attributes(module: Module) -> bool:
         return True
     return any(i.custom_call_target in (FUNC_RESULT, GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL)
                for i in module.all_instructions())
+
+
+def has_partially_manual_regions(module: Module) -> bool:
+    """Is some shard_map region manual over only part of its mesh (the other axes left to the
+    partitioner)?  XLA's Shardy pipeline aborts the process on such modules (jaxlib 0.12)."""
+    fe = _frontend(module.header_attr)
+    meshes = read_meshes(fe.get("xla.sdy.meshes")) if fe is not None and fe.get("xla.sdy.meshes") else {}
+    mesh_sizes = [len(m.axes) for m in meshes.values()]
+    for instr in module.all_instructions():
+        if instr.custom_call_target == GLOBAL_TO_LOCAL:
+            axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+            if mesh_sizes and len(axes) < max(mesh_sizes):
+                return True
+    return False
 
 
 def import_shardy(module: Module) -> bool:
@@ -73,10 +91,16 @@ def import_shardy(module: Module) -> bool:
             elif axes and _sdy_entry(instr, "xla.sdy.sharding") is not None:
                 # Inside a manual body the HLO sharding Shardy writes is not the manual one.
                 instr.sharding = _value_sharding(instr, meshes, axes)
+                _mark_open_dims(instr, _shardings_of(instr, "xla.sdy.sharding"))
             elif instr.sharding is None and _sdy_entry(instr, "xla.sdy.sharding") is not None:
                 instr.sharding = _value_sharding(instr, meshes, axes)
+                _mark_open_dims(instr, _shardings_of(instr, "xla.sdy.sharding"))
     for instr in list(module.all_instructions()):
         _drop_sdy_frontend(instr.attr, instr.set_attr, instr.remove_attr)
+        if _calls_manual_body(instr, manual):
+            # Shardy keeps these calls until late; XLA's GSPMD partitioner aborts on a partially
+            # manual body that is still a call (JAX's GSPMD lowering has no such attribute).
+            _drop_frontend_keys(instr, (INLINEABLE,))
     _drop_sdy_frontend(module.header_attr, module.set_header_attr, module.attributes.pop)
     return True
 
@@ -102,6 +126,16 @@ def _value_sharding(instr: Instruction, meshes, manual_axes) -> Sharding:
     if instr.shape.is_tuple:
         return Sharding.tuple_of(shardings)
     return shardings[0]
+
+
+def _mark_open_dims(instr: Instruction, values: tuple[SdySharding, ...]) -> None:
+    """A `Sharding` custom-call of one value whose open dimensions (`{?}`, `{"x", ?}`) the
+    partitioner may shard further: `backend_config="unspecified_dims=[...]"`."""
+    if instr.custom_call_target != "Sharding" or len(values) != 1:
+        return
+    open_dims = [i for i, d in enumerate(values[0].dims) if d.is_open]
+    if open_dims:
+        instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
 
 
 def _func_result(instr: Instruction, meshes, manual_axes) -> None:
@@ -144,8 +178,13 @@ def _manual_boundary(instr: Instruction, meshes, *, entering: bool) -> None:
                                  else (local, global_sharding, "SPMDShardToFullShape"))
         annotated = b.op(Opcode.CUSTOM_CALL, operand.shape, [operand], name=instr.name,
                          custom_call_target="Sharding", sharding=first)
-        results.append(b.op(Opcode.CUSTOM_CALL, shapes[i], [annotated], name=instr.name,
-                            custom_call_target=target, sharding=second))
+        boundary = b.op(Opcode.CUSTOM_CALL, shapes[i], [annotated], name=instr.name,
+                        custom_call_target=target, sharding=second)
+        open_dims = [d for d, dim in enumerate(value.dims) if dim.is_open]
+        if open_dims:
+            for op in (annotated, boundary):
+                op.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
+        results.append(boundary)
     if instr.shape.is_tuple:
         for user in list(instr.users):
             if user.opcode is Opcode.GET_TUPLE_ELEMENT:
@@ -184,6 +223,24 @@ def _mark(comp: Computation, axes, found) -> None:
     for instr in comp.instructions:
         for callee in instr.called_computations():
             _mark(callee, axes, found)
+
+
+def _calls_manual_body(instr: Instruction, manual: dict[Computation, tuple[AxisRef, ...]]) -> bool:
+    """A call of a shard_map body, or a get-tuple-element of one."""
+    if instr.opcode is Opcode.GET_TUPLE_ELEMENT:
+        instr = instr.operands[0]
+    return instr.opcode is Opcode.CALL and any(c in manual for c in instr.called_computations())
+
+
+def _drop_frontend_keys(instr: Instruction, keys: tuple[str, ...]) -> None:
+    fe = _frontend(instr.attr)
+    if fe is None:
+        return
+    entries = tuple((k, v) for k, v in fe.entries if k not in keys)
+    if entries:
+        instr.set_attr("frontend_attributes", FrontendAttributes(entries, fe.raw_value_keys))
+    else:
+        instr.remove_attr("frontend_attributes")
 
 
 def _drop_sdy_frontend(get, set_, remove) -> None:
