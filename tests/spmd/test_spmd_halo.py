@@ -165,3 +165,38 @@ ENTRY main {{
 def test_reduce_window_exchanges_halos(red, init, n, k, st, pad, o, s, cps):
     text = POOL.format(red=red, init=init, n=n, k=k, st=st, pad=pad, o=o, s=s)
     _check(text, expect={"collective-permute": cps, "all-gather": 0})
+
+
+def test_conv_net_training_step_partitions_every_convolution_with_halos():
+    """The corpus conv net (batch on 'data', height on 'spatial'), differentiated by JAX: the
+    forward convolutions, the input gradient (lhs_dilate=2), both kernel gradients and the
+    max-pool gradient (select-and-scatter) are all partitioned without a gather."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "spatial"))
+    dn, spec = ("NHWC", "HWIO", "NHWC"), P("data", "spatial", None, None)
+
+    def wsc(y):
+        return lax.with_sharding_constraint(y, NamedSharding(mesh, spec))
+
+    def loss(w1, w2, x):
+        y = wsc(jax.nn.relu(lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn)))
+        y = wsc(lax.conv_general_dilated(y, w2, (2, 2), "SAME", dimension_numbers=dn))
+        y = wsc(lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"))
+        return (y ** 2).mean()
+
+    def step(w1, w2, x):
+        value, (g1, g2) = jax.value_and_grad(loss, argnums=(0, 1))(w1, w2, x)
+        return value, w1 - 0.1 * g1, w2 - 0.1 * g2
+
+    args = (jax.device_put(jnp.ones((3, 3, 4, 8)), NamedSharding(mesh, P())),
+            jax.device_put(jnp.ones((3, 3, 8, 8)), NamedSharding(mesh, P())),
+            jax.device_put(jnp.ones((2, 16, 16, 4)), NamedSharding(mesh, spec)))
+    text = jax.jit(step).lower(*args).as_text(dialect="hlo")
+    assert text.count(" convolution(") == 5 and " select-and-scatter(" in text
+    out = _check(text, expect={"all-gather": 0, "all-to-all": 0})
+    assert out.count(" all-reduce(") == 3  # the loss and the two kernel gradients

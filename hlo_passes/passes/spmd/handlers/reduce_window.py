@@ -1,4 +1,5 @@
-"""reduce-window: local on tiled windowed dims after a halo exchange (halo.py).
+"""reduce-window (and select-and-scatter, its gradient): local on tiled windowed dims after a
+halo exchange (halo.py).
 
 The operand takes the result's tiling; along each tiled dim with a window,
 device t reads the input rows under its output rows' windows — nothing extra
@@ -15,6 +16,11 @@ Dims whose halo would move more than gathering them (or whose tiles do not
 line up with a base dilation) are untiled first; variadic reduce-windows and
 reducers that are not one known binary op untile every windowed dim
 (`slicing.local_except`).
+
+select-and-scatter is local when every tile's windows cover exactly its own rows
+(pooling windows that tile the tiles, as in a 2x2 stride-2 max pool over even
+tiles); scattering into a neighbour's rows would need the halo sent back and
+summed, so other forms are computed replicated.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
 from hlo_passes.passes.spmd.partition_context import (PValue, identity_value, local_shape, reducer_opcode,
                                                        tile_map, to_sharding)
@@ -71,4 +78,32 @@ def reduce_window(p, instr) -> PValue:
     return p.reshard(PValue(new, s, instr.shape), target)
 
 
-__all__ = ["reduce_window"]
+
+@handles(Opcode.SELECT_AND_SCATTER)
+def select_and_scatter(p, instr) -> PValue:
+    window = instr.attr("window")
+    operand, source = instr.operands[0], instr.operands[1]
+    target = p.target(instr)
+    tm = tile_map(target, instr.shape.rank, p.n)
+    dims = list(window.dimensions)
+    for d, w in enumerate(window.dimensions):
+        t = tm.dims[d]
+        if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
+            continue
+        size, out = operand.shape.dims[d], source.shape.dims[d]
+        rows = None if size % t or out % t else halos.window_rows(
+            w, t, [i * (out // t) for i in range(t)], out // t, [0] * t, w.size)
+        h = rows and halos.plan(d, size, t, rows, zero_padding=False)
+        if h is None or h.left or h.right or h.mask or rows.width != h.local or any(h.offsets):
+            return replicate(p, instr, "select-and-scatter windows cross tile boundaries (no reverse halo)")
+        dims[d] = rows.local
+    s = to_sharding(tm)
+    x = p.operand_as(instr, 0, s)
+    src = p.operand_as(instr, 1, s)
+    init = p.operand_as(instr, 2, Sharding.replicated())
+    new = p.clone(instr, [x, src, init], local_shape(instr.shape, s))
+    new.set_attr("window", Window(tuple(dims)))
+    return p.reshard(PValue(new, s, instr.shape), target)
+
+
+__all__ = ["reduce_window", "select_and_scatter"]
