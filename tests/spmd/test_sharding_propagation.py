@@ -293,8 +293,7 @@ def _compile_spmd(text: str, n: int = 8):
     return jax.devices()[0].client.compile_and_load(mlir, jax.devices()[:n], options)
 
 
-@pytest.mark.parametrize("program", ["mlp", pytest.param("shard_map", marks=pytest.mark.skip(
-    reason="XLA intermittently crashes the process (segfault / double free) compiling or running this partially-manual shard_map program through its SPMD partitioner; see the closing note"))])
+@pytest.mark.parametrize("program", ["mlp", "shard_map"])
 def test_xla_spmd_partitioner_accepts_propagated_shardy_input(lowered, program):
     shardy, _, _, _ = lowered[program]
     text = print_module(propagate(shardy))
@@ -319,9 +318,7 @@ def _run_spmd(text: str, inputs: list[np.ndarray], n: int = 8) -> list[np.ndarra
 
 # "loop" is left out: the HLO -> StableHLO import this helper compiles through drops the
 # while's loop-invariant operand but not its tuple-sharding leaf, and XLA then refuses it.
-@pytest.mark.parametrize("program", ["mlp", pytest.param("shard_map", marks=pytest.mark.skip(
-    reason="running it intermittently crashes the process inside XLA (double free) or XLA's verifier "
-    "rejects it ('Replica groups must be specified in flattened-id mode'); cause not found"))])
+@pytest.mark.parametrize("program", ["mlp", "shard_map"])
 def test_propagated_program_computes_the_same_as_jax(lowered, program):
     """Our shardings, partitioned by XLA, compute what the JAX program computes."""
     import jax

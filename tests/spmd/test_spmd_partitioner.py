@@ -147,10 +147,6 @@ def test_channel_ids_unique():
     assert ids and len(ids) == len(set(ids))
 
 
-XLA_SHARD_MAP_CRASH = ("XLA intermittently crashes the process (segfault / double free) compiling or running this partially-manual shard_map program through its SPMD partitioner; see the closing note")
-
-
-@pytest.mark.skip(reason=XLA_SHARD_MAP_CRASH)
 def test_shard_map_region_passes_through_and_matches_xla():
     d = CORPUS / "shard_map_collectives"
     module, out, _ = partition((d / "shard_map_collectives.lowered.shardy.hlo").read_text())
