@@ -391,10 +391,12 @@ def _structural_problems(module) -> str:
 def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
     """Run the pipeline pass by pass; return the names of the passes that changed the module.
 
-    A pass that raises, or leaves a module the structural verifier rejects, raises _Rejected
-    naming that pass.
+    A pass that raises, leaves a module the structural verifier rejects, or changes the entry
+    computation's parameter or result shapes (JAX fixed them: it passes and expects buffers of
+    those shapes) raises _Rejected naming that pass.
     """
     changed_by = []
+    signature = entry_signature(module)
     for p in _build_passes(pipeline):
         try:
             changed = p.run(module)
@@ -407,7 +409,22 @@ def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
             problems = _structural_problems(module)
             if problems:
                 raise _Rejected(p.name, f"the structural verifier rejects its output: {problems}")
+            if entry_signature(module) != signature:
+                raise _Rejected(p.name, "it changes the entry computation's parameter or result shapes, "
+                                        "which JAX fixed when it lowered the function")
     return changed_by
+
+
+def entry_signature(module) -> tuple:
+    """The ENTRY parameters' and result's shapes: element types, dimensions, layouts (default when absent)."""
+    def leaves(shape):
+        if shape.is_tuple:
+            return tuple(leaves(e) for e in shape.elements)
+        layout = shape.layout.minor_to_major if shape.layout is not None else tuple(range(shape.rank - 1, -1, -1))
+        return (shape.element_type, tuple(shape.dims), layout)
+
+    entry = module.entry
+    return tuple(leaves(p.shape) for p in entry.parameters), leaves(entry.root.shape)
 
 
 def _compare(original: str, rewritten: str, num_devices: int, replicated: list[bool] | None):

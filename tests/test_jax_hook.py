@@ -406,3 +406,14 @@ def test_weight_update_sharding_declines_a_fused_global_norm_untouched():
     missed = [r.message for r in hook.stats.remarks if r.kind == "missed"]
     assert missed and all("reduces it inside" in m for m in missed), missed
     assert Opcode.REDUCE_SCATTER not in collectives(text)
+
+
+def test_a_rewrite_that_changes_the_entry_signature_falls_back():
+    """keep-state-sharded makes the optimizer state parameters per-device tiles: JAX would still
+    pass whole moments, so the hook refuses the rewrite even without verify=True."""
+    expected_losses, _, _ = adam_train(2)
+    with pytest.warns(jax_hook.HookFallback, match="weight-update-sharding.*entry computation's parameter"):
+        with jax_hook.installed("weight-update-sharding{keep-state-sharded=true}") as hook:
+            losses, _, text = adam_train(2)
+    assert hook.stats.modules_changed == 0 and Opcode.REDUCE_SCATTER not in collectives(text)
+    assert losses == expected_losses
