@@ -95,3 +95,19 @@ def test_exec_summarises_outputs(tmp_path):
     p = tmp_path / "p.hlo"
     p.write_text(PARTITIONED)
     assert cli("exec", p).stdout.strip() == line
+
+
+def test_result_sharding_for_a_dump_that_does_not_carry_it():
+    """XLA's own partitioned dump has no ROOT sharding; XLA tiles this program's third result
+    finer than the program asked, so the sharding the verifier guesses is wrong until the
+    user gives the one JAX reported (golden/corpus/.../meta.json)."""
+    d = ROOT / "golden" / "corpus" / "shard_map_collectives_2d"
+    original, dump = d / "shard_map_collectives_2d.lowered.gspmd.hlo", d / "shard_map_collectives_2d.xla_spmd.hlo"
+    assert cli("verify", original, dump).returncode == 1
+    given = ("{{devices=[4,2]<=[8]}, {devices=[4,2]<=[8]}, "
+             "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}}")
+    ok = cli("verify", original, dump, "--result-sharding", given)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = cli("verify", original, dump, "--result-sharding", "{devices=[4,2")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: --result-sharding: cannot read sharding") and "Traceback" not in bad.stderr

@@ -28,12 +28,28 @@ def add_arguments(p) -> None:
     p.add_argument("--save-outputs", metavar="F.npz",
                    help="both modules' outputs (expected_N from ORIGINAL, actual_N from REWRITTEN)")
     p.add_argument("--platform", choices=("cpu", "gpu", "tpu"), help="XLA platform (default cpu)")
+    p.add_argument("--result-sharding", metavar="SHARDING",
+                   help="logical sharding of REWRITTEN's result when the file does not carry it, e.g. "
+                        "'{{devices=[4,2]<=[8]}, {replicated}}' for XLA's own partitioned dump "
+                        "(default: the ROOT's sharding, else the one XLA's partitioner picks)")
 
 
 def quiet_xla_logs() -> None:
     from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
     quiet_cpp_logs()
+
+
+def read_sharding_option(flag: str, text: str | None):
+    """A sharding given on the command line, read like `sharding=` in HLO text."""
+    if text is None:
+        return None
+    from hlo_passes.parse.attribute_reader import reader_for
+
+    try:
+        return reader_for("sharding")(text.strip())
+    except ValueError as e:
+        raise UserError(f"{flag}: {e}") from None
 
 
 def xla_failure(what: str, error: BaseException) -> UserError:
@@ -49,6 +65,7 @@ def main(args) -> int:
 
     quiet_xla_logs()
     original, rewritten = read_module(args.original), read_module(args.rewritten)
+    root_sharding = read_sharding_option("--result-sharding", args.result_sharding)
     if args.num_devices is not None and args.num_devices < 1:
         raise UserError("--num-devices must be at least 1")
     try:
@@ -64,7 +81,8 @@ def main(args) -> int:
                 raise UserError("--save-inputs is for global modules (per-device inputs are drawn per device)")
             inp.save_npz(args.save_inputs, inputs)
         report = v.verify_equivalent(original, rewritten, num_devices=args.num_devices, seed=args.seed,
-                                     rtol=args.rtol, atol=args.atol, inputs=inputs, platform=args.platform)
+                                     rtol=args.rtol, atol=args.atol, inputs=inputs, platform=args.platform,
+                                     root_sharding=root_sharding)
     except (v.VerificationError, inp.InputError, BackendUnavailable) as e:
         raise UserError(str(e)) from None
     except UserError:
