@@ -332,8 +332,8 @@ class LineScanner:
             # Operands by name (str), or the instruction itself where it is already defined.
             # Positions are not kept: any error makes the caller read the text with the grammar.
             defined = self.defined
-            operands = []
             if "[" in body or "(" in body:
+                operands = []
                 pos_b = 0
                 while pos_b < len(body):
                     tm = _TYPED_OPERAND.match(body, pos_b)
@@ -344,13 +344,16 @@ class LineScanner:
                     ref = tm.group(2)
                     operands.append(defined.get(ref[1:] if ref[0] == "%" else ref) or ref)
                     pos_b = tm.end()
+                operands = operands[:]  # sized exactly: it becomes the operand list
             else:
-                for part in body.split(","):
+                parts = body.split(",")
+                operands = [None] * len(parts)  # sized exactly: it becomes the operand list
+                for i, part in enumerate(parts):
                     nm = _OPERAND_NAME.match(part)
                     if nm is None:
                         raise Fallback
                     ref = nm.group(1)
-                    operands.append(defined.get(ref[1:] if ref[0] == "%" else ref) or ref)
+                    operands[i] = defined.get(ref[1:] if ref[0] == "%" else ref) or ref
         name = m.group(2)
         if name.startswith("%"):
             self.b.percent_names = True

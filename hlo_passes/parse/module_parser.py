@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from sys import intern
 
 import lark
 from lark import Token
@@ -206,7 +207,7 @@ class _Builder(lark.Transformer):
             slots = self.attr_slots
             attributes = instr.attributes
             for key_tok, attr in attrs:
-                key = key_tok.value
+                key = intern(key_tok.value)  # one string per key, not one per use
                 if key in attributes:
                     raise SemanticError(f"attribute '{key}' given twice", key_tok)
                 attributes[key] = slots.setdefault((key, attr.raw), attr)
