@@ -12,9 +12,10 @@ result is resharded (usually a local slice) to its own sharding.
 
 from __future__ import annotations
 
-from hlo_passes.ir.attributes import PaddingConfig, SliceSpec
+from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
 
@@ -48,13 +49,72 @@ def slice_(p, instr) -> PValue:
     dims = instr.operands[0].shape.dims
     fixed = [d for d in range(len(dims))
              if (spec.starts[d], spec.limits[d], spec.strides[d]) != (0, dims[d], 1)]
-    return local_except(p, instr, fixed)
+    # output row r reads input row r * stride + start: a size-1 window
+    windows = {d: WindowDimension(1, spec.strides[d], -spec.starts[d]) for d in fixed}
+    done = _shifted(p, instr, fixed, windows, zero_padding=True)
+    return done if done is not None else local_except(p, instr, fixed)
 
 
 @handles(Opcode.PAD)
 def pad(p, instr) -> PValue:
     cfg: PaddingConfig = instr.attr("padding")
-    return local_except(p, instr, [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)])
+    fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
+    # output row r reads input row (r - low) / (interior + 1) where that is whole
+    windows = {d: WindowDimension(1, 1, cfg.dimensions[d][0], 0, cfg.dimensions[d][2] + 1) for d in fixed}
+    done = _shifted(p, instr, fixed, windows, zero_padding=False)
+    return done if done is not None else local_except(p, instr, fixed)
+
+
+def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
+    """Slice or pad with the result's tiling kept on the dims it tiles among `fixed`: each device
+    takes the input rows its output tile reads from its neighbours (halo exchange, as a
+    reduce-window of size 1 would), then slices or pads them locally.  None when no dim gains
+    (an exchange moving as much as a gather, or rows that do not line up the same way per tile).
+
+        %s = f32[8,4] slice(f32[16,4] %a), slice={[2:10], [0:4]}, both tiled 4 ways on dim 0
+      device t needs rows [2+2t, 4+2t): the first two of its own tile or of its left
+      neighbour's -> one collective-permute, a dynamic-slice, no all-gather."""
+    target = p.target(instr)
+    operand = instr.operands[0]
+    tm = tile_map(target, instr.shape.rank, p.n)
+    exchanges, untiled = [], []
+    for d in fixed:
+        t = tm.dims[d]
+        size, out = operand.shape.dims[d], instr.shape.dims[d]
+        out_local = -(-out // t)
+        rows = t > 1 and halos.window_rows(windows[d], t, [i * out_local for i in range(t)], out_local, [0] * t, 1)
+        h = rows and halos.plan(d, size, t, rows, zero_padding,
+                                active=[i * out_local < out for i in range(t)])
+        if not h or h.left + h.right >= (t - 1) * h.local:  # gathering moves no more
+            untiled.append(d)
+        else:
+            exchanges.append(h)
+    if not exchanges:
+        return None
+    s = to_sharding(tm.keep_dims([d for d in range(tm.rank) if d not in untiled]))
+    x = p.operand_as(instr, 0, s)
+    fill = None
+    others = [p.operand_as(instr, 1, Sharding.replicated())] if instr.opcode is Opcode.PAD else []
+    if instr.opcode is Opcode.PAD and any(h.mask for h in exchanges):
+        fill = others[0]
+    for h in exchanges:
+        x = halos.exchange(p.em, x, tm, h, fill)
+    new = p.clone(instr, [x, *others], local_shape(instr.shape, s))
+    local = {h.dim: h.rows.local for h in exchanges}
+    ext = x.shape.dims
+    if instr.opcode is Opcode.SLICE:
+        spec = instr.attr("slice")
+        parts = [(spec.starts[d], spec.limits[d], spec.strides[d]) if d in untiled
+                 else (local[d].padding_low, ext[d] - local[d].padding_high, local[d].stride) if d in local
+                 else (0, ext[d], 1) for d in range(len(ext))]
+        new.set_attr("slice", SliceSpec(*(tuple(c) for c in zip(*parts))))
+    else:
+        cfg = instr.attr("padding").dimensions
+        new.set_attr("padding", PaddingConfig(tuple(
+            cfg[d] if d in untiled
+            else (local[d].padding_low, local[d].padding_high, local[d].lhs_dilation - 1) if d in local
+            else (0, 0, 0) for d in range(len(ext)))))
+    return p.reshard(PValue(new, s, instr.shape), target)
 
 
 @handles(Opcode.CONCATENATE)
