@@ -167,10 +167,12 @@ def test_reduce_window_exchanges_halos(red, init, n, k, st, pad, o, s, cps):
     _check(text, expect={"collective-permute": cps, "all-gather": 0})
 
 
-def test_conv_net_training_step_partitions_every_convolution_with_halos():
+@pytest.mark.parametrize("groups", [(1, 1), (4, 2)], ids=["dense", "grouped"])
+def test_conv_net_training_step_partitions_every_convolution_with_halos(groups):
     """The corpus conv net (batch on 'data', height on 'spatial'), differentiated by JAX: the
     forward convolutions, the input gradient (lhs_dilate=2), both kernel gradients and the
-    max-pool gradient (select-and-scatter) are all partitioned without a gather."""
+    max-pool gradient (select-and-scatter) are all partitioned without a gather; grouped
+    (depthwise first layer: feature groups forward, batch groups in the kernel gradient) too."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -184,8 +186,10 @@ def test_conv_net_training_step_partitions_every_convolution_with_halos():
         return lax.with_sharding_constraint(y, NamedSharding(mesh, spec))
 
     def loss(w1, w2, x):
-        y = wsc(jax.nn.relu(lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn)))
-        y = wsc(lax.conv_general_dilated(y, w2, (2, 2), "SAME", dimension_numbers=dn))
+        y = wsc(jax.nn.relu(lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn,
+                                                     feature_group_count=groups[0])))
+        y = wsc(lax.conv_general_dilated(y, w2, (2, 2), "SAME", dimension_numbers=dn,
+                                         feature_group_count=groups[1]))
         y = wsc(lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"))
         return (y ** 2).mean()
 
@@ -193,8 +197,9 @@ def test_conv_net_training_step_partitions_every_convolution_with_halos():
         value, (g1, g2) = jax.value_and_grad(loss, argnums=(0, 1))(w1, w2, x)
         return value, w1 - 0.1 * g1, w2 - 0.1 * g2
 
-    args = (jax.device_put(jnp.ones((3, 3, 4, 8)), NamedSharding(mesh, P())),
-            jax.device_put(jnp.ones((3, 3, 8, 8)), NamedSharding(mesh, P())),
+    rng = np.random.default_rng(0)
+    args = (jax.device_put(rng.normal(size=(3, 3, 4 // groups[0], 8)).astype(np.float32), NamedSharding(mesh, P())),
+            jax.device_put(rng.normal(size=(3, 3, 8 // groups[1], 8)).astype(np.float32), NamedSharding(mesh, P())),
             jax.device_put(jnp.ones((2, 16, 16, 4)), NamedSharding(mesh, spec)))
     text = jax.jit(step).lower(*args).as_text(dialect="hlo")
     assert text.count(" convolution(") == 5 and " select-and-scatter(" in text

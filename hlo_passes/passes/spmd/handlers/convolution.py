@@ -24,7 +24,8 @@ window, so it follows either the output spatial dim or the window dim:
 Candidate tilings are priced like dots (resharding, partial sums, result
 resharding) plus the halo rows; the variants with spatial dims untiled (the
 input all-gathered along them) stay in the race, so a halo wider than the
-tile is not forced.  Grouped convolutions are computed replicated.
+tile is not forced.  Grouped convolutions (depthwise ones and their kernel
+gradients included) keep the dims their groups tie together untiled.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class _Space:
         self.lhs_base = {labels.input_batch: labels.output_batch, labels.input_feature: r}
         self.rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: r}
         self.rhs_map |= {d: self.win[j] for j, d in enumerate(labels.kernel_spatial)}
+        # groups tie the output feature to the input feature (feature groups) or to the input
+        # batch (batch groups, e.g. a depthwise kernel gradient): those dims stay untiled
+        fixed = set()
+        if (instr.attr("feature_group_count") or 1) != 1:
+            fixed |= {labels.output_feature, r}
+        if (instr.attr("batch_group_count") or 1) != 1:
+            fixed |= {labels.output_feature, labels.output_batch}
+        self.tileable = [d for d in range(self.rank) if d not in fixed]
 
     def lhs_map(self, space) -> dict[int, int] | None:
         """Input dim -> space dim: a spatial dim follows its window dim where that is tiled."""
@@ -108,8 +117,6 @@ class _Space:
 
 @handles(Opcode.CONVOLUTION)
 def convolution(p, instr):
-    if (instr.attr("feature_group_count") or 1) != 1 or (instr.attr("batch_group_count") or 1) != 1:
-        return replicate(p, instr, "grouped convolution")
     sp = _Space(instr)
     lhs, rhs = instr.operands
     n, target = p.n, p.target(instr)
@@ -124,6 +131,7 @@ def convolution(p, instr):
         candidates += [lifted_l.merge(lifted_r), lifted_l, lifted_o.merge(lifted_l)]
     candidates += [lifted_r, lifted_o, lifted_o.merge(lifted_r)]
     candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
+    candidates = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
     best, best_cost = None, None
     for space in candidates:
         priced = _price(p, sp, space, target)
