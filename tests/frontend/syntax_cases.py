@@ -137,6 +137,19 @@ ENTRY e {
   ROOT s = (f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], (f32[8,8], f32[8,8])) tuple(c, d, e1, f, g, h, i, t)
 }
 """),
+    "named_sharding_forms": ("the named mesh form of shardings newer XLA prints", """
+HloModule m
+
+ENTRY e {
+  a = f32[8,8] parameter(0), sharding={mesh['x'=4,'y'=2], [{'x'}, {}]}
+  b = f32[8,8] parameter(1), sharding={mesh[], replicated}
+  c = f32[8,8] parameter(2), sharding={mesh['i'=8], manual}
+  d = f32[8,8] parameter(3), sharding={mesh['x'=4,'y'=2], device_ids=(0,2,4,6,1,3,5,7), [{'y'}, {'x', ?}]}
+  e1 = f32[8,8] parameter(4), sharding={mesh['x'=4,'y'=2], [{'x':(1)2, 'y'}, {?}], replicated={'x':(2)2}, metadata={op_name="w"}}
+  t = (f32[8,8], f32[8,8]) tuple(a, b), sharding={{mesh['x'=4,'y'=2], [{}, {'y'}]}, {mesh[], replicated}}
+  ROOT s = (f32[8,8], f32[8,8], f32[8,8], (f32[8,8], f32[8,8])) tuple(c, d, e1, t)
+}
+"""),
     "replica_groups_and_collectives": ("replica groups as lists, iota and mesh; collectives' attributes", ADD.replace("\nadd {", "\n%sum {") + """
 ENTRY e {
   p = f32[8] parameter(0)
