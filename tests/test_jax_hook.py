@@ -377,35 +377,56 @@ def test_weight_update_sharding_declines_scheduled_modules():
     assert losses == expected_losses
 
 
-def test_fused_golden_case_computes_what_its_input_computes():
-    """golden/weight-update-sharding/fused_adam.hlo skips the golden runner's numerics (XLA aborts
-    recompiling fused modules from scratch); here it is checked the way the hook checks rewrites."""
+@pytest.mark.parametrize("case, replicated", [("fused_adam", 7), ("fused_global_norm", 4)])
+def test_fused_golden_case_computes_what_its_input_computes(case, replicated):
+    """The fused golden cases skip the golden runner's numerics (XLA aborts recompiling fused
+    modules from scratch); here they are checked the way the hook checks rewrites.  The first
+    `replicated` parameters are the weights and optimizer state, the rest per-device inputs."""
     from pathlib import Path
 
     folder = Path(__file__).resolve().parents[1] / "golden" / "weight-update-sharding"
-    before = (folder / "fused_adam.hlo").read_text()
-    after = (folder / "fused_adam.expected.hlo").read_text()
-    report = jax_hook._compare(before, after, 8, [True] * 7 + [False] * 3)
+    before = (folder / f"{case}.hlo").read_text()
+    after = (folder / f"{case}.expected.hlo").read_text()
+    from hlo_passes.parse.module_parser import parse_module
+
+    flags = [True] * replicated + [False] * (len(parse_module(before).entry.parameters) - replicated)
+    report = jax_hook._compare(before, after, 8, flags)
     assert report.ok, report.format()
 
 
-def test_weight_update_sharding_declines_a_fused_global_norm_untouched():
-    """Global-norm clipping: XLA fuses the norm of all gradients into one scalar fusion, which the
-    pass does not model; the module is handed back unchanged with a remark naming that fusion."""
-    def step(p, opt, x, y):
-        loss, g = jax.value_and_grad(loss_fn)(p, x, y)
-        norm = jnp.sqrt(sum(jnp.sum(a * a) for a in jax.tree.leaves(g)))
-        g = jax.tree.map(lambda a: a * jnp.minimum(1.0, 1.0 / norm), g)
-        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt["m"], g)
-        return jax.tree.map(lambda p, m: p - 0.01 * m, p, m), {**opt, "m": m}, loss
+def clipped_step(p, opt, x, y):
+    """Momentum with global-norm clipping: XLA fuses the norm of all gradients into one scalar
+    fusion and applies the clip factor inside the moment fusions before their transposes."""
+    loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+    norm = jnp.sqrt(sum(jnp.sum(a * a) for a in jax.tree.leaves(g)))
+    g = jax.tree.map(lambda a: a * jnp.minimum(1.0, 1.0 / norm), g)
+    m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt["m"], g)
+    return jax.tree.map(lambda p, m: p - 0.01 * m, p, m), {**opt, "m": m}, loss
 
-    params, opt, x, y = adam_problem()
-    with jax_hook.installed("weight-update-sharding") as hook:
-        text = jax.jit(step).lower(params, opt, x, y).compile().as_text()
-    assert hook.stats.modules_changed == 0 and hook.stats.fallbacks == 0
-    missed = [r.message for r in hook.stats.remarks if r.kind == "missed"]
-    assert missed and all("reduces it inside" in m for m in missed), missed
-    assert Opcode.REDUCE_SCATTER not in collectives(text)
+
+def test_weight_update_sharding_shards_a_fused_global_norm_clip():
+    def run():
+        params, opt, x, y = adam_problem()
+        step = jax.jit(clipped_step).lower(params, opt, x, y).compile()
+        losses = []
+        for _ in range(3):
+            params, opt, loss = step(params, opt, x, y)
+            losses.append(float(loss))
+        return losses, [np.asarray(a) for a in jax.tree.leaves((params, opt["m"]))], step.as_text()
+
+    expected_losses, expected, _ = run()
+    with jax_hook.installed("weight-update-sharding", verify=True) as hook:
+        losses, actual, text = run()
+    assert hook.stats.fallbacks == 0, [r.fallback for r in hook.stats.records if r.fallback]
+    assert len([r for r in hook.stats.remarks if r.kind == "applied"]) == 3
+    after = collectives(text)
+    assert len(after[Opcode.REDUCE_SCATTER]) == 3
+    # the loss and the partial sums of squares are still all-reduced: scalars only
+    assert all(i.shape.is_tuple or i.shape.rank == 0 for i in after[Opcode.ALL_REDUCE])
+    assert all(all(e.rank == 0 for e in i.shape.elements) for i in after[Opcode.ALL_REDUCE] if i.shape.is_tuple)
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-5)
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_rewrite_that_changes_the_entry_signature_falls_back():
