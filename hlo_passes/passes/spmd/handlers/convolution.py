@@ -34,7 +34,7 @@ from hlo_passes.ir.attributes import Window
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
-from hlo_passes.passes.spmd.handlers.dot import _lift, _project, partial_sum_bytes, sum_partials
+from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_bytes, project_tiling, sum_partials
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -123,8 +123,8 @@ def convolution(p, instr):
     cur_l = tile_map(p.value(lhs).sharding, lhs.shape.rank, n)
     cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
     fwd, grad = sp.lhs_maps()
-    lifted_ls = [_lift(cur_l, fwd, sp.rank), _lift(cur_l, grad, sp.rank)]
-    lifted_r = _lift(cur_r, sp.rhs_map, sp.rank)
+    lifted_ls = [lift_tiling(cur_l, fwd, sp.rank), lift_tiling(cur_l, grad, sp.rank)]
+    lifted_r = lift_tiling(cur_r, sp.rhs_map, sp.rank)
     lifted_o = tile_map(target, sp.out_rank, n).remap(sp.rank, {i: i for i in range(sp.out_rank)})
     candidates = []
     for lifted_l in lifted_ls:
@@ -139,7 +139,7 @@ def convolution(p, instr):
             best, best_cost = space, priced
     if best is None:
         return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
-    chosen = _project(best, sp.lhs_map(best), lhs.shape.rank)
+    chosen = project_tiling(best, sp.lhs_map(best), lhs.shape.rank)
     if any(cur_l.dims[d] > 1 and chosen.dims[d] == 1 for d in sp.labels.input_spatial):
         p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
                  "dims (halo exchange would move more)", kind="missed")
@@ -155,9 +155,10 @@ def _price(p, sp: _Space, space, target) -> int | None:
         return None
     instr, n = sp.instr, p.n
     lhs, rhs = instr.operands
-    tm_l = _project(space, lhs_map, lhs.shape.rank)
+    tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
     c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
-    c += cost(p.value(rhs).sharding, to_sharding(_project(space, sp.rhs_map, rhs.shape.rank)), rhs.shape, n)
+    tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
+    c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n)
     local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
     esize = lhs.shape.element_type.byte_size
     for h in exchanges:
@@ -171,7 +172,7 @@ def _emit(p, sp: _Space, space, target):
     lhs, rhs = instr.operands
     summed = [d for d in sp.contracting if space.dims[d] > 1]
     lhs_map = sp.lhs_map(space)
-    tm_l = _project(space, lhs_map, lhs.shape.rank)
+    tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
     x = p.operand_as(instr, 0, to_sharding(tm_l))
     if sp.out_rank in summed:
         x = em.mask_padding(x, tm_l, tuple(lhs.shape.dims), [sp.labels.input_feature], 0)
@@ -179,7 +180,7 @@ def _emit(p, sp: _Space, space, target):
     for h in sp.halos(space):
         x = halos.exchange(em, x, tm_l, h, None)
         window[sp.labels.input_spatial.index(h.dim)] = h.rows.local
-    tm_r = _project(space, sp.rhs_map, rhs.shape.rank)
+    tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
     y = p.operand_as(instr, 1, to_sharding(tm_r))
     pad_dims = [d for d, s in sp.rhs_map.items() if s in summed]
     if pad_dims:

@@ -29,12 +29,13 @@ from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def _project(space: TileMap, mapping: dict[int, int], rank: int) -> TileMap:
+def project_tiling(space: TileMap, mapping: dict[int, int], rank: int) -> TileMap:
     """Operand tiling from a space tiling; mapping: operand dim -> space dim."""
     return space.remap(rank, {d: s for d, s in mapping.items() if s is not None})
 
 
-def _lift(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMap:
+def lift_tiling(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMap:
+    """Space tiling from an operand tiling (operand dims mapped to None are dropped)."""
     return tm.remap(space_rank, {s: d for d, s in mapping.items() if s is not None})
 
 
@@ -49,8 +50,8 @@ def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untile
     cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
     out_t = tile_map(target, out_rank, n)
     keep = [d for d in range(space_rank) if d not in untiled]
-    lifted_l = _lift(cur_l, lhs_map, space_rank).keep_dims(keep)
-    lifted_r = _lift(cur_r, rhs_map, space_rank).keep_dims(keep)
+    lifted_l = lift_tiling(cur_l, lhs_map, space_rank).keep_dims(keep)
+    lifted_r = lift_tiling(cur_r, rhs_map, space_rank).keep_dims(keep)
     lifted_o = out_t.remap(space_rank, {i: i for i in range(out_rank) if i not in untiled})
     candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
@@ -58,8 +59,9 @@ def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untile
     for space in candidates:
         if space is None or space.to_sharding() is None:
             continue
-        c = (cost(p.value(lhs).sharding, to_sharding(_project(space, lhs_map, lhs.shape.rank)), lhs.shape, n)
-             + cost(p.value(rhs).sharding, to_sharding(_project(space, rhs_map, rhs.shape.rank)), rhs.shape, n))
+        tm_l, tm_r = project_tiling(space, lhs_map, lhs.shape.rank), project_tiling(space, rhs_map, rhs.shape.rank)
+        c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
+             + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n))
         c += partial_sum_bytes(instr, space, out_rank, contracting, target, n)
         if best_cost is None or c < best_cost:
             best, best_cost = space, c
@@ -74,7 +76,7 @@ def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> P
     summed = [d for d in contracting if space.dims[d] > 1]
     for i, mapping in ((0, lhs_map), (1, rhs_map)):
         op = instr.operands[i]
-        tm = _project(space, mapping, op.shape.rank)
+        tm = project_tiling(space, mapping, op.shape.rank)
         x = p.operand_as(instr, i, to_sharding(tm))
         pad_dims = [d for d, s in mapping.items() if s in summed]
         ops.append(em.mask_padding(x, tm, tuple(op.shape.dims), pad_dims, 0) if pad_dims else x)
@@ -153,4 +155,4 @@ def dot(p, instr) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
 
 
-__all__ = ["dot", "partial_sum_bytes", "partition_dot_like", "sum_partials"]
+__all__ = ["dot", "lift_tiling", "partial_sum_bytes", "partition_dot_like", "project_tiling", "sum_partials"]
