@@ -153,9 +153,6 @@ class LineScanner:
         self.text = text
         self.parser = grammar.lark_parser(builder)
         self.shapes: dict[str, object] = {}
-        # The current computation's instructions by name: XLA prints operands before their
-        # users, so most operands are resolved as their line is read (the rest by the builder).
-        self.defined: dict[str, object] = {}
 
     def sub_parse(self, text: str, start: str):
         """Parse one piece with a grammar start rule; attribute texts are sliced from `text`."""
@@ -206,7 +203,6 @@ class LineScanner:
                 if stripped.startswith("}"):
                     close = line.index("}")
                     current.append(split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1))
-                    self.defined = {}
                     computations.append(b.computation(current))
                     current = None
                 else:
@@ -329,9 +325,10 @@ class LineScanner:
         elif not body.strip():
             operands = []
         else:
-            # Operands by name (str), or the instruction itself where it is already defined.
+            # Operands by name (str), or the instruction itself where it is already defined (XLA
+            # prints operands before their users, so nearly always; the builder resolves the rest).
             # Positions are not kept: any error makes the caller read the text with the grammar.
-            defined = self.defined
+            defined = self.b.by_name
             if "[" in body or "(" in body:
                 operands = []
                 pos_b = 0
@@ -363,5 +360,5 @@ class LineScanner:
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
         pending = self.b._make_instruction(name, shape, opcode_tok, operands, attrs, None)
         pending.is_root = m.group(1) is not None
-        self.defined[name] = pending.instr
+        self.b._define(pending)
         return pending

@@ -79,6 +79,9 @@ class _Builder(lark.Transformer):
         self.operand_shapes = False
         # (key, text) -> Attr: one slot for every repeat of an attribute (metadata repeats a lot).
         self.attr_slots: dict[tuple[str, str], Attr] = {}
+        # The instructions of the computation being read, by name, as they are read.
+        self.by_name: dict[str, Instruction] = {}
+        self.computation_name = ""
 
     # --------------------------------------------------------------- shapes --
     def static_dim(self, c):
@@ -172,7 +175,16 @@ class _Builder(lark.Transformer):
             self.percent_names = True
         pending = self._make_instruction(_bare(name_tok.value), shape, opcode_tok, operands, attrs, name_tok)
         pending.is_root = is_root
+        self._define(pending)
         return pending
+
+    def _define(self, pending: _PendingInstruction) -> None:
+        """Make a top-level instruction of the current computation known by its name."""
+        name = pending.instr.name
+        if name in self.by_name:
+            raise SemanticError(f"instruction name '{name}' is used twice in computation "
+                                f"'{self.computation_name}'", pending.name_token)
+        self.by_name[name] = pending.instr
 
     def _make_instruction(self, name, shape, opcode_tok, operands, attrs, name_tok) -> _PendingInstruction:
         opcode = OPCODES_BY_NAME.get(opcode_tok.value)
@@ -274,6 +286,8 @@ class _Builder(lark.Transformer):
         if is_entry:
             c = c[1:]
         signature = c[1] if len(c) > 1 else None
+        self.computation_name = _bare(c[0].value)
+        self.by_name = {}
         return is_entry, c[0], signature
 
     def computation(self, c):
@@ -282,16 +296,11 @@ class _Builder(lark.Transformer):
         pendings = c[1:-1]
         comp = Computation(_bare(name_tok.value), is_entry=is_entry)
         comp.print_signature = signature is not None
-        by_name: dict[str, Instruction] = {}
+        by_name, self.by_name = self.by_name, {}
         ordered: list[_PendingInstruction] = []
         for p in pendings:
             if p.extra:
                 ordered.extend(p.extra)
-            name = p.instr.name
-            if name in by_name:
-                raise SemanticError(f"instruction name '{name}' is used twice in computation "
-                                    f"'{comp.name}'", p.name_token)
-            by_name[name] = p.instr
             ordered.append(p)
         element_refs: dict = {}
         roots = [p for p in ordered if p.is_root]
@@ -462,6 +471,7 @@ def _reset_builder(text: str) -> None:
     _builder.percent_names = False
     _builder.operand_shapes = False
     _builder.attr_slots = {}
+    _builder.by_name = {}
 
 
 def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
@@ -505,6 +515,7 @@ def _parse_locked(text: str, filename: str, engine: str) -> Module:
             finally:
                 _builder.text = ""
                 _builder.attr_slots = {}
+                _builder.by_name = {}
         _reset_builder(text)
         try:
             return grammar.lark_parser(_builder).parse(text, start="module")
@@ -516,6 +527,7 @@ def _parse_locked(text: str, filename: str, engine: str) -> Module:
         finally:
             _builder.text = ""
             _builder.attr_slots = {}
+            _builder.by_name = {}
 
 
 def _check_semantics(module: Module, text: str, filename: str) -> None:
