@@ -81,14 +81,17 @@ def random_inputs(text: str, num_devices: int, *, replicated: list[bool] | None 
 
 
 def as_replica_program(text: str, num_devices: int) -> str:
-    """A per-device `num_partitions=N` program as the equivalent `replica_count=N` program."""
+    """A per-device `num_partitions=N` program as the equivalent `replica_count=N` program
+    (and, when XLA already compiled it, as a fresh program: recompile.py)."""
     from hlo_passes.ir.replica_groups import ReplicaGroups
     from hlo_passes.passes.collectives.common import participant_groups
     from hlo_passes.printer import print_module
+    from hlo_passes.runtime.recompile import make_fresh_program, needs_fresh_program
 
     module = parse_module(text)
+    fresh = needs_fresh_program(module) and make_fresh_program(module)
     if module.replica_count > 1 and module.num_partitions == 1:
-        return text  # already a replica program
+        return print_module(module) if fresh else text  # already a replica program
     module.num_partitions = num_devices
     for instr in module.all_instructions():
         if instr.opcode is Opcode.PARTITION_ID:

@@ -92,8 +92,17 @@ class VerificationReport:
 
 # ------------------------------------------------------------ module kinds --
 def _module(m: Module | str) -> Module:
-    """A private copy: verification never mutates the caller's module."""
-    return parse_module(m) if isinstance(m, str) else parse_module(print_module(m))
+    """A private copy: verification never mutates the caller's module.  A module XLA already
+    fused, laid out or scheduled comes back as the fresh program it stands for (recompile.py)."""
+    from hlo_passes.runtime.recompile import NotRecompilable, make_fresh_program, needs_fresh_program
+
+    copy = parse_module(m) if isinstance(m, str) else parse_module(print_module(m))
+    if needs_fresh_program(copy):
+        try:
+            make_fresh_program(copy)
+        except NotRecompilable as e:
+            raise VerificationError(f"cannot recompile {copy.name}: {e}") from None
+    return copy
 
 
 def is_per_device(module: Module) -> bool:
