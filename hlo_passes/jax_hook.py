@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from hlo_passes.passes.pass_base import ModulePass, Remark
+from hlo_passes.runtime.recompile import as_fresh_program  # verify's preparation, importable here
 
 STAGES = ("pre-scheduler", "post-scheduler")
 
@@ -432,37 +433,6 @@ def _compare(original: str, rewritten: str, num_devices: int, replicated: list[b
 
     return compare_per_device(as_fresh_program(original), as_fresh_program(rewritten),
                               num_devices=num_devices, replicated=replicated)
-
-
-def as_fresh_program(text: str) -> str:
-    """A module XLA handed over mid-pipeline, as a program XLA can compile again from scratch.
-
-    Recompiling a fused, laid-out module aborts the process inside XLA (layout assignment
-    CHECK-fails on layouts such as a `{0,1}` transpose inside a fusion).  A fusion computes
-    what a `call` of its computation computes, and XLA inlines calls and fuses again, so
-    every fusion (kLoop, kInput, kOutput, kCustom) becomes a call and loses its backend config.
-    Row-major bitcasts become reshapes (the StableHLO import mistranslates them); a bitcast
-    between other layouts raises ValueError.
-    """
-    from hlo_passes.ir.opcode import Opcode
-    from hlo_passes.parse.module_parser import parse_module
-    from hlo_passes.printer import print_module
-
-    def row_major(shape) -> bool:
-        return shape.layout is None or shape.layout.minor_to_major == tuple(range(shape.rank - 1, -1, -1))
-
-    module = parse_module(text, "<xla module>")
-    for instr in module.all_instructions():
-        if instr.opcode is Opcode.BITCAST:
-            if not (row_major(instr.shape) and row_major(instr.operands[0].shape)):
-                raise ValueError(f"{instr.name}: a bitcast that changes the layout cannot be re-executed")
-            instr.opcode = Opcode.RESHAPE  # row-major on both sides: a bitcast is a reshape
-        elif instr.opcode is Opcode.FUSION:
-            instr.opcode = Opcode.CALL
-            instr.called = {"to_apply": instr.called["calls"]}
-            for key in ("kind", "backend_config", "output_to_operand_aliasing"):
-                instr.remove_attr(key)
-    return print_module(module)
 
 
 def _first_mismatching_pass(pipeline: str, original: str, devices: _Devices) -> str:
