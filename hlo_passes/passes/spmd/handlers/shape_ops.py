@@ -83,6 +83,8 @@ def reshape(p, instr) -> PValue:
                  + cost(to_sharding(out_tm), target, instr.shape, n))
         if best is None or price < best[0]:
             best = (price, op_tm, out_tm)
+        if price == 0:  # nothing moves: no candidate can beat it
+            break
     full = cost(op_value.sharding, Sharding.replicated(), element, n)
     if best is None or (full < best[0] and tm.num_tiles > 1):
         if tm.num_tiles > 1:
