@@ -377,23 +377,6 @@ def test_weight_update_sharding_declines_scheduled_modules():
     assert losses == expected_losses
 
 
-@pytest.mark.parametrize("case, replicated", [("fused_adam", 7), ("fused_global_norm", 4)])
-def test_fused_golden_case_computes_what_its_input_computes(case, replicated):
-    """The fused golden cases skip the golden runner's numerics (XLA aborts recompiling fused
-    modules from scratch); here they are checked the way the hook checks rewrites.  The first
-    `replicated` parameters are the weights and optimizer state, the rest per-device inputs."""
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[1] / "golden" / "weight-update-sharding"
-    before = (folder / f"{case}.hlo").read_text()
-    after = (folder / f"{case}.expected.hlo").read_text()
-    from hlo_passes.parse.module_parser import parse_module
-
-    flags = [True] * replicated + [False] * (len(parse_module(before).entry.parameters) - replicated)
-    report = jax_hook._compare(before, after, 8, flags)
-    assert report.ok, report.format()
-
-
 def clipped_step(p, opt, x, y):
     """Momentum with global-norm clipping: XLA fuses the norm of all gradients into one scalar
     fusion and applies the clip factor inside the moment fusions before their transposes."""
