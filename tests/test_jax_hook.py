@@ -3,8 +3,10 @@
 Guards: install/uninstall really (un)register the callback; modules XLA hands over at
 either stage survive parse -> print -> XLA's parser bit for bit; every way a rewrite can
 go wrong (a pass raising, output XLA's parser rejects, output that computes something
-else) falls back to XLA's module with a warning naming the pass; a data-parallel
-training run gives the same losses with the collective passes installed.
+else, a changed entry signature) falls back to XLA's module with a warning naming the
+pass; a data-parallel training run gives the same losses with the collective passes
+installed; weight-update-sharding really rewrites XLA's fused Adam and clipped steps into
+reduce-scatters and all-gathers with the same results, and declines scheduled modules.
 """
 
 import warnings
