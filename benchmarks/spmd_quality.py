@@ -6,8 +6,9 @@ ours, verify it numerically on 8 devices, and print per program the collectives
 by kind and the bytes each device sends into them, for both, and the byte ratio
 (ours / XLA; 1.00 = as good, lower is better).  The geometric mean closes the table.
 
-Programs with manual regions (shard_map, pmap) cannot run unpartitioned, so they
-are compared device by device with XLA's partitioned program (`compare_with_xla`).
+Programs with manual regions (shard_map, pmap) run unpartitioned through XLA's own
+SPMD partitioner (verify's mode b); should that fail, they are compared device by
+device with XLA's partitioned program instead (`compare_with_xla`, marked yes*).
 
     .venv/bin/python benchmarks/spmd_quality.py
 """
@@ -103,8 +104,8 @@ def main() -> int:
         try:
             ok = "yes" if verify_equivalent(text, out, num_devices=n).ok else "NO"
         except VerificationError:
-            # Manual regions (shard_map/pmap) cannot run unpartitioned on one device: compare
-            # per device with XLA's own partitioned program instead.
+            # The original cannot run (an XLA limitation): compare per device with XLA's own
+            # partitioned program instead.
             try:
                 same, note = compare_with_xla(out, xla_path.read_text(), n)
                 ok = ("yes*" if same else "NO*") + note
@@ -127,8 +128,8 @@ def main() -> int:
         print(fmt(r))
     gm = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
     print(f"\ngeometric mean of byte ratios (ours / XLA): {gm:.2f} over {len(ratios)} programs")
-    print("verified: yes = against the unpartitioned program on 8 devices; yes* = device by device "
-          "against XLA's partitioned program (manual regions cannot run unpartitioned)")
+    print("verified: yes = against the unpartitioned program on its devices; yes* = device by device "
+          "against XLA's partitioned program (where the unpartitioned one cannot run)")
     return 0 if all(r[6].startswith("yes") for r in rows) else 1
 
 
