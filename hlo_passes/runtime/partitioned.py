@@ -147,6 +147,8 @@ def manual_program(module: Module, num_partitions: int) -> str:
     copy = parse_module(print_module(module))
     for instr in copy.all_instructions():
         instr.remove_attr("sharding")
+        if instr.custom_call_target == "Sharding":  # XLA requires one on these; all code is manual here
+            instr.sharding = _manual_like(instr.shape)
         if "replica_groups" in instr.attributes:
             groups = instr.attr("replica_groups")
             if groups is not None and groups.mesh_spelling:
@@ -248,20 +250,24 @@ def in_shardy_form(module: Module) -> bool:
     return attributes is not None and any(k.startswith("xla.sdy.") for k, _ in attributes.entries)
 
 
-def _compile_xla_spmd(module: Module, num_devices: int, platform: str | None, notes: list[str]):
+def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, notes: list[str],
+                     propagate_to_output: tuple[bool, ...] = ()):
+    """XLA's executable for a global module partitioned by XLA on `num_devices` (see mode (b)
+    in the module docstring for how Shardy-form modules are compiled)."""
     from hlo_passes.runtime import xla_backend
 
     copy = parse_module(print_module(module))
     copy.num_partitions = num_devices
     if not in_shardy_form(copy):
         return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                       platform=platform)
+                                       platform=platform, propagate_to_output=propagate_to_output)
     from hlo_passes.passes.spmd.shardy_import import has_partially_manual_regions, import_shardy
 
     if not has_partially_manual_regions(copy):
         try:
             return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                           platform=platform, shardy=True)
+                                           platform=platform, shardy=True,
+                                           propagate_to_output=propagate_to_output)
         except xla_backend.BackendUnavailable:
             raise
         except RuntimeError as e:  # XLA's own error (JaxRuntimeError)
@@ -271,7 +277,7 @@ def _compile_xla_spmd(module: Module, num_devices: int, platform: str | None, no
     import_shardy(copy)
     notes.append(f"{reason}; it ran in GSPMD form after our Shardy import")
     return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                   platform=platform)
+                                   platform=platform, propagate_to_output=propagate_to_output)
 
 
 def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,
@@ -283,7 +289,7 @@ def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int
     how the module was compiled, where it matters, is appended to `notes`."""
     from hlo_passes.parse.attribute_reader import reader_for
 
-    exe = _compile_xla_spmd(module, num_devices, platform, notes if notes is not None else [])
+    exe = compile_xla_spmd(module, num_devices, platform, notes if notes is not None else [])
     read = reader_for("sharding")
     in_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.parameter_shardings() or []]
     out_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.output_shardings() or []]

@@ -209,15 +209,12 @@ def _xla_root_sharding(original: Module, n: int, rewritten: Module, platform) ->
     """The result sharding XLA's partitioner chooses for the original on n devices (None if
     XLA cannot compile it)."""
     from hlo_passes.parse.attribute_reader import reader_for
-    from hlo_passes.runtime import xla_backend
+    from hlo_passes.runtime.partitioned import compile_xla_spmd
 
-    copy = _module(original)
-    copy.num_partitions = n
     allow = rewritten.attributes.get("allow_spmd_sharding_propagation_to_output")
     flags = tuple(rewritten.header_attr("allow_spmd_sharding_propagation_to_output") or ()) if allow else (True,)
     try:
-        exe = xla_backend.compile_hlo(print_module(copy), num_partitions=n, spmd=True, platform=platform,
-                                      propagate_to_output=flags)
+        exe = compile_xla_spmd(_module(original), n, platform, [], propagate_to_output=flags)
         texts = exe.output_shardings()
     except Exception:
         return None
