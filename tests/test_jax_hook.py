@@ -10,7 +10,6 @@ reduce-scatters and all-gathers with the same results, and declines scheduled mo
 """
 
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import pytest

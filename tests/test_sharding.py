@@ -1,10 +1,7 @@
 """Sharding value type: meaning-based equality and the device → tile mapping,
 checked against JAX's own NamedSharding.devices_indices_map (the oracle)."""
 
-import itertools
-
 import hypothesis.strategies as st
-import numpy as np
 import pytest
 from hypothesis import given, settings
 

@@ -9,10 +9,7 @@ the groups they denote; the spelling is kept for printing.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
-
-import numpy as np
 
 from hlo_passes.ir.sharding import IotaDevices
 

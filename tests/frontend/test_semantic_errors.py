@@ -3,8 +3,6 @@ one `file:line:col` message at the instruction's name, from both parser paths, f
 that XLA rejects too (its parser for operand counts and element counts, its compiler for
 the rest)."""
 
-from pathlib import Path
-
 import pytest
 
 from hlo_passes import HloParseError, parse_module

@@ -39,10 +39,9 @@ from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
-from hlo_passes.passes.collectives.common import (collective_computations, combinable_sharding,
-                                                   combine_in_computation, group_mode, most_common,
-                                                   replace_members, replica_groups)
-from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_sharding, group_mode, most_common,
+                                                  replace_members, replica_groups)
+from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 
 
@@ -64,7 +63,7 @@ def gathers_leading_dimension(instr: Instruction) -> bool:
 
 
 @register_pass
-class AllGatherCombiner(ModulePass):
+class AllGatherCombiner(CombinerPass):
     name = "all-gather-combiner"
     summary = "Merge independent all-gathers with the same groups into one variadic all-gather"
 
@@ -75,17 +74,7 @@ class AllGatherCombiner(ModulePass):
         combine_different_dtypes: bool = option(True, "merge all-gathers of different element types")
         combine_by_dim: bool = option(True, "merge only all-gathers over the same dimension")
 
-    def run(self, module: Module) -> bool:
-        combined = 0
-        for comp in collective_computations(module):
-            candidates = [(i, key) for i in comp.post_order() if (key := self._key(i)) is not None]
-            combined += combine_in_computation(
-                comp, candidates, threshold_bytes=self.options.threshold_bytes,
-                threshold_count=self.options.threshold_count,
-                rewrite=lambda members, comp=comp: self._combine(module, comp, members))
-        return combined > 0
-
-    def _key(self, instr: Instruction):
+    def combine_key(self, instr: Instruction):
         if instr.opcode is not Opcode.ALL_GATHER:
             return None
         if instr.attr("constrain_layout", False) or not combinable_sharding(instr):
@@ -118,7 +107,7 @@ class AllGatherCombiner(ModulePass):
         usable = [d for d in own if fits(d)]
         return most_common(usable) if usable else 0
 
-    def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]):
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         dim = self._target_dimension(members)

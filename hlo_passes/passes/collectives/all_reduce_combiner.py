@@ -29,10 +29,9 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.collectives.common import (collective_computations, combinable_sharding,
-                                                   combine_in_computation, group_mode, reduction_of,
-                                                   replace_members, replica_groups)
-from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_sharding, group_mode, reduction_of,
+                                                  replace_members, replica_groups)
+from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 
 DEFAULT_THRESHOLD_BYTES = 30 * 1024 * 1024
@@ -40,7 +39,7 @@ DEFAULT_THRESHOLD_COUNT = 256
 
 
 @register_pass
-class AllReduceCombiner(ModulePass):
+class AllReduceCombiner(CombinerPass):
     name = "all-reduce-combiner"
     summary = "Merge independent all-reduces with the same groups and reduction into one variadic all-reduce"
 
@@ -49,17 +48,7 @@ class AllReduceCombiner(ModulePass):
         threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined result, in bytes")
         threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most all-reduces merged into one")
 
-    def run(self, module: Module) -> bool:
-        combined = 0
-        for comp in collective_computations(module):
-            candidates = [(i, key) for i in comp.post_order() if (key := self._key(i)) is not None]
-            combined += combine_in_computation(
-                comp, candidates, threshold_bytes=self.options.threshold_bytes,
-                threshold_count=self.options.threshold_count,
-                rewrite=lambda members, comp=comp: self._combine(module, comp, members))
-        return combined > 0
-
-    def _key(self, instr: Instruction):
+    def combine_key(self, instr: Instruction):
         if instr.opcode is not Opcode.ALL_REDUCE:
             return None
         reduction = reduction_of(instr)
@@ -75,7 +64,7 @@ class AllReduceCombiner(ModulePass):
             return None
         return (reduction, replica_groups(instr), group_mode(instr), instr.sharding is not None)
 
-    def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]):
         first = members[0]
         operands = [op for m in members for op in m.operands]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))

@@ -29,15 +29,14 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
-from hlo_passes.passes.collectives.common import (collective_computations, combine_in_computation,
-                                                   replace_members)
+from hlo_passes.passes.collectives.common import (CombinerPass, replace_members)
 from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
-from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 
 
 @register_pass
-class CollectivePermuteCombiner(ModulePass):
+class CollectivePermuteCombiner(CombinerPass):
     name = "collective-permute-combiner"
     summary = "Merge independent collective-permutes with the same pairs into one packed permute"
 
@@ -46,24 +45,14 @@ class CollectivePermuteCombiner(ModulePass):
         threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined result, in bytes")
         threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collective-permutes merged into one")
 
-    def run(self, module: Module) -> bool:
-        combined = 0
-        for comp in collective_computations(module):
-            candidates = [(i, key) for i in comp.post_order() if (key := self._key(i)) is not None]
-            combined += combine_in_computation(
-                comp, candidates, threshold_bytes=self.options.threshold_bytes,
-                threshold_count=self.options.threshold_count,
-                rewrite=lambda members, comp=comp: self._combine(module, comp, members))
-        return combined > 0
-
-    def _key(self, instr: Instruction):
+    def combine_key(self, instr: Instruction):
         if (instr.opcode is not Opcode.COLLECTIVE_PERMUTE or len(instr.operands) != 1
                 or not instr.shape.is_array or instr.sharding is not None):
             return None
         return (instr.attr("source_target_pairs"), instr.attr("channel_id") is not None,
                 instr.shape.element_type)
 
-    def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]):
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         added: list[Instruction] = []

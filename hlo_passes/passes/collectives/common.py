@@ -21,6 +21,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
+from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.ir.sharding import ShardingKind
 from hlo_passes.ir.types import PrimitiveType
 
@@ -282,3 +283,30 @@ def erase_if_dead(instr: Instruction) -> None:
         operands = list(x.operands)
         comp.remove(x)
         work.extend(operands)
+
+
+class CombinerPass(ModulePass):
+    """The frame every combiner shares: per computation that holds collectives, key each
+    instruction (`combine_key`: None = not a candidate), merge equal keys with
+    `combine_in_computation` under the `threshold_bytes`/`threshold_count` options, and let the
+    pass rewrite each group (`combine`).  `member_bytes` is what the byte threshold counts."""
+
+    def combine_key(self, instr: Instruction) -> Hashable | None:
+        raise NotImplementedError
+
+    def combine(self, module: Module, comp: Computation,
+                members: list[Instruction]) -> tuple[Instruction, list[Instruction]]:
+        raise NotImplementedError
+
+    def member_bytes(self, instr: Instruction) -> int:
+        return result_bytes(instr)
+
+    def run(self, module: Module) -> bool:
+        combined = 0
+        for comp in collective_computations(module):
+            candidates = [(i, key) for i in comp.post_order() if (key := self.combine_key(i)) is not None]
+            combined += combine_in_computation(
+                comp, candidates, threshold_bytes=self.options.threshold_bytes,
+                threshold_count=self.options.threshold_count, size=self.member_bytes,
+                rewrite=lambda members, comp=comp: self.combine(module, comp, members))
+        return combined > 0

@@ -35,18 +35,17 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
-from hlo_passes.passes.collectives.common import (collective_computations, combine_in_computation,
-                                                   group_mode, reduction_of, replace_members,
-                                                   replica_groups)
+from hlo_passes.passes.collectives.common import (CombinerPass, group_mode, reduction_of, replace_members,
+                                                  replica_groups)
 from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
-from hlo_passes.passes.pass_base import ModulePass, option
+from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 
 FORMS = ("packed", "variadic")
 
 
 @register_pass
-class ReduceScatterCombiner(ModulePass):
+class ReduceScatterCombiner(CombinerPass):
     name = "reduce-scatter-combiner"
     summary = "Merge independent reduce-scatters with the same groups and reduction into one"
 
@@ -61,17 +60,10 @@ class ReduceScatterCombiner(ModulePass):
         if self.options.form not in FORMS:
             raise ValueError(f"{self.name}: form must be one of {', '.join(FORMS)}, got {self.options.form!r}")
 
-    def run(self, module: Module) -> bool:
-        combined = 0
-        for comp in collective_computations(module):
-            candidates = [(i, key) for i in comp.post_order() if (key := self._key(i)) is not None]
-            combined += combine_in_computation(
-                comp, candidates, threshold_bytes=self.options.threshold_bytes,
-                threshold_count=self.options.threshold_count, size=lambda i: i.operands[0].shape.byte_size(),
-                rewrite=lambda members, comp=comp: self._combine(module, comp, members))
-        return combined > 0
+    def member_bytes(self, instr: Instruction) -> int:
+        return instr.operands[0].shape.byte_size()  # the threshold counts what is reduced
 
-    def _key(self, instr: Instruction):
+    def combine_key(self, instr: Instruction):
         if instr.opcode is not Opcode.REDUCE_SCATTER or instr.shape.is_tuple or len(instr.operands) != 1:
             return None
         reduction = reduction_of(instr)
@@ -84,7 +76,7 @@ class ReduceScatterCombiner(ModulePass):
         where = dim if self.options.form == "variadic" else None
         return (reduction, replica_groups(instr), group_mode(instr), parts, where)
 
-    def _combine(self, module: Module, comp: Computation, members: list[Instruction]):
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]):
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         mode = group_mode(first)
