@@ -7,7 +7,7 @@ from hlo_passes.ir import Opcode
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.registry import lookup
 from hlo_passes.printer import print_module
-from tests.collectives.device_runner import assert_same_on_every_device
+from hlo_passes.runtime.per_device import compare_per_device
 
 ADD = "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
 SUM = "sum { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT z = f32[] add(y, x) }\n"
@@ -27,7 +27,9 @@ def run(pass_name: str, text: str, *, numerics: bool = True, **options):
     out = print_module(m)
     parse_module(out)  # prints back to something we (and below, XLA) read
     if numerics:
-        assert_same_on_every_device(text, out)
+        n = m.num_partitions * m.replica_count
+        report = compare_per_device(text, out, num_devices=n)
+        assert report.ok, report.format()
     return changed, m, p
 
 
