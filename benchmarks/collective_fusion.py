@@ -103,10 +103,10 @@ def partitioned(step) -> str:
     seen = set(DUMP.glob("*after_spmd-partitioning*"))
     jax.pmap(step, axis_name="d").lower(params, x, y).compile()
     (path,) = [p for p in DUMP.glob("*after_spmd-partitioning*") if p not in seen]
-    from jax._src.lib import xla_client as xc
+    from hlo_passes.runtime.xla_backend import canonical_text
 
     # Reprinted by XLA: the dump spells multi-result calls as `%call#0`, which we do not read.
-    return xc.hlo.hlo_module_from_text(path.read_text()).to_string()
+    return canonical_text(path.read_text())
 
 
 def collective_stats(text: str) -> tuple[int, int]:

@@ -26,9 +26,9 @@ from hlo_passes import parse_module, print_module  # noqa: E402
 
 
 def xla_parse(text: str):
-    from jax._src.lib import xla_client as xc
+    from hlo_passes.runtime.xla_backend import parse_with_xla
 
-    return xc.hlo.hlo_module_from_text(text)
+    return parse_with_xla(text)
 
 
 def best_of(n, fn):

@@ -153,6 +153,11 @@ def proto_to_text(proto: bytes) -> str:
     return _api().xc.hlo.HloModule.from_serialized_hlo_module_proto(proto).to_string()
 
 
+def parse_with_xla(text: str):
+    """XLA's C++ parser on `text` (its HloModule; for timing it against ours)."""
+    return _api().xc.hlo.hlo_module_from_text(text)
+
+
 def canonical_text(text: str) -> str:
     """XLA's own print of `text` (its parser, then its printer; module config kept)."""
     return _api().xc.hlo.hlo_module_from_text(text).to_string()
