@@ -36,10 +36,23 @@ def collectives(module) -> dict[str, int]:
     return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
 
 
-def test_registered_with_num_partitions_option():
+def test_registered_with_num_partitions_and_cleanup_options():
     cls = lookup("spmd-partition")
     assert cls is SpmdPartitioner
-    assert [f.name for f in cls.option_fields()] == ["num_partitions"]
+    assert [f.name for f in cls.option_fields()] == ["num_partitions", "cleanup"]
+
+
+def test_ends_with_cse_like_xla_so_twin_psums_become_one_all_reduce():
+    """XLA's partitioner ends with a layout-insensitive CSE; its partitioned pmap_collectives
+    has two all-reduces where JAX emitted three (two psums of one value, each with its own
+    reducer computation).  `cleanup=false` leaves the partitioner's raw output."""
+    text = (CORPUS / "pmap_collectives" / "pmap_collectives.lowered.shardy.hlo").read_text()
+    xla = parse_module((CORPUS / "pmap_collectives" / "pmap_collectives.xla_spmd.hlo").read_text())
+    raw, cleaned = parse_module(text), parse_module(text)
+    SpmdPartitioner(num_partitions=8, cleanup=False).run(raw)
+    SpmdPartitioner(num_partitions=8).run(cleaned)
+    assert collectives(raw)["all-reduce"] == 3
+    assert collectives(cleaned) == collectives(xla)
 
 
 def _meta(program: str) -> dict:

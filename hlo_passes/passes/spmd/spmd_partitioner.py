@@ -21,7 +21,8 @@ ENTRY parameters and the ROOT keep their logical sharding (what the runtime
 uses to slice inputs and reassemble the result); nothing else does.  Missing
 shardings are completed by sharding-propagation first; an op without a native
 rule is computed replicated (operands all-gathered, the result sliced) and a
-"missed" remark says so.
+"missed" remark says so.  Like XLA's partitioner, it ends with a layout-insensitive `cse`
+(option `cleanup`), which also merges twin collectives such as two psums of one value.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class SpmdPartitioner(ModulePass):
     @dataclass(frozen=True)
     class Options:
         num_partitions: int = option(0, "number of devices (0: the module's num_partitions)")
+        cleanup: bool = option(True, "end with cse{layout-sensitive=false}, as XLA's partitioner does")
 
     def run(self, module: Module) -> bool:
         n = self.options.num_partitions or module.num_partitions
@@ -59,7 +61,23 @@ class SpmdPartitioner(ModulePass):
             return False
         _complete_shardings(module, self)
         Partitioner(PartitionContext(module, n, self)).run()
+        if self.options.cleanup:
+            _cleanup(module, self)
         return True
+
+
+def _cleanup(module: Module, owner: ModulePass) -> None:
+    """Merge twins in the per-device program: JAX emits one reducer computation per psum,
+    so two psums of one value stay two all-reduces until cse sees that their reducers are
+    the same computation; JAX's duplicate constants; and the few index computations
+    (iota, partition-id offsets, dynamic-slices) that two reshards of one value emit
+    alike.  XLA's partitioner ends the same way (its spmd-cleanup pipeline runs a
+    layout-insensitive CSE), and its partitioned programs in the corpus have these merged."""
+    from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
+
+    cse = CommonSubexpressionElimination(layout_sensitive=False)
+    cse.run(module)
+    owner.remarks.extend(cse.remarks)
 
 
 def _complete_shardings(module: Module, owner: ModulePass) -> None:
