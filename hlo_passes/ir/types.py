@@ -11,12 +11,14 @@ class PrimitiveType(enum.Enum):
     """An element type as spelled in HLO text (`f32`, `pred`, `token`, ...)."""
 
     PRED = "pred"
+    S1 = "s1"
     S2 = "s2"
     S4 = "s4"
     S8 = "s8"
     S16 = "s16"
     S32 = "s32"
     S64 = "s64"
+    U1 = "u1"
     U2 = "u2"
     U4 = "u4"
     U8 = "u8"
@@ -71,7 +73,7 @@ class PrimitiveType(enum.Enum):
         return self not in (PrimitiveType.TOKEN, PrimitiveType.OPAQUE)
 
     def numpy_dtype(self) -> np.dtype:
-        """The numpy dtype holding values of this type (ml_dtypes for bf16, f8, f4, int2/int4)."""
+        """The numpy dtype holding values of this type (ml_dtypes for bf16, f8, f4, int1/int2/int4)."""
         if self in _NUMPY_NAMES:
             return np.dtype(_NUMPY_NAMES[self])
         import ml_dtypes
@@ -81,6 +83,7 @@ class PrimitiveType(enum.Enum):
 
 _BIT_WIDTH = {
     PrimitiveType.PRED: 8,
+    PrimitiveType.S1: 1, PrimitiveType.U1: 1,
     PrimitiveType.S2: 2, PrimitiveType.U2: 2,
     PrimitiveType.S4: 4, PrimitiveType.U4: 4, PrimitiveType.F4E2M1FN: 4,
     PrimitiveType.S8: 8, PrimitiveType.U8: 8,
@@ -106,6 +109,7 @@ _NUMPY_NAMES = {
 
 _ML_DTYPES_NAMES = {
     PrimitiveType.BF16: "bfloat16",
+    PrimitiveType.S1: "int1", PrimitiveType.U1: "uint1",
     PrimitiveType.S2: "int2", PrimitiveType.U2: "uint2",
     PrimitiveType.S4: "int4", PrimitiveType.U4: "uint4",
     PrimitiveType.F4E2M1FN: "float4_e2m1fn",

@@ -137,6 +137,16 @@ ENTRY e {
   ROOT s = (f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], f32[8,8], (f32[8,8], f32[8,8])) tuple(c, d, e1, f, g, h, i, t)
 }
 """),
+    "one_bit_integers": ("s1/u1 element types (XLA parses them; its StableHLO import cannot run them)", """
+HloModule m
+
+ENTRY e {
+  p = s1[4] parameter(0)
+  q = u1[2,2]{0,1} parameter(1)
+  c = s1[2] constant({-1, 0})
+  ROOT t = (s1[4], u1[2,2], s1[2]) tuple(p, q, c)
+}
+"""),
     "named_sharding_forms": ("the named mesh form of shardings newer XLA prints", """
 HloModule m
 
