@@ -187,6 +187,9 @@ class _Builder(lark.Transformer):
         self.by_name[name] = pending.instr
 
     def _make_instruction(self, name, shape, opcode_tok, operands, attrs, name_tok) -> _PendingInstruction:
+        if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
+            raise SemanticError(f"illegal instruction name '{name}': it is an element type "
+                                f"(rename it, e.g. to '{name}_')", name_tok)
         opcode = OPCODES_BY_NAME.get(opcode_tok.value)
         if opcode is None:
             raise SemanticError(f"unknown opcode '{opcode_tok.value}'", opcode_tok)

@@ -22,6 +22,10 @@ BAD = {
     "in_called_computation": ("HloModule m\n\nf {\n  x = f32[4] parameter(0)\n  ROOT y = pred[4] negate(x)\n}\n\n"
                               "ENTRY e {\n  p = f32[4] parameter(0)\n  ROOT c = pred[4] call(p), to_apply=f\n}\n",
                               5, 8, ["'y' shape should be f32[4]"]),
+    "element_type_as_name": (HEAD + "  s1 = f32[2,3] negate(p)\n  ROOT r = f32[2,3] add(s1, p)\n}\n", 6, 3,
+                             ["illegal instruction name 's1'", "element type"]),
+    "element_type_as_percent_name": (HEAD + "  %f32 = f32[2,3] negate(p)\n  ROOT r = f32[2,3] add(%f32, p)\n}\n",
+                                     6, 3, ["illegal instruction name 'f32'"]),
 }
 
 
