@@ -111,3 +111,12 @@ def test_literal_values_round_trip():
     b = Builder(m.entry)
     c = b.constant_from_array(values * 2, m.entry.root.shape.element_type)
     assert c.literal_value().tolist() == [[2, 4], [6, 8]]
+
+
+def test_fresh_names_are_never_element_types():
+    """XLA's lexer reads `s1`, `f32`, `token` as element types, so a pass that asks for one of
+    them as a name gets a numbered variant, which XLA's parser accepts."""
+    from hlo_passes.ir.module import NameTable
+
+    table = NameTable()
+    assert [table.unique(h) for h in ("s1", "f32", "token", "add")] == ["s1.1", "f32.1", "token.1", "add"]

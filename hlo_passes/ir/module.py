@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
 class NameTable:
@@ -46,7 +47,7 @@ class NameTable:
     def unique(self, hint: str) -> str:
         hint = hint.lstrip("%") or "instruction"
         used = self._used
-        if hint not in used:
+        if hint not in used and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
             used.add(hint)
             return hint
         base = self._SUFFIX.match(hint).group(1) or hint
