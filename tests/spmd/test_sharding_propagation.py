@@ -103,9 +103,9 @@ def test_reduce_broadcast_slice_concat_keep_only_their_dims():
   r = f32[8] reduce(a, z), dimensions={1}, to_apply=add
   b = f32[8,6] broadcast(r), dimensions={0}
   sl = f32[8,3] slice(b), slice={[0:8], [0:3]}
-  s2 = f32[4,6] slice(b), slice={[0:4], [0:6]}
+  sl2 = f32[4,6] slice(b), slice={[0:4], [0:6]}
   c = f32[8,6] concatenate(sl, sl), dimensions={1}
-  ROOT t = (f32[8,6], f32[4,6]) tuple(c, s2)""").replace(
+  ROOT t = (f32[8,6], f32[4,6]) tuple(c, sl2)""").replace(
         "ENTRY e", "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e")
     m = propagate(text)
     split_rows = S("{devices=[2,1,2]<=[4] last_tile_dim_replicate}")
@@ -113,7 +113,7 @@ def test_reduce_broadcast_slice_concat_keep_only_their_dims():
     assert sharding_of(m, "b") == split_rows
     assert sharding_of(m, "sl") == split_rows
     assert sharding_of(m, "c") == split_rows
-    assert sharding_of(m, "s2") == S("{replicated}")
+    assert sharding_of(m, "sl2") == S("{replicated}")
     # the reducer is not a place for shardings
     assert sharding_of(m, "x") is None
 
