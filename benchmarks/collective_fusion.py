@@ -10,7 +10,7 @@ per-device programs with num_partitions=8, before XLA's optimizations:
   wus-mlp     weight-update sharding: psum_scatter per leaf, update the shard, all_gather per leaf
   ar-slice    all-reduce then keep this device's slice (axis_index * shard), the pattern
               reduce-scatter-creator turns into reduce-scatters
-They run as the equivalent replica_count=8 programs (tests/collectives/device_runner.py).
+They run as the equivalent replica_count=8 programs (hlo_passes/runtime/per_device.py).
 Columns: `ours` counts our output; `xla(in)` / `xla(ours)` count what XLA's compiled
 executable holds for the input / for our output; times are median wall time per step of those
 two executables.
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import tempfile  # noqa: E402
@@ -36,12 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 from hlo_passes.ir.opcode import Opcode  # noqa: E402
 from hlo_passes.parse.module_parser import parse_module  # noqa: E402
 from hlo_passes.passes.registry import lookup  # noqa: E402
 from hlo_passes.printer import print_module  # noqa: E402
+from hlo_passes.runtime import xla_backend  # noqa: E402
+from hlo_passes.runtime.per_device import as_replica_program, compare_per_device, random_inputs  # noqa: E402
 
 N = 8
 SIZES = [(64, 128), (128,), (128, 128), (128,), (128, 64), (64,), (64, 16), (16,)]
@@ -124,24 +123,9 @@ def collective_stats(text: str) -> tuple[int, int]:
 
 
 def compile_and_time(text: str, repeats: int) -> tuple[str, float]:
-    from tests.collectives.device_runner import _compile, random_inputs
-
-    from tests.collectives.device_runner import as_replica_program
-
-    exe, devices = _compile(as_replica_program(text), N, 1)
-    mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
-    everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    args = [jax.make_array_from_single_device_arrays(
-        per[0].shape, everywhere, [jax.device_put(a, devices[d]) for d, a in enumerate(per)])
-        for per in random_inputs(text)]
-    for _ in range(3):
-        jax.block_until_ready(exe.execute_sharded(args).disassemble_into_single_device_arrays())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(exe.execute_sharded(args).disassemble_into_single_device_arrays())
-        times.append(time.perf_counter() - start)
-    return exe.hlo_modules()[0].to_string(), statistics.median(times)
+    """XLA's optimized module for `text` (as its replica_count=8 program) and its median step time."""
+    exe = xla_backend.compile_hlo(as_replica_program(text, N), num_replicas=N)
+    return exe.optimized_text(), exe.median_step_seconds(random_inputs(text, N), repeats)
 
 
 def main(argv=None) -> int:
@@ -151,8 +135,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     options = dict(kv.split("=") for kv in args.pipeline_options.split(",") if kv)
     options = {k.replace("-", "_"): int(v) if v.isdigit() else v for k, v in options.items()}
-    from tests.collectives.device_runner import assert_same_on_every_device
-
     header = (f"{'program':10} {'in #':>5} {'in KiB':>7} {'ours #':>6} {'ours KiB':>8} "
               f"{'xla(in) #':>9} {'xla(ours) #':>11} {'ms xla(in)':>10} {'ms xla(ours)':>12}  verified")
     print(header)
@@ -162,7 +144,10 @@ def main(argv=None) -> int:
         module = parse_module(before)
         lookup("collective-fusion")(**options).run(module)
         after = print_module(module)
-        assert_same_on_every_device(before, after, rtol=1e-4)
+        report = compare_per_device(before, after, num_devices=N, rtol=1e-4)
+        if not report.ok:
+            print(f"{name}: collective-fusion changed what the program computes\n{report.format()}")
+            return 1
         n0, b0 = collective_stats(before)
         n1, b1 = collective_stats(after)
         xla_in, t_in = compile_and_time(before, args.repeats)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -27,6 +25,7 @@ import numpy as np  # noqa: E402
 
 from hlo_passes import parse_module, print_module  # noqa: E402
 from hlo_passes.passes.registry import lookup  # noqa: E402
+from hlo_passes.runtime import xla_backend  # noqa: E402
 from hlo_passes.runtime.per_device import as_replica_program  # noqa: E402
 from hlo_passes.stats import module_stats  # noqa: E402
 
@@ -70,44 +69,18 @@ def state_bytes(module, indices: list[int]) -> int:
     return sum(params[i].shape.byte_size() for i in indices)
 
 
-def compile_per_device(text: str):
-    import jax
-    from jax._src import xla_bridge
-    from jax._src.lib import xla_client as xc
-
-    client = xla_bridge.get_backend("cpu")
-    hlo = xc.hlo.hlo_module_from_text(as_replica_program(text, N))
-    stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
-    options = xc.CompileOptions()
-    build = options.executable_build_options
-    build.num_replicas, build.num_partitions, build.use_spmd_partitioning = N, 1, False
-    build.device_assignment = xc.DeviceAssignment.create(np.arange(N).reshape(N, 1))
-    devices = client.devices()[:N]
-    exe = client.compile_and_load(stablehlo, xc.DeviceList(tuple(devices)), options)
-    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
-    everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+def median_step_ms(text: str, repeats: int) -> float:
+    """Median step time of the per-device program on N devices (as its replica_count=N form),
+    every device given the same positive random inputs (a replicated training state)."""
+    exe = xla_backend.compile_hlo(as_replica_program(text, N), num_replicas=N)
     rng = np.random.default_rng(0)
     args = []
     for p in parse_module(text).entry.parameters:
         dtype = p.shape.element_type.numpy_dtype()
         arr = (rng.uniform(0.1, 1, p.shape.dims) if p.shape.element_type.is_float
                else rng.integers(0, 3, p.shape.dims)).astype(dtype)
-        args.append(jax.make_array_from_single_device_arrays(
-            arr.shape, everywhere, [jax.device_put(arr, d) for d in devices]))
-    return exe, args
-
-
-def median_ms(exe, args, repeats: int) -> float:
-    for _ in range(3):
-        [o.block_until_ready() for o in exe.execute_sharded(args).disassemble_into_single_device_arrays()[0]]
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        outs = exe.execute_sharded(args).disassemble_into_single_device_arrays()
-        for o in outs:
-            o[0].block_until_ready()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+        args.append([arr] * N)
+    return exe.median_step_seconds(args, repeats) * 1e3
 
 
 def fmt_collectives(stats) -> str:
@@ -119,11 +92,14 @@ def fmt_collectives(stats) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--only", metavar="TEXT", help="run only the cases whose label contains TEXT")
     args = ap.parse_args()
     from hlo_passes.passes.weight_update_sharding.weight_update_sharding import WeightUpdateSharding
 
     rows = []
     for label, program, form, options in CASES:
+        if args.only and args.only not in label:
+            continue
         before = prepare(program, form)
         after = parse_module(print_module(before))
         options = dict(options)
@@ -133,9 +109,7 @@ def main() -> None:
             lookup(name)().run(after)
         indices = state_parameters(program)
         sb, sa = module_stats(before), module_stats(after)
-        exe_b, args_b = compile_per_device(print_module(before))
-        exe_a, args_a = compile_per_device(print_module(after))
-        tb, ta = median_ms(exe_b, args_b, args.repeats), median_ms(exe_a, args_a, args.repeats)
+        tb, ta = median_step_ms(print_module(before), args.repeats), median_step_ms(print_module(after), args.repeats)
         rows.append((label, sb.flops, sa.flops, state_bytes(before, indices), state_bytes(after, indices),
                      fmt_collectives(sb), fmt_collectives(sa), tb, ta))
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,8 +215,8 @@ class Executable:
         xc = _api().xc
         return [xc.HloSharding.from_proto(p).to_string() for p in protos]
 
-    def run(self, args: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Run on per-device buffers (`args[param][device]`); return `outputs[device][output]`."""
+    def upload(self, args: list[list[np.ndarray]]) -> list:
+        """Per-device buffers (`args[param][device]`) as device arrays this executable takes."""
         jax = _api().jax
         n = len(self.devices)
         for p, per_device in enumerate(args):
@@ -225,12 +227,33 @@ class Executable:
         # each device's own buffer, so any per-device values can be passed this way.
         everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         with exact_dtypes():
-            arrays = [jax.make_array_from_single_device_arrays(
-                          per_device[0].shape, everywhere,
-                          [jax.device_put(np.asarray(x), d) for x, d in zip(per_device, self.devices)])
-                      for per_device in args]
+            return [jax.make_array_from_single_device_arrays(
+                        per_device[0].shape, everywhere,
+                        [jax.device_put(np.asarray(x), d) for x, d in zip(per_device, self.devices)])
+                    for per_device in args]
+
+    def run(self, args: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        """Run on per-device buffers (`args[param][device]`); return `outputs[device][output]`."""
+        arrays = self.upload(args)
+        with exact_dtypes():
             results = self._loaded.execute_sharded(arrays).disassemble_into_single_device_arrays()
-            return [[np.asarray(out[d]) for out in results] for d in range(n)]
+            return [[np.asarray(out[d]) for out in results] for d in range(len(self.devices))]
+
+    def median_step_seconds(self, args: list[list[np.ndarray]], repeats: int, warmup: int = 3) -> float:
+        """Median wall time of one run (inputs already on the devices, outputs waited for)."""
+        jax = _api().jax
+        arrays = self.upload(args)
+        times = []
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(self._loaded.execute_sharded(arrays).disassemble_into_single_device_arrays())
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def optimized_text(self) -> str:
+        """The module XLA compiled, after its own optimization pipeline."""
+        return self._loaded.hlo_modules()[0].to_string()
 
 
 _executables: dict[tuple[str, CompileOptions], Executable] = {}
