@@ -21,9 +21,8 @@ SPELLINGS = [
 
 
 def run_all_reduce_of_device_ids(groups_text: str) -> list[float]:
-    import jax
-    from jax._src import compiler, xla_bridge
-    from jax._src.lib import xla_client as xc
+    """Each of 8 partitions contributes its device id; XLA's all-reduce over the groups."""
+    from hlo_passes.runtime import xla_backend
 
     text = f"""HloModule m, num_partitions=8
 add {{
@@ -36,18 +35,9 @@ ENTRY e {{
   ROOT r = f32[1] all-reduce(p), channel_id=1, replica_groups={groups_text}, use_global_device_ids=true, to_apply=add, sharding={{manual}}
 }}
 """
-    module = xc.hlo.hlo_module_from_text(text)
-    mlir = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
-    opts = compiler.get_compile_options(num_replicas=1, num_partitions=8)
-    opts.executable_build_options.use_spmd_partitioning = True
-    devices = jax.devices()[:8]
-    exe = xla_bridge.get_backend("cpu").compile_and_load(mlir, xc.DeviceList(tuple(devices)), opts)
-    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
-    arg = jax.make_array_from_single_device_arrays(
-        (8,), sharding, [jax.device_put(np.array([float(d)], np.float32), dev) for d, dev in enumerate(devices)])
-    out = exe.execute_sharded([arg]).disassemble_into_single_device_arrays()[0]
-    return [float(np.asarray(o)[0]) for o in out]
+    exe = xla_backend.compile_hlo(text, num_partitions=8, spmd=True)
+    out = exe.run([[np.array([float(d)], np.float32) for d in range(8)]])
+    return [float(out[d][0][0]) for d in range(8)]
 
 
 @pytest.mark.parametrize("text", SPELLINGS)
