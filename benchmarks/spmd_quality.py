@@ -10,11 +10,12 @@ Programs with manual regions (shard_map, pmap) run unpartitioned through XLA's o
 SPMD partitioner (verify's mode b); should that fail, they are compared device by
 device with XLA's partitioned program instead (`compare_with_xla`, marked yes*).
 
-    .venv/bin/python benchmarks/spmd_quality.py
+    .venv/bin/python benchmarks/spmd_quality.py [PROGRAM ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -85,10 +86,15 @@ def compare_with_xla(ours: str, xla: str, n: int) -> tuple[bool, str]:
     return True, note
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("programs", nargs="*", help="corpus program names (default: every sharded one)")
+    args = ap.parse_args(argv)
     rows, ratios = [], []
     for xla_path in sorted((ROOT / "golden" / "corpus").glob("*/*.xla_spmd.hlo")):
         program = xla_path.parent.name
+        if args.programs and program not in args.programs:
+            continue
         text = (xla_path.parent / f"{program}.lowered.shardy.hlo").read_text()
         xla = module_stats(parse_module(xla_path.read_text()))
         meta = xla_path.parent / "meta.json"

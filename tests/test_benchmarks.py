@@ -51,3 +51,15 @@ def test_parse_speed_benchmark_prints_a_row_per_file():
     out = run_benchmark("benchmarks/parse_speed.py", *files, "--repeat", "1")
     rows = [line.split()[0] for line in out.splitlines()[1:] if line.endswith("x") and not line.startswith("ratio")]
     assert rows == [Path(f).name for f in files]
+
+
+def test_spmd_quality_benchmark_verifies_and_compares_with_xla():
+    programs = ["sharded_megatron_mlp", "shard_map_collectives"]
+    out = run_benchmark("benchmarks/spmd_quality.py", *programs)
+    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")]
+            for line in out.splitlines() if line.split("|")[0].strip() in programs}
+    assert set(rows) == set(programs)
+    for program, cells in rows.items():
+        assert cells[-1].startswith("yes"), program
+        assert float(cells[5]) <= 1.0, program  # no more bytes than XLA's partitioner sends
+    assert "over 2 programs" in out
