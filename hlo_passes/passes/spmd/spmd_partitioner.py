@@ -21,8 +21,9 @@ ENTRY parameters and the ROOT keep their logical sharding (what the runtime
 uses to slice inputs and reassemble the result); nothing else does.  Missing
 shardings are completed by sharding-propagation first; an op without a native
 rule is computed replicated (operands all-gathered, the result sliced) and a
-"missed" remark says so.  Like XLA's partitioner, it ends with a layout-insensitive `cse`
-(option `cleanup`), which also merges twin collectives such as two psums of one value.
+"missed" remark says so.  Like XLA's partitioner, it ends with a cleanup (option `cleanup`):
+dce, tuple-simplifier, a layout-insensitive cse, which also merges twin collectives such as
+two psums of one value, and dce again for what the merges left dead.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class SpmdPartitioner(ModulePass):
     @dataclass(frozen=True)
     class Options:
         num_partitions: int = option(0, "number of devices (0: the module's num_partitions)")
-        cleanup: bool = option(True, "end with cse{layout-sensitive=false}, as XLA's partitioner does")
+        cleanup: bool = option(True, "end with dce, tuple-simplifier, cse{layout-sensitive=false}, dce, "
+                                            "as XLA's partitioner ends with its spmd-cleanup")
 
     def run(self, module: Module) -> bool:
         n = self.options.num_partitions or module.num_partitions
@@ -71,13 +73,19 @@ def _cleanup(module: Module, owner: ModulePass) -> None:
     so two psums of one value stay two all-reduces until cse sees that their reducers are
     the same computation; JAX's duplicate constants; and the few index computations
     (iota, partition-id offsets, dynamic-slices) that two reshards of one value emit
-    alike.  XLA's partitioner ends the same way (its spmd-cleanup pipeline runs a
-    layout-insensitive CSE), and its partitioned programs in the corpus have these merged."""
+    alike.  XLA's partitioner ends the same way (its spmd-cleanup pipeline runs DCE, the
+    tuple simplifier and a layout-insensitive CSE), and its partitioned programs in the corpus
+    have these merged.  The dce before cse drops what the handlers emitted and nobody used
+    (values the input itself left dead, reshards a later one superseded); the dce after it
+    drops the reducers and index computations the merges orphaned."""
     from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
+    from hlo_passes.passes.cleanup.dce import DeadCodeElimination
+    from hlo_passes.passes.cleanup.tuple_simplifier import TupleSimplifier
 
-    cse = CommonSubexpressionElimination(layout_sensitive=False)
-    cse.run(module)
-    owner.remarks.extend(cse.remarks)
+    for cleanup in (DeadCodeElimination(), TupleSimplifier(), CommonSubexpressionElimination(layout_sensitive=False),
+                    DeadCodeElimination()):
+        cleanup.run(module)
+        owner.remarks.extend(cleanup.remarks)
 
 
 def _complete_shardings(module: Module, owner: ModulePass) -> None:
