@@ -166,3 +166,27 @@ def test_passes_lists_every_pass_with_typed_options(capsys):
     assert cli(["passes", "cse"]) == 0
     assert capsys.readouterr().out.startswith("cse\n")
     assert cli(["passes", "nope"]) == 2
+
+
+def test_unwritable_output_and_binary_input_are_usage_errors(dead, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert cli(["run", str(dead), "--passes=dce", "-o", str(blocker / "out.hlo")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {blocker / 'out.hlo'}: cannot write it" in err and "Traceback" not in err
+    assert cli(["run", str(dead), "--passes=dce", "--dump-dir", str(blocker / "dumps")]) == 2
+    assert "error: " in capsys.readouterr().err
+    binary = tmp_path / "module.pb"
+    binary.write_bytes(b"\x08\x96\x01\xff\xfe")
+    assert cli(["run", str(binary), "--passes=dce"]) == 2
+    assert "module.pb: not HLO text" in capsys.readouterr().err
+
+
+def test_output_file_gets_the_usual_mode(dead, tmp_path):
+    import os
+
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(dead), "--passes=dce", "-o", str(out)]) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask

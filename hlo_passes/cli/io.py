@@ -23,7 +23,11 @@ def read_text(path: str) -> tuple[str, str]:
         raise UserError(f"{path}: no such file")
     if p.is_dir():
         raise UserError(f"{path}: is a directory")
-    return p.read_text(), path
+    try:
+        return p.read_text(), path
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not HLO text (byte {e.start} is not UTF-8; "
+                        "a serialized HloModuleProto is not read here)") from None
 
 
 def read_module(path: str) -> Module:
@@ -36,13 +40,26 @@ def write_text(path: str, text: str) -> None:
     if path == "-":
         sys.stdout.write(text)
         return
+    from hlo_passes.cli.main import UserError
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({e.strerror or e})") from None
+    try:
+        # mkstemp makes the file private (0600); an output file gets the usual mode.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
