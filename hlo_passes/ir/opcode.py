@@ -144,6 +144,11 @@ class Opcode(enum.Enum):
         return self in ELEMENTWISE_BINARY
 
     @property
+    def is_commutative(self) -> bool:
+        """op(a, b) == op(b, a) for every a, b (XLA's HloOpcodeIsBinaryCommutative)."""
+        return self in COMMUTATIVE_BINARY
+
+    @property
     def is_elementwise(self) -> bool:
         return self in ELEMENTWISE_UNARY or self in ELEMENTWISE_BINARY or self in ELEMENTWISE_TERNARY
 
@@ -173,6 +178,9 @@ ELEMENTWISE_BINARY = frozenset({
     Opcode.XOR, Opcode.STOCHASTIC_CONVERT,
 })
 ELEMENTWISE_TERNARY = frozenset({Opcode.SELECT, Opcode.CLAMP})
+COMMUTATIVE_BINARY = frozenset({
+    Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR, Opcode.XOR,
+})
 
 COLLECTIVES = frozenset({
     Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ALL_REDUCE,

@@ -12,8 +12,10 @@
 
 Two instructions merge when their opcode, shape (layouts included unless
 `layout-sensitive=false`), operands, typed attribute values (metadata aside), literal and
-called computations agree.  Called computations are compared by structure
-(`hlo_passes.ir.structural`), so two reducers that differ only in names are equal.
+called computations agree.  The operands of a commutative op (add, multiply, maximum,
+minimum, and, or, xor) may come in either order, as in XLA's CSE.  Called computations are
+compared by structure (`hlo_passes.ir.structural`), so two reducers that differ only in
+names are equal, while a reducer written add(y, x) differs from one written add(x, y).
 
 Collectives.  all-reduce, all-gather, reduce-scatter, all-to-all and collective-permute
 are deterministic functions of their operands and their groups, and in an SPMD module
@@ -75,7 +77,10 @@ def cse_key(instr: Instruction, fingerprints: StructuralFingerprints) -> tuple |
         return None
     else:
         attrs = compared_attributes(instr)
-    return (instr.opcode, fingerprints.shape_key(instr), tuple(map(id, instr.operands)), attrs,
+    operands = tuple(map(id, instr.operands))
+    if instr.opcode.is_commutative:  # add(x, y) and add(y, x) are one value
+        operands = tuple(sorted(operands))
+    return (instr.opcode, fingerprints.shape_key(instr), operands, attrs,
             fingerprints.called(instr), instr.literal)
 
 
