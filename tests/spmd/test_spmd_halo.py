@@ -205,3 +205,43 @@ def test_conv_net_training_step_partitions_every_convolution_with_halos(groups):
     assert text.count(" convolution(") == 5 and " select-and-scatter(" in text
     out = _check(text, expect={"all-gather": 0, "all-to-all": 0})
     assert out.count(" all-reduce(") == 3  # the loss and the two kernel gradients
+
+
+def test_propagation_carries_spatial_tiling_through_pooling_and_its_gradient():
+    """Only the input is annotated: sharding-propagation takes its spatial tiling through the
+    reduce-window's windowed dim and through select-and-scatter (operand and source), so the
+    pool and its gradient run locally — no collective at all, as XLA's propagation would
+    have them — and the result equals the unpartitioned module."""
+    text = """HloModule pool_grad
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] maximum(a, b)
+}
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[16,6] parameter(0), sharding={devices=[8,1]<=[8]}
+  ninf = f32[] constant(-inf)
+  pooled = f32[8,6] reduce-window(x, ninf), window={size=2x1 stride=2x1}, to_apply=max
+  g = f32[8,6] negate(pooled)
+  zero = f32[] constant(0)
+  ROOT dx = f32[16,6] select-and-scatter(x, g, zero), window={size=2x1 stride=2x1}, select=ge, scatter=add
+}
+"""
+    module = parse_module(text)
+    from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+
+    ShardingPropagation().run(module)
+    by_name = {i.name: i for i in module.entry.instructions}
+    tiled = "{devices=[8,1]<=[8]}"
+    assert [by_name[n].sharding.to_hlo() for n in ("pooled", "g", "dx")] == [tiled] * 3
+    _check(text, expect={"collective-permute": 0, "all-gather": 0, "all-reduce": 0})

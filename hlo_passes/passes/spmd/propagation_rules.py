@@ -447,13 +447,21 @@ def _dus_kept(instr, index):
 
 
 def _reduce_window_kept(instr, index):
+    """Every dim of the inputs (not the init values) but those with base dilation: the
+    partitioner runs windowed dims locally after a halo exchange (handlers/reduce_window.py),
+    or gathers them where the halo would cost more, as XLA's propagation also assumes."""
     n = len(instr.operands) // 2
     if index >= n:
         return None
-    window = instr.attr("window")
-    return [d for d, w in enumerate(window.dimensions)
-            if w.size == 1 and w.stride == 1 and w.padding_low == w.padding_high == 0
-            and w.lhs_dilation == 1 and w.rhs_dilation == 1]
+    return [d for d, w in enumerate(instr.attr("window").dimensions) if w.lhs_dilation == 1]
+
+
+def _select_and_scatter_kept(instr, index):
+    """The operand (index 0) and the source (index 1, shaped like the windowed result of
+    the forward reduce-window) tile like the result; the init value (index 2) is a scalar."""
+    if index >= 2:
+        return None
+    return [d for d, w in enumerate(instr.attr("window").dimensions) if w.lhs_dilation == 1]
 
 
 # --------------------------------------------------------------- the table --
@@ -484,6 +492,7 @@ RULES: dict[Opcode, Rule] = {
     Opcode.CONCATENATE: KeepDims(_concat_kept),
     Opcode.REVERSE: KeepDims(_reverse_kept),
     Opcode.REDUCE_WINDOW: KeepDims(_reduce_window_kept),
+    Opcode.SELECT_AND_SCATTER: KeepDims(_select_and_scatter_kept),
 }
 
 # custom-call targets with a rule; other custom-calls propagate nothing.
