@@ -245,3 +245,23 @@ ENTRY main {
     tiled = "{devices=[8,1]<=[8]}"
     assert [by_name[n].sharding.to_hlo() for n in ("pooled", "g", "dx")] == [tiled] * 3
     _check(text, expect={"collective-permute": 0, "all-gather": 0, "all-reduce": 0})
+
+
+def test_a_window_as_wide_as_the_dim_does_not_take_the_tiling():
+    """JAX's cumsum on the CPU is a reduce-window as wide as the dim.  Tiling it would mean
+    gathering the dim, computing, and slicing the result only to gather it again for the
+    replicated user: propagation leaves that dim untiled, so one all-gather is all it takes."""
+    text = """HloModule cumsum
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4,24] parameter(0), sharding={devices=[1,8]<=[8]}
+  zero = f32[] constant(0)
+  c = f32[4,24] reduce-window(x, zero), window={size=1x24 pad=0_0x23_0}, to_apply=add
+  ROOT p = f32[4,27] pad(c, zero), padding=0_0x1_2, sharding={replicated}
+}
+"""
+    _check(text, expect={"all-gather": 1, "collective-permute": 0})

@@ -446,14 +446,27 @@ def _dus_kept(instr, index):
     return [d for d in range(len(dims)) if update[d] == dims[d]]
 
 
+def _windowed_dims_kept(instr) -> list[int]:
+    """The dims of a windowed op's operand that carry a tiling through it: every dim with a
+    trivial window, and windowed dims without base dilation whose window spans at most half
+    the dim.  Those the partitioner runs locally after a halo exchange (handlers/
+    reduce_window.py), and the halo moves less than a gather for any tile count; a window as
+    wide as the dim (JAX's cumsum on the CPU is a reduce-window of the dim's full size) would
+    make it gather the dim, compute, and slice the result again for nothing."""
+    operand = instr.operands[0].shape
+    kept = []
+    for d, w in enumerate(instr.attr("window").dimensions):
+        extent = (w.size - 1) * w.rhs_dilation + 1
+        if w.lhs_dilation == 1 and (w.size == 1 or 2 * extent <= operand.dims[d]):
+            kept.append(d)
+    return kept
+
+
 def _reduce_window_kept(instr, index):
-    """Every dim of the inputs (not the init values) but those with base dilation: the
-    partitioner runs windowed dims locally after a halo exchange (handlers/reduce_window.py),
-    or gathers them where the halo would cost more, as XLA's propagation also assumes."""
-    n = len(instr.operands) // 2
-    if index >= n:
+    """The inputs (not the init values) tile like the result, on `_windowed_dims_kept`."""
+    if index >= len(instr.operands) // 2:
         return None
-    return [d for d, w in enumerate(instr.attr("window").dimensions) if w.lhs_dilation == 1]
+    return _windowed_dims_kept(instr)
 
 
 def _select_and_scatter_kept(instr, index):
@@ -461,7 +474,7 @@ def _select_and_scatter_kept(instr, index):
     the forward reduce-window) tile like the result; the init value (index 2) is a scalar."""
     if index >= 2:
         return None
-    return [d for d, w in enumerate(instr.attr("window").dimensions) if w.lhs_dilation == 1]
+    return _windowed_dims_kept(instr)
 
 
 # --------------------------------------------------------------- the table --
