@@ -265,3 +265,39 @@ ENTRY main {
 }
 """
     _check(text, expect={"all-gather": 1, "collective-permute": 0})
+
+
+SELECT_AND_SCATTER = """HloModule pool_grad
+{sel} {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction={sel}
+}}
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+ENTRY main {{
+  x = f32[{n},6] parameter(0), sharding={s}
+  g = f32[{o},6] parameter(1), sharding={s}
+  zero = f32[] constant(0)
+  ROOT y = f32[{n},6] select-and-scatter(x, g, zero), window={{size={k}x1 stride={st}x1 pad={pad}x0_0}}, select={sel}, scatter=add, sharding={s}
+}}
+"""
+
+
+@pytest.mark.parametrize("sel,n,k,st,pad,o,s", [
+    ("GE", 16, 3, 2, "0_0", 7, "{devices=[8,1]<=[8]}"),       # ResNet-style overlapping max-pool
+    ("GE", 16, 3, 2, "1_1", 8, "{devices=[4,2]<=[8]}"),       # SAME padding: edge rows never chosen
+    ("LE", 16, 3, 1, "1_1", 16, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"),  # min, stride 1
+    ("GT", 24, 4, 3, "2_1", 8, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"),  # pad 2_1, stride 3
+    ("GE", 16, 5, 2, "2_2", 8, "{devices=[8,1]<=[8]}"),       # halo of two rows from farther tiles
+])
+def test_select_and_scatter_with_windows_across_tiles_exchanges_halos(sel, n, k, st, pad, o, s):
+    """The max-pool gradient with overlapping windows: each tile fetches the operand rows and
+    source values of every window touching its rows, scatters locally and keeps its own rows —
+    collective-permutes only, and equal to the unpartitioned module."""
+    text = SELECT_AND_SCATTER.format(sel=sel, n=n, k=k, st=st, pad=pad, o=o, s=s)
+    out = _check(text, expect={"all-gather": 0, "all-reduce": 0})
+    assert " collective-permute(" in out

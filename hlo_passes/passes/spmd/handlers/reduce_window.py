@@ -25,7 +25,7 @@ summed, so other forms are computed replicated.
 
 from __future__ import annotations
 
-from hlo_passes.ir.attributes import Window
+from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
@@ -86,6 +86,7 @@ def select_and_scatter(p, instr) -> PValue:
     target = p.target(instr)
     tm = tile_map(target, instr.shape.rank, p.n)
     dims = list(window.dimensions)
+    crossing = []
     for d, w in enumerate(window.dimensions):
         t = tm.dims[d]
         if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
@@ -95,8 +96,14 @@ def select_and_scatter(p, instr) -> PValue:
             w, t, [i * (out // t) for i in range(t)], out // t, [0] * t, w.size)
         h = rows and halos.plan(d, size, t, rows, zero_padding=False)
         if h is None or h.left or h.right or h.mask or rows.width != h.local or any(h.offsets):
-            return replicate(p, instr, "select-and-scatter windows cross tile boundaries (no reverse halo)")
-        dims[d] = rows.local
+            crossing.append(d)
+        else:
+            dims[d] = rows.local
+    if crossing:
+        return _select_and_scatter_with_halos(p, instr, tm, target) or replicate(
+            p, instr, "select-and-scatter windows cross tile boundaries and no halo exchange "
+                      "applies (dilation, uneven operand tiles, a scatter other than add, a select "
+                      "other than a comparison, or halos larger than a gather)")
     s = to_sharding(tm)
     x = p.operand_as(instr, 0, s)
     src = p.operand_as(instr, 1, s)
@@ -104,6 +111,75 @@ def select_and_scatter(p, instr) -> PValue:
     new = p.clone(instr, [x, src, init], local_shape(instr.shape, s))
     new.set_attr("window", Window(tuple(dims)))
     return p.reshard(PValue(new, s, instr.shape), target)
+
+
+# The value padding rows take so that `select` never prefers them, per comparison direction.
+_NEVER_SELECTED = {"GE": Opcode.MAXIMUM, "GT": Opcode.MAXIMUM, "LE": Opcode.MINIMUM, "LT": Opcode.MINIMUM}
+
+
+def _select_and_scatter_with_halos(p, instr, tm, target) -> PValue | None:
+    """select-and-scatter whose windows straddle tile boundaries, as GSPMD does it: output
+    rows [tL, tL+L) of tile t receive from every window that touches them, so tile t fetches
+    the source values of those windows (source halo; windows outside the array get source 0)
+    and the operand rows they cover (operand halo; rows outside the array get a value the
+    select never prefers), runs the select-and-scatter locally without padding, and keeps
+    its own L rows.  Neighbouring tiles compute the windows they share twice; nothing is
+    sent back.  Needs scatter = add (a zero source then adds nothing) and select = a
+    comparison of its two parameters (which fixes the never-selected value); None otherwise.
+
+    XLA skips padding positions instead of comparing against them: a window whose real rows
+    are all at the never-selected value (all -inf for a max-pool) scatters its gradient into
+    the padding, where XLA would give it to the first of those rows."""
+    window = instr.attr("window")
+    operand, source = instr.operands[0], instr.operands[1]
+    if reducer_opcode(instr.called["scatter"]) is not Opcode.ADD:
+        return None
+    select_root = instr.called["select"].root
+    params = instr.called["select"].parameters
+    direction = select_root.attr("direction", None) if select_root.opcode is Opcode.COMPARE else None
+    if (direction is None or str(direction) not in _NEVER_SELECTED
+            or list(select_root.operands) != list(params)):
+        return None
+    etype = instr.shape.element_type
+    operand_halos, source_halos, keep = [], [], [[0] * p.n for _ in instr.shape.dims]
+    local_dims = list(window.dimensions)
+    for d, w in enumerate(window.dimensions):
+        t = tm.dims[d]
+        if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
+            continue
+        size, out = operand.shape.dims[d], source.shape.dims[d]
+        if size % t or w.lhs_dilation != 1 or w.rhs_dilation != 1:
+            return None
+        L, s, pl = size // t, w.stride, w.padding_low
+        first = [-(-(i * L + pl - w.size + 1) // s) for i in range(t)]    # first window touching tile i
+        last = [((i + 1) * L - 1 + pl) // s for i in range(t)]             # last window touching tile i
+        count = max(b - a + 1 for a, b in zip(first, last))
+        source_rows = halos.WindowRows(tuple(first), count, WindowDimension(1))
+        operand_rows = halos.WindowRows(tuple(a * s - pl for a in first), (count - 1) * s + w.size,
+                                        WindowDimension(w.size, s))
+        sh = halos.plan(d, out, t, source_rows, zero_padding=True)
+        oh = halos.plan(d, size, t, operand_rows, zero_padding=False)
+        if oh.left + oh.right >= (t - 1) * L or sh.left + sh.right >= (t - 1) * sh.local:
+            return None  # gathering the operand and the source would move no more
+        source_halos.append(sh)
+        operand_halos.append(oh)
+        local_dims[d] = WindowDimension(w.size, s)
+        for dev in range(p.n):
+            c = int(tm.coords[dev, d])
+            keep[d][dev] = c * L - operand_rows.starts[c]
+    s_ = to_sharding(tm)
+    x = p.operand_as(instr, 0, s_)
+    src = p.operand_as(instr, 1, s_)
+    init = p.operand_as(instr, 2, Sharding.replicated())
+    never = p.em.constant(identity_value(_NEVER_SELECTED[str(direction)], etype), etype)
+    for h in operand_halos:
+        x = halos.exchange(p.em, x, tm, h, never)
+    for h in source_halos:
+        src = halos.exchange(p.em, src, tm, h, None)
+    extended = p.clone(instr, [x, src, init], x.shape)
+    extended.set_attr("window", Window(tuple(local_dims)))
+    mine = p.em.local_slice(extended, keep, local_shape(instr.shape, s_).dims)
+    return p.reshard(PValue(mine, s_, instr.shape), target)
 
 
 __all__ = ["reduce_window", "select_and_scatter"]
