@@ -1,4 +1,4 @@
-"""Loads grammar/hlo.lark once: one LALR parser with a start rule per entry point."""
+"""Loads hlo_passes/grammar/hlo.lark once: one LALR parser with a start rule per entry point."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import lark
 
-GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "hlo.lark"
-if not GRAMMAR_PATH.exists():  # installed as a wheel: the grammar ships inside the package
-    GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "hlo.lark"
+# The grammar is package data (hlo_passes/grammar/, shipped in the wheel; the top-level
+# grammar/ of the checkout is a link to it), so it loads relative to the package.
+GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "hlo.lark"
 
 START_RULES = (
     "module", "module_header", "table", "computation_header", "instruction", "shape",

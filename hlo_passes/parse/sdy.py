@@ -18,9 +18,7 @@ import lark
 
 from hlo_passes.ir.sdy import AxisRef, DimSharding, SdyMesh, SdySharding
 
-GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "sdy.lark"
-if not GRAMMAR_PATH.exists():  # installed as a wheel: the grammar ships inside the package
-    GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "sdy.lark"
+GRAMMAR_PATH = Path(__file__).resolve().parents[1] / "grammar" / "sdy.lark"  # package data
 
 _STARTS = ("sdy_meshes", "sdy_sharding", "sdy_sharding_per_value", "sdy_manual_axes")
 
