@@ -143,7 +143,7 @@ def test_xla_dump_directories(tmp_path, capsys):
     (dump / "module_0007.jit_step.cpu_after_optimizations.txt").write_text("not used")
     (dump / "module_0003.jit_other.before_optimizations.txt").write_text(DEAD)
     assert cli(["run", str(dump), "--passes=dce"]) == 2
-    assert "holds 2 modules; pick one with --module (jit_other, jit_step" in capsys.readouterr().err
+    assert "holds 2 modules; pick one with --module (0003 jit_other, 0007 jit_step)" in capsys.readouterr().err
     assert cli(["run", str(dump), "--module", "jit_step", "--passes=dce"]) == 0
     captured = capsys.readouterr()
     assert "reading " in captured.err and "module_0007.jit_step.before_optimizations.txt" in captured.err
@@ -153,7 +153,7 @@ def test_xla_dump_directories(tmp_path, capsys):
     assert (tmp_path / "d" / "module_0003.dead.0000.dce.after.txt").exists()  # keeps XLA's number
     assert cli(["run", str(dump), "--module", "9", "--passes=dce"]) == 2
     assert cli(["run", str(tmp_path), "--passes=dce"]) == 2
-    assert "is it an XLA dump?" in capsys.readouterr().err
+    assert "is it an XLA dump directory?" in capsys.readouterr().err
 
 
 def test_passes_lists_every_pass_with_typed_options(capsys):
@@ -179,7 +179,7 @@ def test_unwritable_output_and_binary_input_are_usage_errors(dead, tmp_path, cap
     binary = tmp_path / "module.pb"
     binary.write_bytes(b"\x08\x96\x01\xff\xfe")
     assert cli(["run", str(binary), "--passes=dce"]) == 2
-    assert "module.pb: not HLO text" in capsys.readouterr().err
+    assert "module.pb: not a serialized HLO module" in capsys.readouterr().err
 
 
 def test_output_file_gets_the_usual_mode(dead, tmp_path):

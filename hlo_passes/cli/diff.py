@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import sys
 
-from hlo_passes.cli.io import read_module
+from hlo_passes.cli.io import add_dump_arguments, two_modules
 
 COMMAND = "diff"
 HELP = "structural diff of two modules (exit 0 equal, 1 different)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("a", metavar="A", help="HLO file, or - for stdin")
-    p.add_argument("b", metavar="B", help="HLO file, or - for stdin")
+    p.add_argument("a", metavar="A", help="HLO file, .pb proto, - for stdin, or an XLA dump directory")
+    p.add_argument("b", metavar="B", nargs="?",
+                   help="the same (omitted: a second stage of A's dump directory, from --stage A,B)")
+    add_dump_arguments(p, stages=2)
 
 
 def main(args) -> int:
     from hlo_passes.diff import diff_modules
 
-    diff = diff_modules(read_module(args.a), read_module(args.b))
+    (a, name_a), (b, name_b) = two_modules(args.a, args.b, args.module, args.stage,
+                                           default_stages=("before_optimizations", "after_optimizations"))
+    diff = diff_modules(a, b)
     if diff.equal:
         return 0
-    sys.stdout.write(f"--- {args.a}\n+++ {args.b}\n" + diff.format())
+    sys.stdout.write(f"--- {name_a}\n+++ {name_b}\n" + diff.format())
     return 1

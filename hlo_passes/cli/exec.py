@@ -1,15 +1,19 @@
 """`hlo-passes exec FILE`: run one module through XLA and summarise its outputs.
 
-A global module runs on one device, or through XLA's SPMD partitioner with
-`--num-devices N`; a partitioned module with logical shardings on its ENTRY
-parameters and ROOT runs on its devices and its global result is summarised.
+What kind of program the file holds is read from its content (ir/program_kind.py) and
+said on stderr; `--as` overrides it.  A global module runs on one device, or through XLA's
+SPMD partitioner when it needs several devices or `--num-devices N` asks for them; a
+partitioned module with logical shardings on its ENTRY parameters and ROOT runs on its
+devices and its global result is summarised; any other per-device program (XLA's own
+partition, a replica program) runs on its devices with random inputs per device, and each
+output is summarised over all devices.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from hlo_passes.cli.io import read_module
+from hlo_passes.cli.io import add_dump_arguments, read_module
 from hlo_passes.cli.main import UserError
 
 COMMAND = "exec"
@@ -17,13 +21,16 @@ HELP = "run a module through XLA and summarise its outputs"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", metavar="FILE")
+    p.add_argument("input", metavar="FILE", help="HLO file, .pb proto, - for stdin, or an XLA dump directory")
+    add_dump_arguments(p)
     p.add_argument("--num-devices", type=int, metavar="N",
                    help="run a global module on N devices through XLA's SPMD partitioner")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--inputs", metavar="F.npz", help="inputs arr_0, arr_1, ... instead of random ones")
     p.add_argument("--save-outputs", metavar="F.npz", help="write the outputs as arr_0, arr_1, ...")
     p.add_argument("--platform", choices=("cpu", "gpu", "tpu"), help="XLA platform (default cpu)")
+    p.add_argument("--as", dest="as_kind", choices=("global", "per-device", "replica"),
+                   help="read FILE as this kind of program instead of what its content says")
 
 
 def summary(index: int, out: np.ndarray) -> str:
@@ -47,18 +54,46 @@ def summary(index: int, out: np.ndarray) -> str:
             + (f" inf {inf}" if inf else ""))
 
 
+def per_device_summary(index: int, out: np.ndarray) -> str:
+    """`output I: DTYPE[dims] on each of N devices (equal|different): min .. max ..` over all devices."""
+    n = out.shape[0]
+    same = all(np.array_equal(out[0], out[d], equal_nan=True) for d in range(1, n))
+    values = summary(index, out).split("]", 1)[1]
+    return (f"output {index}: {out.dtype}{list(out.shape[1:])} on each of {n} devices "
+            f"({'equal on all' if same else 'different per device'}){values}")
+
+
 def main(args) -> int:
+    import sys
+
     from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
+    from hlo_passes.ir.program_kind import ProgramKind, read_program
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable
 
     quiet_xla_logs()
-    module = read_module(args.input)
+    module = read_module(args.input, args.module, args.stage)
+    kind = ProgramKind(args.as_kind) if args.as_kind else None
+    reading = read_program(module, kind)
+    print(f"hlo-passes: {args.input}: {reading.describe()}", file=sys.stderr)
+    per_device = reading.kind.is_per_device and not v.has_logical_shardings(module)
+    if per_device and args.inputs:
+        raise UserError("--inputs gives global arrays; a per-device program without logical shardings "
+                        "runs on random inputs per device")
     try:
+        if per_device:
+            outputs, n = v.execute_per_device(module, num_devices=args.num_devices, seed=args.seed,
+                                              platform=args.platform)
+            stacked = [np.stack([dev[i] for dev in outputs]) for i in range(len(outputs[0]))]
+            for i, out in enumerate(stacked):
+                print(per_device_summary(i, out))
+            if args.save_outputs:
+                inp.save_npz(args.save_outputs, stacked)
+            return 0
         inputs = inp.load_npz(args.inputs) if args.inputs else None
         outputs = v.execute_module(module, inputs, num_devices=args.num_devices, seed=args.seed,
-                                   platform=args.platform)
+                                   platform=args.platform, as_kind=kind)
     except (v.VerificationError, inp.InputError, BackendUnavailable) as e:
         raise UserError(str(e)) from None
     except Exception as e:

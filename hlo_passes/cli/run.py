@@ -1,7 +1,8 @@
 """`hlo-passes run IN --passes=PIPELINE`: run a pipeline, like XLA's hlo-opt.
 
-IN is a file, `-`, or an XLA dump directory with `--module NAME|NUMBER` (the
-module's `before_optimizations` file is used, and named on stderr).
+IN is a file, `-`, a binary HLO proto (`.pb`), or an XLA dump directory with
+`--module NAME|NUMBER` and `--stage` (default: the module's `before_optimizations`
+file; the file used is named on stderr).
 
 Exit codes: 0 done; 1 a check failed (--verify-each: a pass left a malformed module,
 --verify: the result computes something else); 2 bad usage or input.  Nothing is
@@ -13,7 +14,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from hlo_passes.cli.io import read_text, write_text
+from hlo_passes.cli.io import add_dump_arguments, read_text, write_text
 from hlo_passes.cli.main import UserError
 
 COMMAND = "run"
@@ -21,33 +22,19 @@ HELP = "run a pass pipeline on a module"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("input", metavar="IN", help="HLO file, -, or an XLA dump directory (with --module)")
+    p.add_argument("input", metavar="IN", help="HLO file, .pb proto, -, or an XLA dump directory (with --module)")
     p.add_argument("--passes", required=True, metavar="PIPELINE",
                    help="e.g. spmd-partition,collective-fusion{threshold-bytes=1048576}")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result here (default: stdout)")
-    p.add_argument("--module", metavar="NAME|NUM", help="module of an XLA dump directory")
     p.add_argument("--num-partitions", type=int, help="set num-partitions on every pass that has it")
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
     p.add_argument("--verify-each", action="store_true", help="structural verifier after every pass")
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
     p.add_argument("--stats", action="store_true", help="instructions, collectives and FLOPs before/after")
     p.add_argument("--remarks", action="store_true", help="what each pass decided and why")
-
-
-def pick_dump_file(directory: Path, module: str | None) -> Path:
-    files = sorted(directory.glob("module_*.before_optimizations.txt"))
-    if not files:
-        raise UserError(f"{directory}: no module_*.before_optimizations.txt files (is it an XLA dump?)")
-    if module is None:
-        if len(files) == 1:
-            return files[0]
-        names = ", ".join(f.name.split(".")[1] for f in files[:10])
-        raise UserError(f"{directory} holds {len(files)} modules; pick one with --module ({names}, ...)")
-    for f in files:
-        number, name = f.name.split(".")[0].removeprefix("module_"), f.name.split(".")[1]
-        if module in (name, number) or (module.isdigit() and int(module) == int(number)):
-            return f
-    raise UserError(f"{directory}: no module named or numbered {module!r}")
+    add_dump_arguments(p)
+    p.add_argument("--as", dest="as_kind", choices=("global", "per-device", "replica"),
+                   help="with --verify: read IN as this kind of program instead of what its content says")
 
 
 def main(args) -> int:
@@ -67,11 +54,8 @@ def main(args) -> int:
         if not set_option_everywhere(pipeline, "num_partitions", args.num_partitions):
             print(f"hlo-passes: warning: --num-partitions {args.num_partitions} is ignored: no pass in "
                   f"{pipeline} has a num-partitions option", file=sys.stderr)
-    source = args.input
-    if source != "-" and Path(source).is_dir():
-        source = str(pick_dump_file(Path(source), args.module))
-        print(f"hlo-passes: reading {source}", file=sys.stderr)
-    text, display = read_text(source)  # read once: `-` is a stream
+    text, display = read_text(args.input, args.module, args.stage)  # read once: `-` is a stream
+    source = display
     module = parse_module(text, display)
     before_stats = module_stats(module) if args.stats else None
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
@@ -114,10 +98,8 @@ def main(args) -> int:
         print(manager.timing_report(), file=sys.stderr)
     if args.verify:
         from hlo_passes.runtime import verify_equivalent
-        from hlo_passes.runtime.xla_backend import ensure_devices
 
-        ensure_devices(max(module.num_partitions, module.replica_count, 1))
-        report = verify_equivalent(text, out)
+        report = verify_equivalent(text, out, original_as=args.as_kind)
         print(report.format(), file=sys.stderr)
         if not report.ok:
             return 1

@@ -7,7 +7,7 @@ trimmed to its useful lines).
 
 from __future__ import annotations
 
-from hlo_passes.cli.io import read_module
+from hlo_passes.cli.io import add_dump_arguments, two_modules
 from hlo_passes.cli.main import UserError
 
 COMMAND = "verify"
@@ -15,8 +15,11 @@ HELP = "numerically compare two modules through XLA (exit 0 equal, 1 different)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("original", metavar="ORIGINAL")
-    p.add_argument("rewritten", metavar="REWRITTEN")
+    p.add_argument("original", metavar="ORIGINAL", help="HLO file, .pb proto, or an XLA dump directory")
+    p.add_argument("rewritten", metavar="REWRITTEN", nargs="?",
+                   help="the same (omitted: a second stage of ORIGINAL's dump directory, --stage A,B; "
+                        "default before_optimizations,after_optimizations)")
+    add_dump_arguments(p, stages=2)
     p.add_argument("--num-devices", type=int, metavar="N",
                    help="devices for per-device programs and XLA-partitioned runs (default: from the modules)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -28,10 +31,28 @@ def add_arguments(p) -> None:
     p.add_argument("--save-outputs", metavar="F.npz",
                    help="both modules' outputs (expected_N from ORIGINAL, actual_N from REWRITTEN)")
     p.add_argument("--platform", choices=("cpu", "gpu", "tpu"), help="XLA platform (default cpu)")
+    p.add_argument("--as", dest="as_kinds", metavar="KIND[,KIND]",
+                   help="read ORIGINAL (and REWRITTEN) as a global|per-device|replica program instead of "
+                        "what their content says, e.g. --as global,per-device")
     p.add_argument("--result-sharding", metavar="SHARDING",
                    help="logical sharding of REWRITTEN's result when the file does not carry it, e.g. "
                         "'{{devices=[4,2]<=[8]}, {replicated}}' for XLA's own partitioned dump "
                         "(default: the ROOT's sharding, else the one XLA's partitioner picks)")
+
+
+KINDS = ("global", "per-device", "replica")
+
+
+def read_kinds(text: str | None, count: int) -> list[str | None]:
+    """`--as KIND[,KIND]`: one kind per module (one given: the same for all)."""
+    if text is None:
+        return [None] * count
+    kinds = [k.strip() for k in text.split(",")]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or len(kinds) not in (1, count):
+        raise UserError(f"--as: expected {count if count > 1 else 'one'} of {', '.join(KINDS)} "
+                        f"(comma-separated), got {text!r}")
+    return kinds * count if len(kinds) == 1 else kinds
 
 
 def quiet_xla_logs() -> None:
@@ -59,22 +80,27 @@ def xla_failure(what: str, error: BaseException) -> UserError:
 
 
 def main(args) -> int:
+    from hlo_passes.ir.program_kind import ProgramKind, read_program
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices
 
     quiet_xla_logs()
-    original, rewritten = read_module(args.original), read_module(args.rewritten)
+    (original, _), (rewritten, _) = two_modules(args.original, args.rewritten, args.module, args.stage,
+                                                default_stages=("before_optimizations", "after_optimizations"))
+    kinds = [ProgramKind(k) if k else None for k in read_kinds(args.as_kinds, 2)]
+    readings = [read_program(m, k) for m, k in zip((original, rewritten), kinds)]
     root_sharding = read_sharding_option("--result-sharding", args.result_sharding)
     if args.num_devices is not None and args.num_devices < 1:
         raise UserError("--num-devices must be at least 1")
     try:
-        ensure_devices(max(args.num_devices or 1, original.num_partitions * original.replica_count,
-                           rewritten.num_partitions * rewritten.replica_count), args.platform)
+        ensure_devices(max([args.num_devices or 1] + [r.num_devices for r in readings if r.kind.is_per_device]),
+                       args.platform)
+        original_global = not readings[0].kind.is_per_device
         inputs = None
         if args.inputs:
-            inputs = inp.load_npz(args.inputs, None if v.is_per_device(original) else original)
-        elif args.save_inputs and not v.is_per_device(original):
+            inputs = inp.load_npz(args.inputs, original if original_global else None)
+        elif args.save_inputs and original_global:
             inputs = inp.random_inputs(original, args.seed)
         if args.save_inputs:
             if inputs is None:
@@ -82,7 +108,7 @@ def main(args) -> int:
             inp.save_npz(args.save_inputs, inputs)
         report = v.verify_equivalent(original, rewritten, num_devices=args.num_devices, seed=args.seed,
                                      rtol=args.rtol, atol=args.atol, inputs=inputs, platform=args.platform,
-                                     root_sharding=root_sharding)
+                                     root_sharding=root_sharding, original_as=kinds[0], rewritten_as=kinds[1])
     except (v.VerificationError, inp.InputError, BackendUnavailable) as e:
         raise UserError(str(e)) from None
     except UserError:

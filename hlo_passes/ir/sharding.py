@@ -91,6 +91,10 @@ class Sharding:
     iota: IotaDevices | None = None
     replicate_spelled_as_flag: bool = True  # last_tile_dim_replicate vs last_tile_dims={replicated}
     devices_spelled_explicitly: bool = False  # `devices=[2]0,1` rather than an iota
+    named_mesh: bool = False  # `{mesh['x'=4], [{'x'}]}`: XLA prints this form for Shardy-lowered modules
+    # Dimensions left open to propagation (`{?}`, `{'x', ?}` in the named form): a partitioner may
+    # shard them further (GSPMD's `unspecified_dims`).
+    open_dims: tuple[int, ...] = ()
     metadata: str = ""  # raw `metadata={...}` group text
 
     # ------------------------------------------------------------ builders --

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import replace
 from typing import Any, Callable
 
 import lark
+from lark import Token
 
 from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata,
                                       PaddingConfig, SliceSpec, Window, WindowDimension)
@@ -155,7 +157,9 @@ class _TypedBuilder(lark.Transformer):
         return ("unknown",)
 
     def dim_axes(self, c):
-        return tuple(_axis_ref(x) for x in c if isinstance(x, tuple))
+        """(axes, open): the axes splitting a dimension, and whether it ends with `?`."""
+        axes = tuple(_axis_ref(x) for x in c if isinstance(x, tuple))
+        return axes, any(isinstance(x, Token) and x.type == "OPEN_DIM" for x in c)
 
     def named_dims(self, c):
         return ("dims", tuple(x for x in c if x is not None))
@@ -166,11 +170,12 @@ class _TypedBuilder(lark.Transformer):
     def named_unreduced_axes(self, c):
         return ("unreduced_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
+    def named_manual_axes(self, c):
+        return ("manual_axes", tuple(_axis_ref(x) for x in c if x is not None))
+
     def named_sharding(self, c):
         mesh, rest = c[0], [x for x in c[1:] if x is not None]
         if rest[0][0] == "device_ids":
-            from dataclasses import replace
-
             mesh, rest = replace(mesh, device_ids=rest[0][1]), rest[1:]
         spec, options = rest[0], rest[1:]
         metadata = next((o[1] for o in options if o[0] == "metadata"), "")
@@ -180,15 +185,15 @@ class _TypedBuilder(lark.Transformer):
             s = {"replicated": Sharding.replicated, "manual": Sharding.manual,
                  "unknown": Sharding.unknown}[spec[0]]()
         else:
+            manual = next((o[1] for o in options if o[0] == "manual_axes"), ())
             try:
-                s = mesh_sharding(mesh, list(spec[1]))
+                s = mesh_sharding(mesh, [axes for axes, _ in spec[1]], manual)
             except (KeyError, ValueError) as e:
                 raise AttributeError_(str(e)) from None
-        if metadata:
-            from dataclasses import replace
-
-            s = replace(s, metadata=metadata)
-        return s
+            open_dims = tuple(i for i, (_, is_open) in enumerate(spec[1]) if is_open)
+            if open_dims:
+                s = replace(s, open_dims=open_dims)
+        return replace(s, metadata=metadata or s.metadata, named_mesh=True)
 
     def tuple_sharding(self, c):
         return Sharding.tuple_of(c)

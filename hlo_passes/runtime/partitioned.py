@@ -245,29 +245,49 @@ def run_global_partitioned(module: Module, leaf_inputs: list[np.ndarray], *,
 
 
 def in_shardy_form(module: Module) -> bool:
-    """Does the module carry JAX's Shardy lowering (`xla.sdy.*` module frontend attributes)?"""
+    """Does the module carry JAX's Shardy lowering: `xla.sdy.*` module frontend attributes,
+    Shardy's custom-calls (`xla.sdy.GlobalToLocalShape` …), or shardings in the named mesh form?
+    The last two are what XLA's `before_optimizations` dump of a Shardy-lowered program holds;
+    XLA's GSPMD pipeline rejects the custom-calls and never finishes on some named shardings,
+    so such modules go through the Shardy partitioner, as JAX compiled them."""
     attributes = module.header_attr("frontend_attributes")
-    return attributes is not None and any(k.startswith("xla.sdy.") for k, _ in attributes.entries)
+    if attributes is not None and any(k.startswith("xla.sdy.") for k, _ in attributes.entries):
+        return True
+    for i in module.all_instructions():
+        if (i.custom_call_target or "").startswith("xla.sdy."):
+            return True
+        s = i.sharding if "sharding" in i.attributes else None
+        if s is not None and any(leaf.named_mesh for leaf in (s.elements if s.is_tuple else (s,))):
+            return True
+    return False
+
+
+def _propagation_flags(module: Module, key: str) -> tuple[bool, ...]:
+    return tuple(module.header_attr(key) or ()) if key in module.attributes else ()
 
 
 def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, notes: list[str],
-                     propagate_to_output: tuple[bool, ...] = ()):
-    """XLA's executable for a global module partitioned by XLA on `num_devices` (see mode (b)
-    in the module docstring for how Shardy-form modules are compiled)."""
+                     propagate_to_output: tuple[bool, ...] | None = None):
+    """XLA's executable for a global module partitioned by XLA on `num_devices`, compiled with
+    the module header's `allow_spmd_sharding_propagation_to_parameters/output` (what JAX asked
+    for when it compiled the module), see mode (b) in the module docstring for how Shardy-form
+    modules are compiled."""
     from hlo_passes.runtime import xla_backend
 
     copy = parse_module(print_module(module))
     copy.num_partitions = num_devices
+    flags = dict(platform=platform,
+                 propagate_to_output=(propagate_to_output if propagate_to_output is not None else
+                                      _propagation_flags(copy, "allow_spmd_sharding_propagation_to_output")),
+                 propagate_to_parameters=_propagation_flags(copy, "allow_spmd_sharding_propagation_to_parameters"))
     if not in_shardy_form(copy):
-        return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                       platform=platform, propagate_to_output=propagate_to_output)
+        return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True, **flags)
     from hlo_passes.passes.spmd.shardy_import import has_partially_manual_regions, import_shardy
 
     if not has_partially_manual_regions(copy):
         try:
             return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                           platform=platform, shardy=True,
-                                           propagate_to_output=propagate_to_output)
+                                           shardy=True, **flags)
         except xla_backend.BackendUnavailable:
             raise
         except RuntimeError as e:  # XLA's own error (JaxRuntimeError)
@@ -276,8 +296,7 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
         reason = "XLA's Shardy pipeline aborts on partially manual shard_map regions"
     import_shardy(copy)
     notes.append(f"{reason}; it ran in GSPMD form after our Shardy import")
-    return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
-                                   platform=platform, propagate_to_output=propagate_to_output)
+    return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True, **flags)
 
 
 def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,

@@ -41,6 +41,7 @@ import numpy as np
 
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.program_kind import ProgramKind, ProgramReading, read_program
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.printer import print_module
@@ -71,6 +72,8 @@ class VerificationReport:
     outputs: list[OutputStats] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # How each module was read ("ORIGINAL: global program on 8 devices (...)").
+    readings: list[str] = field(default_factory=list)
     expected: list[np.ndarray] = field(default_factory=list, repr=False)
     actual: list[np.ndarray] = field(default_factory=list, repr=False)
 
@@ -87,6 +90,7 @@ class VerificationReport:
         lines += [f"  {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  {o.format()}" for o in self.outputs]
+        lines += [f"  {r}" for r in self.readings]
         return "\n".join(lines)
 
 
@@ -106,8 +110,9 @@ def _module(m: Module | str) -> Module:
 
 
 def is_per_device(module: Module) -> bool:
-    """Per-device programs: partitioned (`num_partitions>1`) or replica-style (`replica_count>1`)."""
-    return module.num_partitions > 1 or module.replica_count > 1
+    """Does every device run this text on its own inputs (a partitioned or replica program)?
+    Read from the module's content (ir/program_kind.py), not from `num_partitions`."""
+    return read_program(module).kind.is_per_device
 
 
 def _has_sharding(instr) -> bool:
@@ -147,19 +152,6 @@ def strip_shardings(module: Module) -> Module:
     return module
 
 
-def _device_count_of_shardings(module: Module) -> int:
-    best = 1
-    for i in module.all_instructions():
-        if _has_sharding(i):
-            s = i.sharding
-            for leaf in (s.elements if s.is_tuple else (s,)):
-                if leaf.num_devices:
-                    best = max(best, max(leaf.devices) + 1)
-                elif leaf.kind.value == "maximal" and leaf.device is not None:
-                    best = max(best, leaf.device + 1)
-    return best
-
-
 # ------------------------------------------------------------------ runs --
 def run_single_device(module: Module, inputs: list[np.ndarray], platform: str | None = None) -> list[np.ndarray]:
     """Mode (a): a global module without collectives on one device."""
@@ -177,7 +169,7 @@ def _run_global(module: Module, inputs, num_devices, platform, report) -> list[n
 
     if not needs_devices(module):
         return run_single_device(module, inputs, platform)
-    n = num_devices or _device_count_of_shardings(module)
+    n = num_devices or read_program(module).num_devices
     notes: list[str] = []
     outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
     report.problems += problems
@@ -187,7 +179,8 @@ def _run_global(module: Module, inputs, num_devices, platform, report) -> list[n
 
 
 def run_partitioned(module: Module, global_inputs: list[np.ndarray], *, param_shardings=None,
-                    root_sharding=None, global_root_shape=None, report=None, platform=None) -> list[np.ndarray]:
+                    root_sharding=None, global_root_shape=None, report=None, platform=None,
+                    num_devices: int | None = None) -> list[np.ndarray]:
     """Mode (c): a per-device partitioned module on global inputs; global outputs."""
     from hlo_passes.runtime.partitioned import run_global_partitioned
 
@@ -198,80 +191,148 @@ def run_partitioned(module: Module, global_inputs: list[np.ndarray], *, param_sh
         module.entry.root.sharding if _has_sharding(module.entry.root) else None)
     outputs, problems, run = run_global_partitioned(
         module, global_inputs, param_shardings=shardings, root_sharding=rs,
-        global_root_shape=global_root_shape, platform=platform)
+        global_root_shape=global_root_shape, platform=platform,
+        num_devices=num_devices or read_program(module).num_devices)
     if report is not None:
         report.problems += problems
         report.notes += run.notes
     return outputs
 
 
-def _xla_root_sharding(original: Module, n: int, rewritten: Module, platform) -> Sharding | None:
-    """The result sharding XLA's partitioner chooses for the original on n devices (None if
-    XLA cannot compile it)."""
+@dataclass(frozen=True)
+class XlaShardings:
+    """The shardings XLA's partitioner settled on for a global module: one per ENTRY
+    parameter (tuple shardings for tuple parameters) and the result's."""
+
+    parameters: list[Sharding]
+    result: Sharding
+
+
+def xla_shardings(original: Module, n: int, platform, partitioned: Module | None = None) -> XlaShardings | None:
+    """What XLA's SPMD partitioner chooses for the global `original` on n devices, compiled with
+    the module's own `allow_spmd_sharding_propagation_to_parameters/output` (what JAX asked for
+    when it compiled it); None when XLA cannot compile it.
+
+    A module from `jax.jit(...).lower(...).as_text()` does not record those flags; JAX compiles
+    it letting XLA choose the outputs' shardings.  When the header is silent and `partitioned`
+    (a per-device program of `original`) is given, that reading is tried too, and the one whose
+    tiles have `partitioned`'s per-device shapes wins."""
     from hlo_passes.parse.attribute_reader import reader_for
     from hlo_passes.runtime.partitioned import compile_xla_spmd
 
-    allow = rewritten.attributes.get("allow_spmd_sharding_propagation_to_output")
-    flags = tuple(rewritten.header_attr("allow_spmd_sharding_propagation_to_output") or ()) if allow else (True,)
-    try:
-        exe = compile_xla_spmd(_module(original), n, platform, [], propagate_to_output=flags)
-        texts = exe.output_shardings()
-    except Exception:
-        return None
-    if not texts:
-        return None
+    candidates: list[tuple[bool, ...] | None] = [None]
+    if "allow_spmd_sharding_propagation_to_output" not in original.attributes:
+        candidates.append((True,))
     read = reader_for("sharding")
-    leaves = [read(t if t.startswith("{") else "{" + t + "}") for t in texts]
-    return Sharding.tuple_of(leaves) if original.entry.root.shape.is_tuple else leaves[0]
+    found = None
+    for flags in candidates:
+        try:
+            exe = compile_xla_spmd(original, n, platform, [], propagate_to_output=flags)
+            params, results = exe.parameter_shardings(), exe.output_shardings()
+        except Exception:
+            continue
+        if params is None or not results:
+            continue
+        leaves = [read(t if t.startswith("{") else "{" + t + "}") for t in params]
+        per_param: list[Sharding] = []
+        for p in original.entry.parameters:
+            count = len(p.shape.leaves())
+            mine, leaves = leaves[:count], leaves[count:]
+            per_param.append(Sharding.tuple_of(mine) if p.shape.is_tuple else mine[0])
+        outs = [read(t if t.startswith("{") else "{" + t + "}") for t in results]
+        result = Sharding.tuple_of(outs) if original.entry.root.shape.is_tuple else outs[0]
+        found = XlaShardings(per_param, result)
+        if partitioned is None or _tiles_match(original.entry.root.shape, result, partitioned.entry.root.shape):
+            return found
+    return found
 
 
-def _propagated_root_sharding(module: Module) -> Sharding | None:
-    """Our sharding propagation's choice for the result of the unpartitioned module."""
-    from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+def _tiles_match(global_shape, sharding: Sharding | None, local_shape) -> bool:
+    """Does `sharding` cut `global_shape` into tiles of `local_shape` (leaf by leaf)?"""
+    from hlo_passes.runtime.partitioned import leaf_shardings
 
-    copy = _module(module)
-    ShardingPropagation().run(copy)
-    return copy.entry.root.sharding
+    g, loc = global_shape.leaves(), local_shape.leaves()
+    if len(g) != len(loc):
+        return False
+    for leaf_g, leaf_l, s in zip(g, loc, leaf_shardings(sharding, global_shape)):
+        tile = tuple(leaf_g.dims) if s is None or not s.is_tiled else s.tile_shape(tuple(leaf_g.dims))
+        if tile != tuple(leaf_l.dims):
+            return False
+    return True
+
+
+def _reading_beside(module: Module, reading: ProgramReading, other: Module) -> ProgramReading:
+    """A module read as global whose ENTRY parameters are exactly the tiles of `other`'s
+    global parameters under its own shardings (and differ from them) is a per-device program
+    of `other` that needs no communication: the shapes say so."""
+    if reading.kind.is_per_device or reading.overridden:
+        return reading
+    mine, theirs = module.entry.parameters, other.entry.parameters
+    if len(mine) != len(theirs) or all(a.shape == b.shape for a, b in zip(mine, theirs)):
+        return reading
+    if all(_has_sharding(a) and _tiles_match(b.shape, a.sharding, a.shape) for a, b in zip(mine, theirs)):
+        return ProgramReading(ProgramKind.PER_DEVICE, reading.num_devices,
+                              "its parameters are the other module's, tiled by their shardings")
+    return reading
 
 
 # ------------------------------------------------------------- public API --
+def _reading(module: Module, as_kind: ProgramKind | str | None) -> ProgramReading:
+    return read_program(module, ProgramKind(as_kind) if isinstance(as_kind, str) else as_kind)
+
+
 def verify_equivalent(original, rewritten, *, num_devices: int | None = None, seed: int = 0,
                       rtol: float | None = None, atol: float | None = None,
                       inputs: list[np.ndarray] | None = None, platform: str | None = None,
                       param_shardings: list[Sharding | None] | None = None,
-                      root_sharding: Sharding | None = None) -> VerificationReport:
+                      root_sharding: Sharding | None = None,
+                      original_as: ProgramKind | str | None = None,
+                      rewritten_as: ProgramKind | str | None = None) -> VerificationReport:
     """Run both modules on the same inputs and compare every output (see the module docstring).
 
     `inputs`: one global array per flattened ENTRY parameter leaf (per-device comparisons:
     arrays with a leading device axis).  `param_shardings`/`root_sharding`: the logical
-    shardings of a partitioned module that does not print them.  Raises VerificationError
-    when the modules cannot be run or compared; XLA's compile errors propagate.
+    shardings of a partitioned module that does not print them (default: its own, else the
+    ones XLA's partitioner chooses for the global module).  `original_as`/`rewritten_as`
+    override the program kind read from each module (ir/program_kind.py).  Raises
+    VerificationError when the modules cannot be run or compared; XLA's compile errors
+    propagate.
     """
+    a, b = _module(original), _module(rewritten)
+    ra, rb = _reading(a, original_as), _reading(b, rewritten_as)
+    ra, rb = _reading_beside(a, ra, b), _reading_beside(b, rb, a)
+    report = _verify(a, b, ra, rb, num_devices=num_devices, seed=seed, rtol=rtol, atol=atol, inputs=inputs,
+                     platform=platform, param_shardings=param_shardings, root_sharding=root_sharding)
+    report.readings = [f"ORIGINAL: {ra.describe()}", f"REWRITTEN: {rb.describe()}"]
+    return report
+
+
+def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num_devices, seed, rtol, atol,
+            inputs, platform, param_shardings, root_sharding) -> VerificationReport:
     from hlo_passes.runtime import xla_backend
 
-    a, b = _module(original), _module(rewritten)
-    n_needed = max(num_devices or 1, a.num_partitions * a.replica_count, b.num_partitions * b.replica_count)
-    xla_backend.ensure_devices(n_needed, platform)
+    per_device = [r.num_devices for r in (ra, rb) if r.kind.is_per_device]
+    xla_backend.ensure_devices(max([num_devices or 1, *per_device]), platform)
     try:
-        if is_per_device(a) and is_per_device(b):
-            return _verify_per_device(a, b, num_devices, seed, rtol, atol, inputs, platform)
-        if is_per_device(a):  # the global module is the oracle, whichever side it is on
-            report = verify_equivalent(b, a, num_devices=num_devices, seed=seed, rtol=rtol, atol=atol,
-                                       inputs=inputs, platform=platform, param_shardings=param_shardings,
-                                       root_sharding=root_sharding)
+        if ra.kind.is_per_device and rb.kind.is_per_device:
+            return _verify_per_device(a, b, num_devices or max(per_device), seed, rtol, atol, inputs, platform)
+        if ra.kind.is_per_device:  # the global module is the oracle, whichever side it is on
+            report = _verify(b, a, rb, ra, num_devices=num_devices, seed=seed, rtol=rtol, atol=atol,
+                             inputs=inputs, platform=platform, param_shardings=param_shardings,
+                             root_sharding=root_sharding)
             report.notes.append("the global module (REWRITTEN) served as the oracle")
             return report
         if inputs is None:
             inputs = _inputs.random_inputs(a, seed)
         else:
             inputs = _inputs.check_inputs(a, list(inputs))
-        if not is_per_device(b):
+        if not rb.kind.is_per_device:
             report = VerificationReport("single device" if not (needs_devices(a) or needs_devices(b))
                                         else "XLA-partitioned")
             want = _run_global(a, inputs, num_devices, platform, report)
             got = _run_global(b, inputs, num_devices, platform, report)
         else:
-            n = b.num_partitions * b.replica_count
+            n = num_devices or rb.num_devices
             report = VerificationReport(f"partitioned on {n} devices")
             want = _run_global(a, inputs, n, platform, report)
             got = _run_rewritten_partitioned(a, b, inputs, n, param_shardings, root_sharding, report, platform)
@@ -282,23 +343,31 @@ def verify_equivalent(original, rewritten, *, num_devices: int | None = None, se
 
 def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings, root_sharding, report,
                                platform) -> list[np.ndarray]:
+    """The per-device `b` on the global inputs of `a`.  Its logical shardings: given, else its
+    own annotations, else the ones XLA's partitioner settles on for `a` (how XLA's own
+    partition of `a` lays out its arguments and result), else `a`'s annotations."""
+    own_params = [pb.sharding if _has_sharding(pb) else None for pb in b.entry.parameters]
+    own_root = b.entry.root.sharding if _has_sharding(b.entry.root) else None
+    xla = None
+    if (param_shardings is None and None in own_params) or (root_sharding is None and own_root is None):
+        xla = xla_shardings(a, n, platform, partitioned=b)
     if param_shardings is None:
-        param_shardings = [pb.sharding if _has_sharding(pb) else (pa.sharding if _has_sharding(pa) else None)
-                           for pb, pa in zip(b.entry.parameters, a.entry.parameters)]
+        fallback = xla.parameters if xla is not None else [
+            pa.sharding if _has_sharding(pa) else None for pa in a.entry.parameters]
+        param_shardings = [own if own is not None else other for own, other in zip(own_params, fallback)]
     if root_sharding is None:
-        if _has_sharding(b.entry.root):
-            root_sharding = b.entry.root.sharding
-        elif _has_sharding(a.entry.root):
+        root_sharding = own_root
+        if root_sharding is None and xla is not None:
+            root_sharding = xla.result
+            report.notes.append(f"result sharding {_hlo(root_sharding)} from XLA's partitioner")
+        elif root_sharding is None and _has_sharding(a.entry.root):
             root_sharding = a.entry.root.sharding
-        else:
-            root_sharding = _xla_root_sharding(a, n, b, platform)
-            source = "XLA's partitioner"
-            if root_sharding is None:
-                root_sharding = _propagated_root_sharding(a)
-                source = "our sharding propagation"
-            report.notes.append(f"result sharding {_hlo(root_sharding)} from {source}")
+        elif root_sharding is None:
+            raise VerificationError("REWRITTEN does not say how its result is sharded and XLA cannot "
+                                    "partition ORIGINAL to tell; give it (verify --result-sharding)")
     return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
-                           global_root_shape=a.entry.root.shape, report=report, platform=platform)
+                           global_root_shape=a.entry.root.shape, report=report, platform=platform,
+                           num_devices=n)
 
 
 def _hlo(s: Sharding | None) -> str:
@@ -315,11 +384,9 @@ def _compare(report: VerificationReport, want, got, rtol, atol) -> VerificationR
     return report
 
 
-def _verify_per_device(a: Module, b: Module, num_devices, seed, rtol, atol, inputs,
-                       platform) -> VerificationReport:
+def _verify_per_device(a: Module, b: Module, n: int, seed, rtol, atol, inputs, platform) -> VerificationReport:
     from hlo_passes.runtime.partitioned import run_per_device_program
 
-    n = num_devices or max(a.num_partitions * a.replica_count, b.num_partitions * b.replica_count)
     report = VerificationReport(f"per-device on {n} devices")
     replicated = [_declared_replicated(pa) or _declared_replicated(pb)
                   for pa, pb in zip(a.entry.parameters, b.entry.parameters)]
@@ -382,28 +449,29 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
 
 
 def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_devices: int | None = None,
-                   seed: int = 0, platform: str | None = None) -> list[np.ndarray]:
+                   seed: int = 0, platform: str | None = None,
+                   as_kind: ProgramKind | str | None = None) -> list[np.ndarray]:
     """Global outputs of one module.
 
     A global module runs on one device (mode a), or through XLA's SPMD partitioner when
     `num_devices` > 1 or it needs several devices (mode b); a partitioned module with
     logical shardings on its ENTRY parameters and ROOT runs on its devices with global
     inputs (mode c).  Per-device programs without logical shardings have no global result:
-    VerificationError.
+    VerificationError (`execute_per_device` runs them).
     """
     from hlo_passes.runtime import xla_backend
     from hlo_passes.runtime.partitioned import run_xla_spmd
 
     m = _module(module_or_text)
+    reading = _reading(m, as_kind)
     try:
-        if is_per_device(m):
+        if reading.kind.is_per_device:
             entry = m.entry
-            if m.replica_count > 1 or not all(_has_sharding(p) for p in entry.parameters) \
-                    or not _has_sharding(entry.root):
+            if not has_logical_shardings(m):
                 raise VerificationError("a per-device program without logical shardings on its ENTRY "
                                         "parameters and ROOT has no global result; `verify` it against "
                                         "its unpartitioned module")
-            n = m.num_partitions
+            n = num_devices or reading.num_devices
             xla_backend.ensure_devices(n, platform)
             shapes = [_global_shape(p.shape, p.sharding) for p in entry.parameters]
             leaves = [leaf for s in shapes for leaf in s.leaves()]
@@ -415,13 +483,13 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
             report = VerificationReport("partitioned")
             outs = run_partitioned(m, list(inputs), root_sharding=entry.root.sharding,
                                    global_root_shape=_global_shape(entry.root.shape, entry.root.sharding),
-                                   report=report, platform=platform)
+                                   report=report, platform=platform, num_devices=n)
             if report.problems:
                 raise VerificationError("; ".join(report.problems))
             return outs
         inputs = _inputs.random_inputs(m, seed) if inputs is None else _inputs.check_inputs(m, list(inputs))
         if (num_devices or 1) > 1 or needs_devices(m):
-            n = num_devices or _device_count_of_shardings(m)
+            n = num_devices or reading.num_devices
             xla_backend.ensure_devices(n, platform)
             outs, problems, _ = run_xla_spmd(m, inputs, n, platform)
             if problems:
@@ -430,6 +498,32 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
         return run_single_device(m, inputs, platform)
     except (PartitionError, _inputs.InputError) as e:
         raise VerificationError(str(e)) from None
+
+
+def has_logical_shardings(module: Module) -> bool:
+    """Does a per-device module say how its ENTRY parameters and result tile the global arrays
+    (as `spmd-partition` writes them), so that it has a global result?"""
+    entry = module.entry
+    return (module.replica_count == 1 and all(_has_sharding(p) for p in entry.parameters)
+            and _has_sharding(entry.root))
+
+
+def execute_per_device(module_or_text, *, num_devices: int | None = None, seed: int = 0,
+                       platform: str | None = None) -> tuple[list[list[np.ndarray]], int]:
+    """Run a per-device program on its devices, each with its own random inputs (the same on
+    every device for parameters declared replicated); `(outputs[device][leaf], devices)`."""
+    from hlo_passes.runtime import xla_backend
+    from hlo_passes.runtime.partitioned import run_per_device_program
+
+    m = _module(module_or_text)
+    n = num_devices or read_program(m).num_devices
+    xla_backend.ensure_devices(n, platform)
+    replicated = [_declared_replicated(p) for p in m.entry.parameters]
+    try:
+        run = run_per_device_program(m, per_device_inputs(m, n, replicated=replicated, seed=seed), n, platform)
+    except (PartitionError, _inputs.InputError) as e:
+        raise VerificationError(str(e)) from None
+    return run.outputs, n
 
 
 def _global_shape(shape, sharding: Sharding):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -110,14 +111,18 @@ def _jax_started() -> bool:
 def ensure_devices(n: int, platform: str | None = None) -> None:
     """Make sure `n` devices of `platform` (default CPU) exist.
 
-    On CPU, before JAX starts, this asks for max(n, 8) virtual devices through
-    XLA_FLAGS; once JAX has started with fewer, it explains how to restart.
+    On CPU, before JAX starts, this asks for max(n, 8) virtual devices through XLA_FLAGS
+    (raising a smaller count already there: the module decides); once JAX has started with
+    fewer, it explains how to restart.
     """
     platform = platform or "cpu"
     if platform == "cpu" and not _jax_started():
         flags = os.environ.get("XLA_FLAGS", "")
-        if _DEVICE_FLAG not in flags:
+        asked = re.search(rf"{_DEVICE_FLAG}=(\d+)", flags)
+        if asked is None:
             os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={max(n, 8)}".strip()
+        elif int(asked.group(1)) < n:  # the module needs more than the environment asks for
+            os.environ["XLA_FLAGS"] = flags.replace(asked.group(0), f"{_DEVICE_FLAG}={n}")
     api = _api()
     try:
         have = len(api.jax.devices(platform))
@@ -131,8 +136,45 @@ def ensure_devices(n: int, platform: str | None = None) -> None:
 
 
 def devices(n: int, platform: str | None = None) -> list:
+    """The first n devices.  With several processes (`init_distributed`) one device is this
+    process's own, and a multi-device program takes every device of every process: all of
+    them run it, each feeding and reading its own devices."""
     ensure_devices(n, platform)
-    return list(_api().jax.devices(platform or "cpu"))[:n]
+    jax = _api().jax
+    if jax.process_count() == 1:
+        return list(jax.devices(platform or "cpu"))[:n]
+    if n == 1:
+        return [jax.local_devices(backend=platform or "cpu")[0]]
+    everywhere = list(jax.devices(platform or "cpu"))
+    if n != len(everywhere):
+        raise BackendUnavailable(f"a {n}-device program across {jax.process_count()} processes needs "
+                                 f"exactly {n} devices in all; the processes have {len(everywhere)}")
+    return everywhere
+
+
+# ------------------------------------------------------- several processes --
+def init_distributed(coordinator: str, num_processes: int, process_id: int, local_devices: int,
+                     platform: str | None = None) -> None:
+    """Join a multi-process JAX system before anything else starts JAX: `local_devices` CPU
+    devices in this process, collectives between processes over gloo (CPU), or the
+    platform's own (GPU hosts).  The same call on every process, as JAX's own
+    `jax.distributed.initialize` wants it; then `devices`, `compile_hlo` and
+    `Executable.run` work on the devices of all processes."""
+    if _jax_started():
+        raise BackendUnavailable("JAX already started in this process; a distributed run must join first")
+    if (platform or "cpu") == "cpu":
+        flags = re.sub(rf"{_DEVICE_FLAG}=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+        os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={local_devices}".strip()
+    jax = _api().jax
+    if (platform or "cpu") == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
+                               process_id=process_id)
+
+
+def process_index() -> int:
+    """This process's index in a multi-process run (0 in a single process)."""
+    return _api().jax.process_index() if _jax_started() else 0
 
 
 def exact_dtypes():
@@ -186,6 +228,8 @@ class CompileOptions:
     platform: str = "cpu"
     # XLA may choose the sharding of output i when propagate_to_output[i] (one entry: all outputs)
     propagate_to_output: tuple[bool, ...] = ()
+    # ... and of parameter i when propagate_to_parameters[i] (the module header's flags)
+    propagate_to_parameters: tuple[bool, ...] = ()
     shardy: bool = False  # XLA's Shardy partitioner (modules in JAX's Shardy form) instead of GSPMD
 
     @property
@@ -216,7 +260,8 @@ class Executable:
         return [xc.HloSharding.from_proto(p).to_string() for p in protos]
 
     def upload(self, args: list[list[np.ndarray]]) -> list:
-        """Per-device buffers (`args[param][device]`) as device arrays this executable takes."""
+        """Per-device buffers (`args[param][device]`) as device arrays this executable takes.
+        With several processes each puts only its own devices' buffers."""
         jax = _api().jax
         n = len(self.devices)
         for p, per_device in enumerate(args):
@@ -226,18 +271,44 @@ class Executable:
         # A "replicated" global array whose per-device buffers differ: the executable reads only
         # each device's own buffer, so any per-device values can be passed this way.
         everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        mine = self._local_positions()
         with exact_dtypes():
             return [jax.make_array_from_single_device_arrays(
                         per_device[0].shape, everywhere,
-                        [jax.device_put(np.asarray(x), d) for x, d in zip(per_device, self.devices)])
+                        [jax.device_put(np.asarray(per_device[i]), self.devices[i]) for i in mine])
                     for per_device in args]
 
+    def _local_positions(self) -> list[int]:
+        here = _api().jax.process_index()
+        return [i for i, d in enumerate(self.devices) if d.process_index == here]
+
     def run(self, args: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Run on per-device buffers (`args[param][device]`); return `outputs[device][output]`."""
+        """Run on per-device buffers (`args[param][device]`); return `outputs[device][output]`,
+        for every device (with several processes, gathered from all of them)."""
         arrays = self.upload(args)
         with exact_dtypes():
             results = self._loaded.execute_sharded(arrays).disassemble_into_single_device_arrays()
-            return [[np.asarray(out[d]) for out in results] for d in range(len(self.devices))]
+            local = [[np.asarray(out[k]) for out in results] for k in range(len(results[0]) if results else 0)]
+        if _api().jax.process_count() == 1:
+            return local
+        return self._gather(local, len(results))
+
+    def _gather(self, local: list[list[np.ndarray]], count: int) -> list[list[np.ndarray]]:
+        """Every device's outputs in every process: each output's per-device buffers (one shape
+        on all devices of an SPMD program) are stacked and all-gathered across processes."""
+        from jax.experimental import multihost_utils  # only multi-process runs need it
+
+        positions = np.asarray(self._local_positions())
+        where = np.asarray(multihost_utils.process_allgather(positions)).reshape(-1)
+        outputs: list[list[np.ndarray | None]] = [[None] * count for _ in self.devices]
+        for leaf in range(count):
+            stacked = np.stack([dev[leaf] for dev in local])
+            with exact_dtypes():
+                everyone = np.asarray(multihost_utils.process_allgather(stacked))
+            everyone = everyone.reshape((-1,) + stacked.shape[1:])
+            for position, value in zip(where, everyone):
+                outputs[int(position)][leaf] = value
+        return outputs  # type: ignore[return-value]
 
     def median_step_seconds(self, args: list[list[np.ndarray]], repeats: int, warmup: int = 3) -> float:
         """Median wall time of one run (inputs already on the devices, outputs waited for)."""
@@ -261,13 +332,14 @@ _executables: dict[tuple[str, CompileOptions], Executable] = {}
 
 def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, spmd: bool = False,
                 platform: str | None = None, propagate_to_output: tuple[bool, ...] = (),
-                shardy: bool = False) -> Executable:
+                shardy: bool = False, propagate_to_parameters: tuple[bool, ...] = ()) -> Executable:
     """Compile HLO text for num_replicas × num_partitions devices (cached per text and options).
 
     XLA's own errors (parse, verifier, partitioner) propagate as the exception XLA raised.
     """
-    options = CompileOptions(num_replicas, num_partitions, spmd, platform or "cpu", tuple(propagate_to_output),
-                             shardy)
+    options = CompileOptions(num_replicas=num_replicas, num_partitions=num_partitions, spmd=spmd,
+                             platform=platform or "cpu", propagate_to_output=tuple(propagate_to_output),
+                             propagate_to_parameters=tuple(propagate_to_parameters), shardy=shardy)
     key = (text, options)
     exe = _executables.get(key)
     if exe is not None:
@@ -287,8 +359,11 @@ def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, sp
     build.use_shardy_partitioner = options.shardy
     if options.propagate_to_output:
         build.allow_spmd_sharding_propagation_to_output = list(options.propagate_to_output)
+    if options.propagate_to_parameters:
+        build.allow_spmd_sharding_propagation_to_parameters = list(options.propagate_to_parameters)
+    # Device ids, not positions: with several processes they are not 0..n-1.
     build.device_assignment = xc.DeviceAssignment.create(
-        np.arange(options.num_devices).reshape(num_replicas, num_partitions))
+        np.array([d.id for d in devs]).reshape(num_replicas, num_partitions))
     backend = api.xla_bridge.get_backend(options.platform)
     loaded = backend.compile_and_load(stablehlo, xc.DeviceList(tuple(devs)), compile_options)
     exe = Executable(loaded, devs, options)

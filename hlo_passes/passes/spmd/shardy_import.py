@@ -168,6 +168,9 @@ def _manual_boundary(instr: Instruction, meshes, *, entering: bool) -> None:
     comp = instr.parent
     manual_axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
     values = _shardings_of(instr, "xla.sdy.in_shardings" if entering else "xla.sdy.out_shardings")
+    if not values and "sharding" in instr.attributes:
+        _manual_boundary_of_exported(instr, entering=entering)
+        return
     shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
     b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
     results = []
@@ -193,6 +196,61 @@ def _manual_boundary(instr: Instruction, meshes, *, entering: bool) -> None:
         if instr.users or instr.is_root:
             replacement = b.op(Opcode.TUPLE, instr.shape, results, name=instr.name)
             instr.replace_all_uses_with(replacement)
+    else:
+        instr.replace_all_uses_with(results[0])
+    comp.remove(instr)
+
+
+def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
+    """The same boundary as XLA's `before_optimizations` dump of a Shardy-lowered module
+    writes it: HLO shardings instead of Shardy attributes.
+
+        %g = (f32[2,8], f32[4,8]) custom-call(%s0, %s1), custom_call_target="xla.sdy.GlobalToLocalShape",
+             sharding={{mesh['x'=4,'y'=2], [{?}, {?}], manual={'x'}}, {...}}
+        %o = f32[8,8] custom-call(%r), custom_call_target="xla.sdy.LocalToGlobalShape",
+             sharding={mesh['x'=4,'y'=2], [{'x'}, {}]}
+
+    Entering, each operand (a `Sharding` custom-call holding the global sharding) goes through
+    an SPMDFullToShardShape with the element's local sharding; leaving, each operand is
+    annotated with its local sharding (the value's own, else manual) and goes through an
+    SPMDShardToFullShape with the element's global sharding."""
+    comp = instr.parent
+    shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
+    own = instr.sharding
+    b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
+    results = []
+    for i, operand in enumerate(instr.operands):
+        element = own.element(i) if own.is_tuple else own
+        if entering:
+            annotated = operand
+            if operand.custom_call_target != "Sharding" and operand.sharding is not None:
+                annotated = b.op(Opcode.CUSTOM_CALL, operand.shape, [operand], name=instr.name,
+                                 custom_call_target="Sharding", sharding=operand.sharding)
+            outer = annotated.sharding
+            boundary = b.op(Opcode.CUSTOM_CALL, shapes[i], [annotated], name=instr.name,
+                            custom_call_target="SPMDFullToShardShape", sharding=element)
+        else:
+            local = operand.sharding if "sharding" in operand.attributes else None
+            if local is not None and local.is_tuple:
+                local = None
+            annotated = b.op(Opcode.CUSTOM_CALL, operand.shape, [operand], name=instr.name,
+                             custom_call_target="Sharding", sharding=local or Sharding.manual())
+            outer = element
+            boundary = b.op(Opcode.CUSTOM_CALL, shapes[i], [annotated], name=instr.name,
+                            custom_call_target="SPMDShardToFullShape", sharding=element)
+        open_dims = outer.open_dims if outer is not None and not outer.is_tuple else ()
+        if open_dims:
+            for op in (annotated, boundary):
+                if op is not operand:
+                    op.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
+        results.append(boundary)
+    if instr.shape.is_tuple:
+        for user in list(instr.users):
+            if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                user.replace_all_uses_with(results[user.attr("index")])
+                comp.remove(user)
+        if instr.users or instr.is_root:
+            instr.replace_all_uses_with(b.op(Opcode.TUPLE, instr.shape, results, name=instr.name))
     else:
         instr.replace_all_uses_with(results[0])
     comp.remove(instr)

@@ -11,14 +11,15 @@ values, resharding operands (reshard.py) where the op needs another layout.
       ROOT %d = f32[16,64] dot(%x, %w), ..., sharding={devices=[4,2]<=[8]}
     }
   becomes (num_partitions=8)
-    ENTRY %main {
+    ENTRY %main_spmd {
       %x = f32[4,32] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
       %w = f32[32,32] parameter(1), sharding={devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}
       ROOT %d = f32[4,32] dot(%x, %w), ..., sharding={devices=[4,2]<=[8]}
     }
 
 ENTRY parameters and the ROOT keep their logical sharding (what the runtime
-uses to slice inputs and reassemble the result); nothing else does.  Missing
+uses to slice inputs and reassemble the result); nothing else does.  The entry is renamed
+`NAME_spmd`, as XLA names its partitioned entry.  Missing
 shardings are completed by sharding-propagation first; an op without a native
 rule is computed replicated (operands all-gathered, the result sliced) and a
 "missed" remark says so.  Like XLA's partitioner, it ends with a cleanup (option `cleanup`):
@@ -65,7 +66,19 @@ class SpmdPartitioner(ModulePass):
         Partitioner(PartitionContext(module, n, self)).run()
         if self.options.cleanup:
             _cleanup(module, self)
+        _name_partitioned_entry(module)
         return True
+
+
+def _name_partitioned_entry(module: Module) -> None:
+    """`main` → `main_spmd`, as XLA's partitioner names the entry of the program it writes: the
+    mark by which a reader (ir/program_kind.py) tells a per-device program from a global one
+    when nothing else does (a partition that needed no collective)."""
+    entry = module.entry
+    if entry is None or entry.name.endswith("_spmd"):
+        return
+    module.computation_names.release(entry.name)
+    entry.name = module.computation_names.unique(f"{entry.name}_spmd")
 
 
 def _cleanup(module: Module, owner: ModulePass) -> None:

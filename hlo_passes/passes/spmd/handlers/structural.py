@@ -67,7 +67,11 @@ def shard_to_full(p, instr) -> PValue:
 
 
 def manual(p, instr) -> PValue:
-    """Inside a manual region: the op is already per-device; copy it."""
+    """Inside a manual region: the op is already per-device; copy it.  A `Sharding` annotation
+    there computes nothing and disappears (a partitioned program has none; XLA rejects one
+    without a sharding)."""
+    if instr.custom_call_target == "Sharding":
+        return PValue(p.value(instr.operands[0]).instr, p.target(instr), instr.shape)
     called = {}
     for key, comp in instr.called.items():
         if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
