@@ -184,21 +184,57 @@ def select_stage(module: DumpModule, selector: str) -> DumpStage:
 
 def proto_file_text(path: Path) -> str:
     """HLO text of a `.hlo.pb` file: an HloModuleProto, or XLA's dump wrapper around one
-    (HloProto, whose field 1 is the module; HloSnapshot, whose field 1 is an HloProto)."""
-    from hlo_passes.runtime.xla_backend import proto_to_text  # jaxlib: only proto dumps need it
+    (HloProto, whose field 1 is the module; HloSnapshot, whose field 1 is an HloProto).
 
-    data = path.read_bytes()
-    errors = []
-    for _ in range(3):
-        try:
-            return proto_to_text(data)
-        except Exception as e:  # XLA's deserialization error
-            errors.append(str(e).splitlines()[0])
-        inner = _length_delimited_field(data, 1)
-        if inner is None:
+    XLA's printer does it, in a separate process: the first call into XLA's C++ freezes
+    XLA_FLAGS, and the device count a verification needs is only known once the module is
+    read."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import sys; from hlo_passes.dump_dir import _print_proto; "
+                           "sys.exit(_print_proto(sys.argv[1]))", str(path)],
+                          capture_output=True, text=True, env=_quiet_env())
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["unreadable"])[-1]
+        raise DumpError(f"{path}: not a serialized HLO module ({why})")
+    return done.stdout
+
+
+def _quiet_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+
+
+def _print_proto(path: str) -> int:
+    """Child-process side of `proto_file_text`."""
+    import sys
+
+    from hlo_passes.runtime.xla_backend import proto_to_text
+
+    data = Path(path).read_bytes()
+    for _ in range(2):  # HloSnapshot -> HloProto -> HloModuleProto
+        first = _length_delimited_field(data, 1)
+        if first is None or _is_name(first):  # an HloModuleProto starts with its name
             break
-        data = inner
-    raise DumpError(f"{path}: not a serialized HLO module ({errors[0] if errors else 'unreadable'})")
+        data = first
+    try:
+        sys.stdout.write(proto_to_text(data))
+    except Exception as e:  # XLA's deserialization error
+        print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _is_name(field: bytes) -> bool:
+    """Does a length-delimited field read as a module name (printable UTF-8), not a nested message?"""
+    try:
+        text = field.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.isprintable()
 
 
 def _length_delimited_field(data: bytes, number: int) -> bytes | None:

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # a launcher re-runs the command
     try:
         return int(args._handler(args) or 0)
     except HloParseError as e:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from hlo_passes.cli.io import add_dump_arguments, two_modules
 from hlo_passes.cli.main import UserError
+from hlo_passes.cli.processes import (add_process_arguments, check_process_arguments, join, launch,
+                                      local_device_count, start_watchdog)
 
 COMMAND = "verify"
 HELP = "numerically compare two modules through XLA (exit 0 equal, 1 different)"
@@ -20,6 +22,7 @@ def add_arguments(p) -> None:
                    help="the same (omitted: a second stage of ORIGINAL's dump directory, --stage A,B; "
                         "default before_optimizations,after_optimizations)")
     add_dump_arguments(p, stages=2)
+    add_process_arguments(p)
     p.add_argument("--num-devices", type=int, metavar="N",
                    help="devices for per-device programs and XLA-partitioned runs (default: from the modules)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -34,6 +37,8 @@ def add_arguments(p) -> None:
     p.add_argument("--as", dest="as_kinds", metavar="KIND[,KIND]",
                    help="read ORIGINAL (and REWRITTEN) as a global|per-device|replica program instead of "
                         "what their content says, e.g. --as global,per-device")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds (exit 2); with --processes, for the whole run")
     p.add_argument("--result-sharding", metavar="SHARDING",
                    help="logical sharding of REWRITTEN's result when the file does not carry it, e.g. "
                         "'{{devices=[4,2]<=[8]}, {replicated}}' for XLA's own partitioned dump "
@@ -83,7 +88,7 @@ def main(args) -> int:
     from hlo_passes.ir.program_kind import ProgramKind, read_program
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
-    from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices
+    from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices, process_index
 
     quiet_xla_logs()
     (original, _), (rewritten, _) = two_modules(args.original, args.rewritten, args.module, args.stage,
@@ -93,6 +98,14 @@ def main(args) -> int:
     root_sharding = read_sharding_option("--result-sharding", args.result_sharding)
     if args.num_devices is not None and args.num_devices < 1:
         raise UserError("--num-devices must be at least 1")
+    check_process_arguments(args)
+    devices_needed = max([args.num_devices or 1] + [r.num_devices for r in readings])
+    if args.processes is not None and args.processes > 1:
+        local_device_count(devices_needed, args.processes)
+        return launch(args.argv, args.processes, timeout=args.timeout)
+    if args.coordinator is not None:
+        join(args, devices_needed)
+    start_watchdog(args.timeout, "verify")
     try:
         ensure_devices(max([args.num_devices or 1] + [r.num_devices for r in readings if r.kind.is_per_device]),
                        args.platform)
@@ -115,6 +128,11 @@ def main(args) -> int:
         raise
     except Exception as e:  # XLA's compile and run errors
         raise xla_failure("a module", e) from None
+    if args.coordinator is not None:
+        report.notes.append(f"ran on {args.num_processes} processes joined by jax.distributed, "
+                            f"{local_device_count(devices_needed, args.num_processes)} devices each")
+    if process_index() != 0:  # every process reached the same verdict; the first one says it
+        return 0 if report.ok else 1
     print(report.format())
     if args.save_outputs:
         arrays = {f"expected_{i}": a for i, a in enumerate(report.expected)}

@@ -208,7 +208,8 @@ class XlaShardings:
     result: Sharding
 
 
-def xla_shardings(original: Module, n: int, platform, partitioned: Module | None = None) -> XlaShardings | None:
+def xla_shardings(original: Module, n: int, platform, partitioned: Module | None = None,
+                  errors: list[str] | None = None) -> XlaShardings | None:
     """What XLA's SPMD partitioner chooses for the global `original` on n devices, compiled with
     the module's own `allow_spmd_sharding_propagation_to_parameters/output` (what JAX asked for
     when it compiled it); None when XLA cannot compile it.
@@ -219,7 +220,9 @@ def xla_shardings(original: Module, n: int, platform, partitioned: Module | None
     tiles have `partitioned`'s per-device shapes wins."""
     from hlo_passes.parse.attribute_reader import reader_for
     from hlo_passes.runtime.partitioned import compile_xla_spmd
+    from hlo_passes.runtime.xla_backend import xla_error_lines
 
+    errors = errors if errors is not None else []
     candidates: list[tuple[bool, ...] | None] = [None]
     if "allow_spmd_sharding_propagation_to_output" not in original.attributes:
         candidates.append((True,))
@@ -229,7 +232,8 @@ def xla_shardings(original: Module, n: int, platform, partitioned: Module | None
         try:
             exe = compile_xla_spmd(original, n, platform, [], propagate_to_output=flags)
             params, results = exe.parameter_shardings(), exe.output_shardings()
-        except Exception:
+        except Exception as e:  # XLA's error: the caller falls back, and says why if it cannot
+            errors.append(xla_error_lines(e, 1)[0])
             continue
         if params is None or not results:
             continue
@@ -332,7 +336,8 @@ def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num
             want = _run_global(a, inputs, num_devices, platform, report)
             got = _run_global(b, inputs, num_devices, platform, report)
         else:
-            n = num_devices or rb.num_devices
+            # A per-device module from a proto dump has no num_partitions: the global module says.
+            n = num_devices or max(rb.num_devices, ra.num_devices)
             report = VerificationReport(f"partitioned on {n} devices")
             want = _run_global(a, inputs, n, platform, report)
             got = _run_rewritten_partitioned(a, b, inputs, n, param_shardings, root_sharding, report, platform)
@@ -348,9 +353,9 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
     partition of `a` lays out its arguments and result), else `a`'s annotations."""
     own_params = [pb.sharding if _has_sharding(pb) else None for pb in b.entry.parameters]
     own_root = b.entry.root.sharding if _has_sharding(b.entry.root) else None
-    xla = None
+    xla, why = None, []
     if (param_shardings is None and None in own_params) or (root_sharding is None and own_root is None):
-        xla = xla_shardings(a, n, platform, partitioned=b)
+        xla = xla_shardings(a, n, platform, partitioned=b, errors=why)
     if param_shardings is None:
         fallback = xla.parameters if xla is not None else [
             pa.sharding if _has_sharding(pa) else None for pa in a.entry.parameters]
@@ -364,7 +369,8 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
             root_sharding = a.entry.root.sharding
         elif root_sharding is None:
             raise VerificationError("REWRITTEN does not say how its result is sharded and XLA cannot "
-                                    "partition ORIGINAL to tell; give it (verify --result-sharding)")
+                                    f"partition ORIGINAL to tell ({'; '.join(why) or 'no shardings'}); "
+                                    "give it (verify --result-sharding)")
     return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
                            global_root_shape=a.entry.root.shape, report=report, platform=platform,
                            num_devices=n)

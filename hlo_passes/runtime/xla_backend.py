@@ -116,7 +116,7 @@ def ensure_devices(n: int, platform: str | None = None) -> None:
     fewer, it explains how to restart.
     """
     platform = platform or "cpu"
-    if platform == "cpu" and not _jax_started():
+    if platform == "cpu" and not _jax_started() and not _joined:  # a joined process keeps its share
         flags = os.environ.get("XLA_FLAGS", "")
         asked = re.search(rf"{_DEVICE_FLAG}=(\d+)", flags)
         if asked is None:
@@ -170,6 +170,10 @@ def init_distributed(coordinator: str, num_processes: int, process_id: int, loca
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
                                process_id=process_id)
+    _joined.append(num_processes)
+
+
+_joined: list[int] = []  # set once this process has joined a multi-process run
 
 
 def process_index() -> int:
