@@ -372,3 +372,17 @@ def test_changed_private_api_names_the_pinned_version(monkeypatch):
 def test_global_module_is_the_oracle_on_either_side():
     report = verify_equivalent(PARTITIONED, ORIGINAL)
     assert report.ok and report.mode == "partitioned on 4 devices", report.format()
+
+
+def test_low_precision_outputs_are_judged_against_the_array_scale():
+    """A bf16 gradient summed in another order (partitioned) moves an element whose terms cancel
+    by many of its own ulps, but not by more than the array's scale allows; a wrong sign is
+    still wrong, and f32 keeps the elementwise rule."""
+    want = np.array([292.0, 5.34375, 0.0], ml_dtypes.bfloat16)
+    reordered = np.array([291.0, 4.90625, 0.5], ml_dtypes.bfloat16)
+    assert compare_arrays("0", want, reordered).ok
+    assert not compare_arrays("0", want, np.array([292.0, 5.34375, 9.0], ml_dtypes.bfloat16)).ok
+    small = np.array([1.0, 0.5], ml_dtypes.bfloat16)
+    assert not compare_arrays("0", small, np.array([1.0, -0.5], ml_dtypes.bfloat16)).ok
+    assert not compare_arrays("0", np.float32([292.0, 5.34375]), np.float32([292.0, 4.90625])).ok
+    assert not compare_arrays("0", want, reordered, rtol=1e-3).ok  # an explicit rtol is elementwise

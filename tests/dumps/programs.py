@@ -245,6 +245,89 @@ def pmap_step():
     return jax.pmap(pmap_step, axis_name="batch")(w, x)
 
 
+@program(8, "bf16 transformer-style block with remat, explicit out_shardings and an int32 output")
+def bf16_remat():
+    m = _mesh((2, 4), ("data", "model"))
+    x = _put(_rand(50, 8, 32).astype(jnp.bfloat16), m, P("data", None))
+    w1 = _put(_rand(51, 32, 64).astype(jnp.bfloat16), m, P(None, "model"))
+    w2 = _put(_rand(52, 64, 32).astype(jnp.bfloat16), m, P("model", None))
+
+    @jax.checkpoint
+    def block(x, w1, w2):
+        return x + jax.nn.relu(x @ w1) @ w2
+
+    def bf16_remat(x, w1, w2):
+        g = jax.grad(lambda w1: jnp.sum(block(x, w1, w2).astype(jnp.float32) ** 2))(w1)
+        return g, jnp.argmax(block(x, w1, w2), axis=-1).astype(jnp.int32)
+    out = (NamedSharding(m, P(None, "model")), NamedSharding(m, P("data")))
+    return jax.jit(bf16_remat, out_shardings=out)(x, w1, w2)
+
+
+@program(8, "shard_map collectives: all_to_all, psum_scatter, all_gather, ppermute ring, axis_index")
+def shard_map_collectives():
+    m = _mesh((8,), ("i",))
+    x = _put(_rand(53, 64, 8), m, P("i", None))
+
+    def body(x):
+        a = lax.all_to_all(x.reshape(8, 1, 8), "i", 0, 0, tiled=True).reshape(8, 8)
+        s = lax.psum_scatter(a, "i", scatter_dimension=0, tiled=True)
+        g = lax.all_gather(s, "i", tiled=True)
+        r = lax.ppermute(g, "i", [(k, (k + 1) % 8) for k in range(8)])
+        return r * lax.axis_index("i").astype(jnp.float32)
+
+    def shard_map_collectives(x):
+        return shard_map(body, mesh=m, in_specs=P("i", None), out_specs=P("i", None))(x)
+    return jax.jit(shard_map_collectives)(x)
+
+
+@program(8, "control flow: lax.cond and a fori_loop over a sharded carry, with a psum inside shard_map")
+def control_flow():
+    m = _mesh((4, 2), ("data", "model"))
+    x = _put(_rand(54, 16, 8), m, P("data", "model"))
+    flag = jnp.int32(1)
+
+    def control_flow(flag, x):
+        y = lax.cond(flag > 0, lambda v: jnp.sin(v), lambda v: jnp.cos(v), x)
+        y = lax.fori_loop(0, 3, lambda i, v: v * 0.5 + jnp.tanh(v), y)
+
+        def body(v):
+            return lax.psum(jnp.sum(v, axis=0, keepdims=True), "data")
+        total = shard_map(body, mesh=m, in_specs=P("data", "model"), out_specs=P(None, "model"))(y)
+        return y, total
+    return jax.jit(control_flow)(flag, x)
+
+
+@program(8, "gather and scatter-add on a row-sharded embedding table (token lookup and its gradient)")
+def embedding():
+    m = _mesh((8,), ("v",))
+    table = _put(_rand(55, 64, 16), m, P("v", None))
+    ids = jnp.asarray(np.random.default_rng(56).integers(0, 64, (4, 8)).astype(np.int32))
+
+    def embedding(table, ids):
+        def loss(t):
+            return jnp.sum(jnp.tanh(jnp.take(t, ids, axis=0)) ** 2)
+        return jax.grad(loss)(table)
+    return jax.jit(embedding)(table, ids)
+
+
+@program(8, "layer norm + softmax cross-entropy over a vocabulary sharded 8 ways, with a dropout mask from a key")
+def vocab_parallel_loss():
+    m = _mesh((8,), ("v",))
+    h = _put(_rand(57, 8, 16), m, P())
+    w = _put(_rand(58, 16, 64), m, P(None, "v"))
+    labels = jnp.asarray(np.random.default_rng(59).integers(0, 64, (8,)).astype(np.int32))
+    key = jax.random.key(0)
+
+    def vocab_parallel_loss(h, w, labels, key):
+        mu = jnp.mean(h, axis=-1, keepdims=True)
+        hn = (h - mu) / jnp.sqrt(jnp.var(h, axis=-1, keepdims=True) + 1e-5)
+        keep = jax.random.bernoulli(key, 0.9, hn.shape)
+        logits = (jnp.where(keep, hn, 0.0) / 0.9) @ w
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+    return jax.jit(vocab_parallel_loss)(h, w, labels, key)
+
+
 @program(16, "Megatron MLP on a data=4 x model=4 mesh (for verification past 8 devices)")
 def megatron_16():
     m = _mesh((4, 4), ("data", "model"))
