@@ -54,9 +54,9 @@ class Check:
 
 
 def corrupt(text: str) -> str:
-    """The module with 1 added to its first array output (the ROOT, or the ROOT tuple's first
-    array element; pred outputs are negated): a program that computes something else, whatever
-    the rest of it does."""
+    """The module with its first array output x (the ROOT, or the ROOT tuple's first array
+    element) replaced by 1 - x (pred outputs: not x): a program that computes something else,
+    whatever the rest of it does, by more than any tolerance (1 - x = x only where x = 0.5)."""
     from hlo_passes.ir.builder import Builder
     from hlo_passes.ir.opcode import Opcode
     from hlo_passes.ir.types import PrimitiveType
@@ -75,7 +75,7 @@ def corrupt(text: str) -> str:
         changed = b.op(Opcode.NOT, target.shape, [target])
     else:
         one = b.broadcast(b.constant(1, etype), target.shape)
-        changed = b.add(target, one)
+        changed = b.add(b.op(Opcode.NEGATE, target.shape, [target]), one)
     if root is target:
         entry.root = changed
     else:
