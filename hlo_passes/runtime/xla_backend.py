@@ -71,6 +71,7 @@ def _api() -> _Api:
         "xla_client.HloSharding.from_proto": lambda: xc.HloSharding.from_proto,
         "compiler.get_compile_options": lambda: compiler.get_compile_options,
         "xla_bridge.get_backend": lambda: xla_bridge.get_backend,
+        "xla_client._xla.hlo_module_cost_analysis": lambda: xc._xla.hlo_module_cost_analysis,
     }
     missing = []
     for name, get in needed.items():
@@ -204,6 +205,14 @@ def proto_to_text(proto: bytes) -> str:
 def parse_with_xla(text: str):
     """XLA's C++ parser on `text` (its HloModule; for timing it against ours)."""
     return _api().xc.hlo.hlo_module_from_text(text)
+
+
+def cost_analysis(text: str, platform: str | None = None) -> dict[str, float]:
+    """XLA's HloCostAnalysis of a module as it stands (no optimization): `flops`, `bytes
+    accessed`, ... — the FLOPs benchmarks compare."""
+    api = _api()
+    module = api.xc.hlo.hlo_module_from_text(text)
+    return dict(api.xc._xla.hlo_module_cost_analysis(api.xla_bridge.get_backend(platform or "cpu"), module))
 
 
 def canonical_text(text: str) -> str:

@@ -30,11 +30,13 @@ gradients included) keep the dims their groups tie together untiled.
 
 from __future__ import annotations
 
+import math
+
 from hlo_passes.ir.attributes import Window
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
-from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_bytes, project_tiling, sum_partials
+from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -153,18 +155,32 @@ def _price(p, sp: _Space, space, target) -> int | None:
     exchanges = sp.halos(space) if lhs_map is not None else None
     if exchanges is None:
         return None
-    instr, n = sp.instr, p.n
+    instr, n, model = sp.instr, p.n, p.ctx.cost_model
     lhs, rhs = instr.operands
     tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
-    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
+    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
     tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
-    c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n)
+    c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model)
     local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
     esize = lhs.shape.element_type.byte_size
     for h in exchanges:
-        c += h.bytes(halos.row_bytes(local, h.dim, esize))
+        c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), (h.left > 0) + (h.right > 0))
         local[h.dim] = h.rows.width
-    return c + partial_sum_bytes(instr, space, sp.out_rank, sp.contracting, target, n)
+    c += model.compute(_local_flops(instr, space), sum(o.shape.byte_size() for o in instr.operands)
+                       // max(1, space.num_tiles), instr.shape.element_type)
+    return c + partial_sum_cost(instr, space, sp.out_rank, sp.contracting, target, n, model)
+
+
+def _local_flops(instr, space) -> int:
+    """A multiply-add per output element, kernel position and input feature of its group,
+    divided among the tiles of the iteration space (halo rows aside)."""
+    window = instr.attr("window")
+    kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
+    labels = instr.attr("dim_labels")
+    features = instr.operands[0].shape.dims[labels.input_feature] if labels is not None else 1
+    groups = (instr.attr("feature_group_count") or 1) * (instr.attr("batch_group_count") or 1)
+    total = 2 * math.prod(instr.shape.dims) * kernel * max(1, features // groups)
+    return total // max(1, space.num_tiles)
 
 
 def _emit(p, sp: _Space, space, target):

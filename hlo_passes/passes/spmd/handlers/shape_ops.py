@@ -79,13 +79,14 @@ def reshape(p, instr) -> PValue:
         if found is None:
             continue
         op_tm, out_tm = found
-        price = (cost(op_value.sharding, to_sharding(op_tm), element, n)
-                 + cost(to_sharding(out_tm), target, instr.shape, n))
+        model = p.ctx.cost_model
+        price = (cost(op_value.sharding, to_sharding(op_tm), element, n, model)
+                 + cost(to_sharding(out_tm), target, instr.shape, n, model))
         if best is None or price < best[0]:
             best = (price, op_tm, out_tm)
-        if price == 0:  # nothing moves: no candidate can beat it
+        if price.bytes == 0 and price.seconds == 0:  # nothing moves: no candidate can beat it
             break
-    full = cost(op_value.sharding, Sharding.replicated(), element, n)
+    full = cost(op_value.sharding, Sharding.replicated(), element, n, p.ctx.cost_model)
     if best is None or (full < best[0] and tm.num_tiles > 1):
         if tm.num_tiles > 1:
             p.remark(instr, "replicated: reshape splits or merges a sharded dimension unevenly", kind="missed")
