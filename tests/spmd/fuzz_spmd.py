@@ -47,7 +47,12 @@ class Outcome:
 
 
 def judge(seed: int, families=None) -> Outcome:
-    text = module_from_seed(seed, families=families)
+    outcome = judge_text(module_from_seed(seed, families=families))
+    outcome.seed = seed
+    return outcome
+
+
+def judge_text(text: str, seed: int = -1) -> Outcome:
     try:
         execute_module(text)
     except Exception as e:  # XLA cannot run the original: nothing to compare with
