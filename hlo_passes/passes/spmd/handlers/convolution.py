@@ -48,8 +48,8 @@ class _Space:
 
     def __init__(self, instr):
         self.instr = instr
-        labels = instr.attr("dim_labels")
-        self.window = instr.attr("window")
+        labels = instr.conv_labels
+        self.window = instr.window
         self.labels = labels
         self.out_rank = r = instr.shape.rank
         self.rank = r + 1 + len(labels.input_spatial)
@@ -62,9 +62,9 @@ class _Space:
         # groups tie the output feature to the input feature (feature groups) or to the input
         # batch (batch groups, e.g. a depthwise kernel gradient): those dims stay untiled
         fixed = set()
-        if (instr.attr("feature_group_count") or 1) != 1:
+        if instr.feature_group_count != 1:
             fixed |= {labels.output_feature, r}
-        if (instr.attr("batch_group_count") or 1) != 1:
+        if instr.batch_group_count != 1:
             fixed |= {labels.output_feature, labels.output_batch}
         self.tileable = [d for d in range(self.rank) if d not in fixed]
 
@@ -174,11 +174,11 @@ def _price(p, sp: _Space, space, target) -> int | None:
 def _local_flops(instr, space) -> int:
     """A multiply-add per output element, kernel position and input feature of its group,
     divided among the tiles of the iteration space (halo rows aside)."""
-    window = instr.attr("window")
+    window = instr.window
     kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
-    labels = instr.attr("dim_labels")
+    labels = instr.conv_labels
     features = instr.operands[0].shape.dims[labels.input_feature] if labels is not None else 1
-    groups = (instr.attr("feature_group_count") or 1) * (instr.attr("batch_group_count") or 1)
+    groups = instr.feature_group_count * instr.batch_group_count
     total = 2 * math.prod(instr.shape.dims) * kernel * max(1, features // groups)
     return total // max(1, space.num_tiles)
 

@@ -169,8 +169,8 @@ def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
 
 @handles(Opcode.DOT)
 def dot(p, instr) -> PValue:
-    lb, rb = instr.attr("lhs_batch_dims") or (), instr.attr("rhs_batch_dims") or ()
-    lc, rc = instr.attr("lhs_contracting_dims") or (), instr.attr("rhs_contracting_dims") or ()
+    dd = instr.dot_dimensions
+    lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
     lhs, rhs = instr.operands
     lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]

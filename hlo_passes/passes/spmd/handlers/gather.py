@@ -50,7 +50,7 @@ def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[
 
 def _index_parallel_gather(p, instr) -> PValue | None:
     operand, indices = instr.operands
-    offset_dims = set(instr.attr("offset_dims") or ())
+    offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
     found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch)
     if found is None:
@@ -74,10 +74,11 @@ def gather(p, instr) -> PValue:
     if instr.attr("operand_batching_dims"):
         return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
     dims = operand.shape.dims
-    sizes = instr.attr("slice_sizes")
-    collapsed = set(instr.attr("collapsed_slice_dims") or ())
-    indexed = set(instr.attr("start_index_map") or ())
-    offset_dims = instr.attr("offset_dims") or ()
+    gd = instr.gather_dimensions
+    sizes = gd.slice_sizes
+    collapsed = set(gd.collapsed_slice_dims)
+    indexed = set(gd.start_index_map)
+    offset_dims = gd.offset_dims
     kept = [d for d in range(len(dims)) if d not in collapsed]
     passthrough = {d: offset_dims[k] for k, d in enumerate(kept) if sizes[d] == dims[d] and d not in indexed}
     op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
@@ -97,7 +98,7 @@ def scatter(p, instr) -> PValue:
     if len(instr.operands) != 3:
         return replicate(p, instr, "variadic scatter")
     operand, indices, updates = instr.operands
-    window = set(instr.attr("update_window_dims") or ())
+    window = set(instr.scatter_dimensions.update_window_dims)
     upd_scatter = [d for d in range(updates.shape.rank) if d not in window]
     found = _index_batch_tiling(p, instr, indices, p.value(updates).sharding, updates.shape.rank, upd_scatter)
     if found is None or instr.shape.is_tuple:

@@ -35,7 +35,7 @@ from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
 @handles(Opcode.BROADCAST)
 def broadcast(p, instr) -> PValue:
     target = p.target(instr)
-    dims = instr.attr("dimensions") or ()
+    dims = instr.dimensions
     tm = tile_map(target, instr.shape.rank, p.n)
     op_tm = tm.remap(len(dims), {k: d for k, d in enumerate(dims)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
@@ -46,7 +46,7 @@ def broadcast(p, instr) -> PValue:
 def transpose(p, instr) -> PValue:
     target = p.target(instr)
     rank = instr.shape.rank
-    perm = instr.attr("dimensions") if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
+    perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
     tm = tile_map(target, rank, p.n)
     op_tm = tm.remap(rank, {perm[i]: i for i in range(rank)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))

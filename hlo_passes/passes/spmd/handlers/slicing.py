@@ -120,17 +120,17 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
 
 @handles(Opcode.CONCATENATE)
 def concatenate(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.REVERSE)
 def reverse(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.SORT)
 def sort(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.DYNAMIC_SLICE)
