@@ -301,3 +301,46 @@ def test_select_and_scatter_with_windows_across_tiles_exchanges_halos(sel, n, k,
     text = SELECT_AND_SCATTER.format(sel=sel, n=n, k=k, st=st, pad=pad, o=o, s=s)
     out = _check(text, expect={"all-gather": 0, "all-reduce": 0})
     assert " collective-permute(" in out
+
+
+GROUPED = """HloModule grouped
+ENTRY main {{
+  x = f32[{b},8,8,{cin}] parameter(0), sharding={sx}
+  k = f32[3,3,{kin},{cout}] parameter(1), sharding={sk}
+  ROOT c = f32[{ob},8,8,{cout}] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}, {groups}, sharding={so}
+}}
+"""
+
+
+@pytest.mark.parametrize("b,cin,kin,cout,ob,labels,groups,sx,sk,so,gathers", [
+    # depthwise (64 groups) with channels over 8: every device convolves its 8 channels
+    (4, 64, 1, 64, 4, "b01f_01io->b01f", "feature_group_count=64",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),
+    # 8 groups of 4 channels, channels over 4 devices and batch over 2
+    (4, 32, 4, 16, 4, "b01f_01io->b01f", "feature_group_count=8",
+     "{devices=[2,1,1,4]<=[8]}", "{devices=[1,1,1,4,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8]}", 0),
+    # 6 groups over 8 devices: only 2 tiles fit whole groups; still correct
+    (2, 12, 2, 12, 2, "b01f_01io->b01f", "feature_group_count=6",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", None),
+    # the depthwise kernel gradient: batch groups over the channel dim
+    (16, 8, 8, 16, 3, "f01b_i01o->01bf", "batch_group_count=16",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),
+])
+def test_grouped_convolutions_tile_whole_groups(b, cin, kin, cout, ob, labels, groups, sx, sk, so, gathers):
+    """Grouped and depthwise convolutions (and the depthwise kernel gradient's batch groups)
+    with the group dim sharded compute their own groups locally, as XLA does, instead of
+    gathering everything."""
+    if labels.startswith("f01b"):  # kernel gradient: x is [features, 8, 8, batch], k the output gradient
+        text = f"""HloModule grouped
+ENTRY main {{
+  x = f32[{cin},8,8,{b}] parameter(0), sharding={sx}
+  g = f32[{cin},8,8,{cout}] parameter(1), sharding={sk}
+  ROOT c = f32[3,3,1,{cout}] convolution(x, g), window={{size=8x8 pad=1_1x1_1}}, dim_labels={labels}, {groups}, sharding={so}
+}}
+"""
+    else:
+        text = GROUPED.format(b=b, cin=cin, kin=kin, cout=cout, ob=ob, labels=labels, groups=groups,
+                              sx=sx, sk=sk, so=so)
+    expect = {} if gathers is None else {"all-gather": gathers}
+    _check(text, expect=expect, no_missed=gathers is not None)

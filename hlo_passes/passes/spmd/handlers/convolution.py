@@ -25,14 +25,16 @@ Candidate tilings are priced like dots (resharding, partial sums, result
 resharding) plus the halo rows; the variants with spatial dims untiled (the
 input all-gathered along them) stay in the race, so a halo wider than the
 tile is not forced.  Grouped convolutions (depthwise ones and their kernel
-gradients included) keep the dims their groups tie together untiled.
+gradients included) tile their output feature by whole groups: each device convolves its
+groups of the input feature (feature groups) or input batch (batch groups) with its part of
+the kernel, with the group count divided by the tiles.
 """
 
 from __future__ import annotations
 
 import math
 
-from hlo_passes.ir.attributes import Window
+from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
@@ -59,14 +61,34 @@ class _Space:
         self.lhs_base = {labels.input_batch: labels.output_batch, labels.input_feature: r}
         self.rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: r}
         self.rhs_map |= {d: self.win[j] for j, d in enumerate(labels.kernel_spatial)}
-        # groups tie the output feature to the input feature (feature groups) or to the input
-        # batch (batch groups, e.g. a depthwise kernel gradient): those dims stay untiled
+        # Groups tie the output feature to the input feature (feature groups) or to the input
+        # batch (batch groups, e.g. a depthwise kernel gradient), group-major: tiling the output
+        # feature into t tiles with t dividing the group count gives every device whole groups
+        # of both, and a local convolution with count/t groups.  The dims inside a group (the
+        # kernel's input feature; the output batch of batch groups) stay untiled.
+        self.groups = instr.feature_group_count * instr.batch_group_count
         fixed = set()
         if instr.feature_group_count != 1:
-            fixed |= {labels.output_feature, r}
+            self.lhs_base[labels.input_feature] = labels.output_feature
+            fixed.add(r)
         if instr.batch_group_count != 1:
-            fixed |= {labels.output_feature, labels.output_batch}
+            self.lhs_base[labels.input_batch] = labels.output_feature
+            fixed.add(labels.output_batch)
         self.tileable = [d for d in range(self.rank) if d not in fixed]
+
+    def groups_fit(self, space) -> bool:
+        """Does the output feature's tiling give every device whole groups?"""
+        return self.groups == 1 or self.groups % space.dims[self.labels.output_feature] == 0
+
+    def local_groups(self, space) -> dict[str, int]:
+        """The group counts of the local convolution."""
+        t = space.dims[self.labels.output_feature]
+        out = {}
+        if self.instr.feature_group_count != 1:
+            out["feature_group_count"] = self.instr.feature_group_count // t
+        if self.instr.batch_group_count != 1:
+            out["batch_group_count"] = self.instr.batch_group_count // t
+        return out
 
     def lhs_map(self, space) -> dict[int, int] | None:
         """Input dim -> space dim: a spatial dim follows its window dim where that is tiled."""
@@ -149,7 +171,7 @@ def convolution(p, instr):
 
 
 def _price(p, sp: _Space, space, target) -> int | None:
-    if space is None or space.to_sharding() is None:
+    if space is None or space.to_sharding() is None or not sp.groups_fit(space):
         return None
     lhs_map = sp.lhs_map(space)
     exchanges = sp.halos(space) if lhs_map is not None else None
@@ -203,7 +225,10 @@ def _emit(p, sp: _Space, space, target):
         y = em.mask_padding(y, tm_r, tuple(rhs.shape.dims), pad_dims, 0)
     out_tm = space.remap(sp.out_rank, {i: i for i in range(sp.out_rank)})
     local = p.clone(instr, [x, y], local_shape(instr.shape, to_sharding(out_tm)))
-    local.set_attr("window", Window(tuple(window)))
+    if "window" in instr.attributes or any(w != WindowDimension(1) for w in window):
+        local.set_attr("window", Window(tuple(window)))
+    for key, count in sp.local_groups(space).items():
+        local.set_attr(key, count)
     return sum_partials(p, instr, local, space, sp.out_rank, sp.contracting, target)
 
 
