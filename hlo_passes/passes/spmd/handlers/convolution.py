@@ -186,7 +186,7 @@ def _price(p, sp: _Space, space, target) -> int | None:
     local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
     esize = lhs.shape.element_type.byte_size
     for h in exchanges:
-        c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), (h.left > 0) + (h.right > 0))
+        c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
         local[h.dim] = h.rows.width
     c += model.compute(_local_flops(instr, space), sum(o.shape.byte_size() for o in instr.operands)
                        // max(1, space.num_tiles), instr.shape.element_type)

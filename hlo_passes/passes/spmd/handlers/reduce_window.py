@@ -58,7 +58,7 @@ def reduce_window(p, instr) -> PValue:
         rows = halos.window_rows(w, t, [i * out_local for i in range(t)], out_local, [0] * t, w.size)
         active = [i * out_local < instr.shape.dims[d] for i in range(t)]
         h = rows and halos.plan(d, size, t, rows, zero_padding=False, active=active)
-        if h is None or h.left + h.right >= (t - 1) * h.local:  # gathering moves no more
+        if h is None or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
             fixed.append(d)
         else:
             exchanges.append(h)
@@ -159,7 +159,7 @@ def _select_and_scatter_with_halos(p, instr, tm, target) -> PValue | None:
                                         WindowDimension(w.size, s))
         sh = halos.plan(d, out, t, source_rows, zero_padding=True)
         oh = halos.plan(d, size, t, operand_rows, zero_padding=False)
-        if oh.left + oh.right >= (t - 1) * L or sh.left + sh.right >= (t - 1) * sh.local:
+        if oh.bytes(1) >= (t - 1) * L or sh.bytes(1) >= (t - 1) * sh.local:
             return None  # gathering the operand and the source would move no more
         source_halos.append(sh)
         operand_halos.append(oh)

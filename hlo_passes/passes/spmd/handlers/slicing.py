@@ -13,21 +13,30 @@ keep a tiled dim tiled instead when a halo exchange moves less (`_shifted`).
 
 from __future__ import annotations
 
+import math
+
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.cost_model import ZERO
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.reshard import cost
 
 
 def local_except(p, instr, fixed) -> PValue:
-    """Run `instr` locally with every dim in `fixed` untiled in operands and result."""
+    """Run `instr` locally with every dim in `fixed` untiled in operands and result.
+
+    Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
+    XLA does for a sort along its sharded dim — the fixed dim's tiling moved onto a free dim
+    that has none (an all-to-all there and back, every device working on its share instead of
+    the whole array).  The cost model picks."""
     target = p.target(instr)
     first = instr.shape.elements[0] if instr.shape.is_tuple else instr.shape
     first_target = target.element(0) if target.is_tuple else target
     tm = tile_map(first_target, first.rank, p.n)
-    s = to_sharding(tm.keep_dims([d for d in range(first.rank) if d not in fixed]))
+    s = _cheapest_local_tiling(p, instr, first, first_target, tm, fixed)
     operands = []
     for i, op in enumerate(instr.operands):
         want = s if op.shape.is_array and op.shape.rank == first.rank else Sharding.replicated()
@@ -42,6 +51,46 @@ def local_except(p, instr, fixed) -> PValue:
     elif instr.opcode is Opcode.DYNAMIC_SLICE:
         new.set_attr("dynamic_slice_sizes", tuple(new.shape.dims))
     return p.reshard(PValue(new, out, instr.shape), target)
+
+
+def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
+    """The sharding `local_except` runs `instr` in (see there)."""
+    rank = first.rank
+    free = [d for d in range(rank) if d not in fixed]
+    candidates = [tm.keep_dims(free)]
+    sources = [tm]
+    data = instr.operands[0]
+    if data.shape.is_array and data.shape.rank == rank:
+        sources.append(tile_map(p.value(data).sharding, rank, p.n))
+    for source in sources:
+        base = source.keep_dims(free)
+        for f in fixed:
+            t = source.dims[f]
+            if t == 1:
+                continue
+            for g in free:
+                if base.dims[g] == 1 and first.dims[g] % t == 0 and first.dims[g] >= t:
+                    moved = source.remap(rank, {d: d for d in free if d != g} | {g: f})
+                    if moved.to_sharding() is not None:
+                        candidates.append(moved)
+    if len(candidates) == 1:
+        return to_sharding(candidates[0])
+    model, n = p.ctx.cost_model, p.n
+    best, best_cost = None, None
+    for cand in candidates:
+        s = to_sharding(cand)
+        c = ZERO
+        for i, op in enumerate(instr.operands):
+            if op.shape.is_array and op.shape.rank == rank:
+                c += cost(p.value(op).sharding, s, op.shape, n, model)
+        local_bytes = local_shape(first, s).byte_size()
+        flops = local_bytes // max(1, first.element_type.byte_size) * max(1, math.ceil(math.log2(
+            max(2, max(first.dims[d] for d in fixed) if fixed else 2)))) if instr.opcode is Opcode.SORT else 0
+        c += model.compute(flops, 2 * local_bytes, first.element_type)
+        c += cost(s, first_target, first, n, model)
+        if best_cost is None or c < best_cost:
+            best, best_cost = s, c
+    return best
 
 
 @handles(Opcode.SLICE)
@@ -86,7 +135,7 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
         rows = t > 1 and halos.window_rows(windows[d], t, [i * out_local for i in range(t)], out_local, [0] * t, 1)
         h = rows and halos.plan(d, size, t, rows, zero_padding,
                                 active=[i * out_local < out for i in range(t)])
-        if not h or h.left + h.right >= (t - 1) * h.local:  # gathering moves no more
+        if not h or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
             untiled.append(d)
         else:
             exchanges.append(h)
