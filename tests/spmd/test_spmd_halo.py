@@ -345,3 +345,24 @@ ENTRY main {{
                               sx=sx, sk=sk, so=so)
     expect = {} if gathers is None else {"all-gather": gathers}
     _check(text, expect=expect, no_missed=gathers is not None)
+
+
+TOPK = """HloModule topk
+ENTRY main {{
+  x = f32[{b},{n}] parameter(0), sharding={s}
+  ROOT t = (f32[{b},{k}], s32[{b},{k}]) {op}, sharding={{{s}, {s}}}
+}}
+"""
+
+
+@pytest.mark.parametrize("b,n,k,s,op", [
+    (16, 1024, 4, "{devices=[1,8]<=[8]}", 'custom-call(x), custom_call_target="TopK"'),
+    (16, 1000, 3, "{devices=[2,4]<=[8]}", "topk(x), k=3, largest=true"),      # uneven last tiles
+    (6, 64, 5, "{devices=[1,4,2]<=[8] last_tile_dim_replicate}", "topk(x), k=5, largest=false"),
+])
+def test_topk_along_the_sharded_dim_gathers_only_candidates(b, n, k, s, op):
+    """top-k along a sharded dim: local top-k, t*k candidates all-gathered, a stable sort: the
+    values and the (global) positions equal the unpartitioned op's, ties included."""
+    text = TOPK.format(b=b, n=n, k=k, s=s, op=op)
+    out = _check(text, expect={"all-gather": 2})
+    assert " sort(" in out

@@ -234,10 +234,13 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     groups = groups_varying(tm, [k])
     coord = [int(tm.coords[d, k]) for d in range(em.n)]
     transfers = halo.transfers
-    spare = max(t.rows for t in transfers)
     dims = list(x.shape.dims)
-    padded = em.pad_to(x, tuple(d + spare if i == k else d for i, d in enumerate(dims)))
-    buf_dims = tuple(width + spare if i == k else d for i, d in enumerate(dims))
+    # dynamic-slice and dynamic-update-slice clamp their offsets: the source is padded by what
+    # the longest message reads past its end, the window by the scratch rows pieces land in
+    overflow = max(0, max(t.src_start[src] + t.rows - dims[k] for t in transfers for src, _ in t.pairs))
+    padded = em.pad_to(x, tuple(d + overflow if i == k else d for i, d in enumerate(dims)))
+    spare = max(t.dst_start[c] + t.rows for t in transfers for c in range(halo.tiles)) - width
+    buf_dims = tuple(width + max(0, spare) if i == k else d for i, d in enumerate(dims))
     buf = em.broadcast_scalar(0, x.shape.element_type, buf_dims)
     zero = b.constant(0)
     for t in transfers:
