@@ -366,3 +366,28 @@ def test_topk_along_the_sharded_dim_gathers_only_candidates(b, n, k, s, op):
     text = TOPK.format(b=b, n=n, k=k, s=s, op=op)
     out = _check(text, expect={"all-gather": 2})
     assert " sort(" in out
+
+
+DUS = """HloModule dus
+ENTRY main {{
+  x = f32[{n},{m}] parameter(0), sharding={sx}
+  u = f32[{un},{um}] parameter(1), sharding={su}
+  i = s32[] constant({i})
+  j = s32[] constant({j})
+  ROOT d = f32[{n},{m}] dynamic-update-slice(x, u, i, j), sharding={sx}
+}}
+"""
+
+
+@pytest.mark.parametrize("n,m,un,um,i,j,sx,su", [
+    (64, 32, 10, 32, 29, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # straddles two tiles
+    (64, 32, 10, 32, 60, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # clamped to 54
+    (64, 32, 10, 32, -5, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # clamped to 0
+    (60, 30, 13, 7, 17, 20, "{devices=[4,2]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),  # uneven, both dims
+])
+def test_dynamic_update_slice_keeps_a_sharded_operand_in_place(n, m, un, um, i, j, sx, su):
+    """A dynamic-update-slice into a sharded dim: every device writes the part of the update
+    that falls in its rows (XLA's clamped offset included) — the operand never moves."""
+    text = DUS.format(n=n, m=m, un=un, um=um, i=i, j=j, sx=sx, su=su)
+    out = _check(text, expect={"all-to-all": 0, "collective-permute": 0})
+    assert out.count(" all-gather(") <= 1  # at most the small update
