@@ -31,6 +31,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -82,6 +83,32 @@ def gpt_tp(d: int, tokens: int = 512, heads: int = 8):
     return jax.jit(step), (params, spec(m, (b, s, d), P("data", None, None)))
 
 
+def gpt_dense(d: int, tokens: int = 512, heads: int = 8):
+    """The same block written the way Flax's Dense layers lower it: one fused qkv projection
+    [d, 3d], heads split by a reshape, heads merged back by a reshape before the output Dense
+    [d, d] — the sharded head dim travels through reshapes into the contracting dims."""
+    m = mesh((2, 4), ("data", "model"))
+    b, s = 4, tokens // 4
+    dh = d // heads
+
+    def loss(p, x):
+        qkv = (x @ p["wqkv"]).reshape(b, s, 3, heads, dh)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        a = jax.nn.softmax(jnp.einsum("bshe,bthe->bhst", q, k) / math.sqrt(dh), axis=-1)
+        o = jnp.einsum("bhst,bthe->bshe", a, v).reshape(b, s, d)
+        h = x + o @ p["wo"]
+        y = h + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+        return jnp.mean(y ** 2)
+
+    def step(p, x):
+        g = jax.grad(loss)(p, x)
+        return jax.tree.map(lambda w, g: w - 1e-3 * g, p, g)
+
+    params = {"wqkv": spec(m, (d, 3 * d), P(None, "model")), "wo": spec(m, (d, d), P("model", None)),
+              "w1": spec(m, (d, 4 * d), P(None, "model")), "w2": spec(m, (4 * d, d), P("model", None))}
+    return jax.jit(step), (params, spec(m, (b, s, d), P("data", None, None)))
+
+
 def fsdp_mlp(d: int, tokens: int = 512):
     """A 2-layer MLP step with FSDP: every weight sharded over all 8 devices, batch too."""
     m = mesh((8,), ("fsdp",))
@@ -106,7 +133,15 @@ def mlp_2d(d: int, tokens: int = 512):
                            spec(m, (tokens, d), P("data", None)))
 
 
-MODELS = {"gpt_tp": gpt_tp, "fsdp_mlp": fsdp_mlp, "mlp_2d": mlp_2d}
+MODELS = {"gpt_tp": gpt_tp, "gpt_dense": gpt_dense, "fsdp_mlp": fsdp_mlp, "mlp_2d": mlp_2d}
+try:  # real Flax + Optax steps (benchmark extras: pip install flax optax)
+    import flax_models
+
+    MODELS |= {"flax_gpt_tp": lambda d: flax_models.gpt_tp(d=d),
+               "flax_gpt_fsdp": lambda d: flax_models.gpt_fsdp(d=d),
+               "flax_resnet_dp": lambda d: flax_models.resnet_dp(width=max(8, d // 16))}
+except ImportError:
+    pass
 
 
 # ------------------------------------------------------------------ runs --

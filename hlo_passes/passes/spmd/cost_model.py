@@ -7,7 +7,13 @@ So every choice (reshard plans, dot/convolution tilings, halo vs gather, partiti
 replicate) is priced in seconds on a hardware profile:
 
     time = per-device compute  max(FLOPs / peak FLOP/s(type), bytes touched / memory bandwidth)
-         + per collective      wire bytes / link bandwidth   (+ latency, see Estimate.__lt__)
+         + per collective      (1 - overlap) × wire bytes / link bandwidth
+                               (+ latency, which only breaks ties: see Estimate.__lt__)
+
+Compute counts whole and communication only in the share an asynchronous schedule cannot hide
+(`overlap`, 0.5 on the accelerator profile): replicated work is never free, and this is what
+keeps an FSDP layer's matmul partial-summed (XLA's choice) instead of gathering both operands
+to multiply the whole matrix on every device.
 
 with each collective's wire volume from the algorithm a runtime uses on a ring of g devices:
 
@@ -54,6 +60,10 @@ class HardwareProfile:
     link_bandwidth: float          # bytes/s a device sends (and receives) in a collective
     collective_latency: float      # seconds per collective (launch + synchronisation)
     memory_bytes: int = 80 * GIB   # per-device memory
+    # The share of collective time an asynchronous schedule hides behind independent compute
+    # (XLA GPU's latency-hiding scheduler overlaps collectives; XLA CPU runs them in line).
+    # Compute is never hidden: a choice that replicates work pays all of it.
+    overlap: float = 0.0
 
     def flop_rate(self, element_type: PrimitiveType) -> float:
         return self.flops.get(_type_class(element_type), self.flops["f32"])
@@ -63,7 +73,8 @@ PROFILES: dict[str, HardwareProfile] = {
     "accelerator": HardwareProfile(
         "accelerator",
         flops={"f8": 1979e12, "bf16": 989e12, "f16": 989e12, "f32": 60e12, "f64": 30e12, "int": 60e12},
-        memory_bandwidth=3.35e12, link_bandwidth=450e9, collective_latency=10e-6, memory_bytes=80 * GIB),
+        memory_bandwidth=3.35e12, link_bandwidth=450e9, collective_latency=10e-6, memory_bytes=80 * GIB,
+        overlap=0.5),
     "cpu": HardwareProfile(
         "cpu",
         flops={"f8": 5e10, "bf16": 5e10, "f16": 5e10, "f32": 1e11, "f64": 5e10, "int": 1e11},
@@ -86,34 +97,41 @@ def _type_class(t: PrimitiveType) -> str:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Estimated cost per device of some work: seconds of compute and of bandwidth, the
-    collectives it launches (each pays the profile's latency), bytes received, FLOPs computed."""
+    """Estimated cost per device of some work.
+
+    `seconds` is what decisions compare: compute time plus the part of communication time an
+    asynchronous schedule cannot hide (the profile's `overlap`); `comm_seconds` the whole
+    communication time; `collectives` how many it launches (each pays the profile's latency);
+    `bytes` received and `flops` computed."""
 
     seconds: float = 0.0
     bytes: int = 0
     flops: int = 0
     collectives: int = 0
+    comm_seconds: float = 0.0
 
     def __add__(self, other: "Estimate") -> "Estimate":
         return Estimate(self.seconds + other.seconds, self.bytes + other.bytes, self.flops + other.flops,
-                        self.collectives + other.collectives)
+                        self.collectives + other.collectives, self.comm_seconds + other.comm_seconds)
 
     def __lt__(self, other: "Estimate") -> bool:
-        """Compute and bandwidth time first; on a tie, fewer collectives, then fewer bytes and FLOPs.
-        Latency only breaks ties: a choice made per instruction cannot know which collectives an
-        asynchronous schedule overlaps with compute, and on small arrays it would otherwise decide
-        everything (replicating work to save one collective)."""
+        """Exposed time first; on a tie, fewer collectives, then fewer bytes and FLOPs.
+        Latency only breaks ties: a choice made per instruction cannot know which collectives the
+        schedule overlaps, and on small arrays latency would otherwise decide everything
+        (replicating work to save one collective)."""
         if abs(self.seconds - other.seconds) > 1e-9 * max(self.seconds, other.seconds) + 1e-15:
             return self.seconds < other.seconds
         return (self.collectives, self.bytes, self.flops) < (other.collectives, other.bytes, other.flops)
 
     def step_seconds(self, profile: "HardwareProfile") -> float:
-        """The time estimate with every collective's latency added."""
-        return self.seconds + self.collectives * profile.collective_latency
+        """The time estimate with nothing overlapped: compute, every collective's transfer and
+        its latency."""
+        compute = self.seconds - (1 - profile.overlap) * self.comm_seconds
+        return compute + self.comm_seconds + self.collectives * profile.collective_latency
 
     def describe(self) -> str:
-        return (f"{self.seconds * 1e6:.1f} µs + {self.collectives} collective(s), {self.bytes:,} B moved, "
-                f"{self.flops:,} FLOPs")
+        return (f"{self.seconds * 1e6:.1f} µs exposed ({self.comm_seconds * 1e6:.1f} µs communicating, "
+                f"{self.collectives} collective(s)), {self.bytes:,} B moved, {self.flops:,} FLOPs")
 
 
 ZERO = Estimate()
@@ -159,7 +177,8 @@ class CostModel:
 
     def transfer(self, wire_bytes: int, collectives: int = 1) -> Estimate:
         """`collectives` collectives that bring `wire_bytes` to each device."""
-        return Estimate(wire_bytes / self.profile.link_bandwidth, wire_bytes, 0, collectives)
+        t = wire_bytes / self.profile.link_bandwidth
+        return Estimate(t * (1 - self.profile.overlap), wire_bytes, 0, collectives, t)
 
     def fits(self, per_device_bytes: int, unpartitioned_bytes: int) -> bool:
         """May a candidate hold `per_device_bytes` for one instruction, given that the
