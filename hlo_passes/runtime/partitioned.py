@@ -155,7 +155,7 @@ def manual_program(module: Module, num_partitions: int) -> str:
     groups: XLA's verifier misreads sub-axis groups when it parses them back."""
     from hlo_passes.ir.replica_groups import ReplicaGroups
 
-    copy = parse_module(print_module(module))
+    copy = module.clone()
     for instr in copy.all_instructions():
         instr.remove_attr("sharding")
         if instr.custom_call_target == "Sharding":  # XLA requires one on these; all code is manual here
@@ -285,7 +285,7 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
     modules are compiled."""
     from hlo_passes.runtime import xla_backend
 
-    copy = parse_module(print_module(module))
+    copy = module.clone()
     copy.num_partitions = num_devices
     flags = dict(platform=platform,
                  propagate_to_output=(propagate_to_output if propagate_to_output is not None else
