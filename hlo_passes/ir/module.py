@@ -109,6 +109,17 @@ class Module:
         self.computation_names = NameTable()
         # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
         self.parsed_entry_signature: tuple | None = None
+        self._next_channel: int | None = None  # see new_channel_id
+
+    def new_channel_id(self) -> int:
+        """A channel id no instruction of the module uses: the one allocator every pass that
+        creates a collective takes ids from (the module is scanned once, on first use)."""
+        if self._next_channel is None:
+            used = [i.attr("channel_id") for i in self.all_instructions() if "channel_id" in i.attributes]
+            self._next_channel = max([0] + [c for c in used if isinstance(c, int)]) + 1
+        cid = self._next_channel
+        self._next_channel += 1
+        return cid
 
     def take_names_of_parsed_instructions(self) -> None:
         """The names of the computations and instructions now in the module are taken

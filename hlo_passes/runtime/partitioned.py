@@ -127,9 +127,8 @@ def leaf_shardings(sharding: Sharding | None, shape: Shape) -> list[Sharding | N
 
 # ------------------------------------------------------- manual programs --
 def _split_variadic_all_reduces(module: Module) -> None:
-    from hlo_passes.ir.builder import Builder, next_channel_id
+    from hlo_passes.ir.builder import Builder
 
-    channel = next_channel_id(module)
     for comp in module.computations:
         for instr in list(comp.instructions):
             if instr.opcode is not Opcode.ALL_REDUCE or len(instr.operands) < 2:
@@ -142,8 +141,7 @@ def _split_variadic_all_reduces(module: Module) -> None:
                 for key, slot in instr.attributes.items():
                     part.attributes[key] = slot
                 if "channel_id" in instr.attributes:
-                    part.set_attr("channel_id", channel)
-                    channel += 1
+                    part.set_attr("channel_id", module.new_channel_id())
                 parts.append(part)
             comp.replace(instr, b.tuple(parts))
 
