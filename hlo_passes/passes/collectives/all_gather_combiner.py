@@ -116,7 +116,7 @@ class AllGatherCombiner(CombinerPass):
         combined = b.op(Opcode.ALL_GATHER, TupleShape(tuple(shapes)), operands,
                         channel_id=first.attr("channel_id"), replica_groups=replica_groups(first),
                         dimensions=(dim,), use_global_device_ids=True if mode.use_global_device_ids else None)
-        combined.sharding = tuple_sharding(members)
+        combined.sharding = tuple_sharding(module, members)
         values = []
         for k, (m, perm) in enumerate(zip(members, perms)):
             value = b.get_tuple_element(combined, k)

@@ -66,7 +66,7 @@ class AllReduceCombiner(CombinerPass):
         combined = b.all_reduce([m.operands[0] for m in members], replica_groups(first), first.called["to_apply"],
                                 channel_id=first.attr("channel_id"),
                                 use_global_device_ids=True if mode.use_global_device_ids else None)
-        combined.sharding = tuple_sharding(members)
+        combined.sharding = tuple_sharding(module, members)
         values = []
         for k, m in enumerate(members):
             gte = b.get_tuple_element(combined, k)

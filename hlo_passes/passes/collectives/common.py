@@ -8,9 +8,8 @@ The grouping engine, as XLA runs it:
 * Repeatedly walk the computation in XLA's post order (the schedule's order when the module
   is scheduled).  The first remaining candidate opens a group; later candidates with its key
   join it until the group would pass `combine-threshold-in-bytes` (result bytes) or reaches
-  `combine-threshold-count`, or until a candidate depends (through operands, control edges or
-  a shared channel id) on a member: then the group closes and the candidate waits for the next
-  walk.  A candidate larger than the byte threshold alone, or with more than one operand, is
+  `combine-threshold-count`, or until a candidate depends (through operands or control edges)
+  on a member: then the group closes and the candidate waits for the next walk.  A candidate larger than the byte threshold alone, or with more than one operand, is
   dropped.  Groups of two or more are rewritten; reachability is rebuilt after each rewrite,
   so a later group can never close a cycle through an earlier one.
 * In a scheduled module a candidate also closes the group when an instruction scheduled
@@ -170,17 +169,19 @@ def xla_post_order(comp: Computation,
 
 
 class Reachability:
-    """Which instructions of one computation reach which (operands, control edges and shared
-    channel ids), as bitsets over a post order; built once per walk, like XLA's
-    HloReachabilityMap."""
+    """Which instructions of one computation reach which, as bitsets over a post order; built
+    once per walk, like XLA's HloReachabilityMap: through operands and control edges, and a
+    collective also reaches what the earlier collectives of its channel id depend on (their
+    operands and control predecessors, not those collectives themselves)."""
 
     def __init__(self, order: Sequence[Instruction], channel_deps: dict[Instruction, list[Instruction]]):
         self.bit: dict[Instruction, int] = {}
         self.reach: dict[Instruction, int] = {}
         for k, instr in enumerate(order):
             r = 1 << k
-            for dep in (*instr.operands, *instr.control_predecessors, *channel_deps.get(instr, ())):
-                r |= self.reach.get(dep, 0)
+            for source in (instr, *channel_deps.get(instr, ())):
+                for dep in (*source.operands, *source.control_predecessors):
+                    r |= self.reach.get(dep, 0)
             self.bit[instr] = 1 << k
             self.reach[instr] = r
 
@@ -211,10 +212,11 @@ def combine_by_key(comp: Computation, keys: dict[Instruction, Hashable], *, thre
             reach = Reachability(post, deps)
             sequence = comp.instructions if scheduled else post
             position = {instr: k for k, instr in enumerate(sequence)}
+            candidates = [instr for instr in sequence if instr in keys]
         members: list[Instruction] = []
         total = 0
         group: set[Instruction] = set()
-        for instr in sequence:
+        for instr in candidates:
             key = keys.get(instr)
             if key is None:
                 continue
@@ -275,10 +277,13 @@ def replace_members(comp: Computation, members: Sequence[Instruction], combined:
         comp.remove(member)
 
 
-def tuple_sharding(members: Sequence[Instruction]) -> Sharding | None:
+def tuple_sharding(module: Module, members: Sequence[Instruction]) -> Sharding | None:
     """The combined collective's sharding (XLA's CreateTupleSharding): each member's, replicated
-    where a member has none; None when no member has one."""
-    if all(m.sharding is None for m in members):
+    where a member has none; None when no member has one.  Also None in a module of one
+    partition: XLA CPU's import rejects a tuple sharding on a multi-result collective there
+    ("Failed to get shape"), and a replica program runs the same without it (the members'
+    shardings stay on the get-tuple-elements that replace them)."""
+    if all(m.sharding is None for m in members) or module.num_partitions <= 1:
         return None
     return Sharding.tuple_of(m.sharding if m.sharding is not None else Sharding.replicated() for m in members)
 

@@ -101,8 +101,8 @@ class ReduceScatterCombiner(CombinerPass):
             combined = b.op(Opcode.REDUCE_SCATTER, ArrayShape(first.shape.element_type, (1, width)), [packed],
                             dimensions=(0,), **common)
             values = unpack(b, combined, [m.shape for m in members], dims, 1, 1, added)
-        if first.sharding is not None:
-            combined.sharding = first.sharding
+        if first.sharding is not None and (combined.shape.is_array or module.num_partitions > 1):
+            combined.sharding = first.sharding  # XLA's choice; see common.tuple_sharding for the tuple case
             for x in added:
                 x.sharding = shape_free(first.sharding)
         for m, v in zip(members, values):
