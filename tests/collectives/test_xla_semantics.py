@@ -504,3 +504,19 @@ def test_collective_fusion_forwards_xlas_options():
     assert subs["reduce-scatter-combiner"].combine_while_loops is False
     assert str(parse_pipeline("all-gather-combiner{combine-by-dim=true,combine-while-loops=true}")) == \
         "all-gather-combiner"  # XLA's defaults print as nothing
+
+
+@pytest.mark.parametrize("header, merges", [("replica_count=8", False), ("num_partitions=8", True)])
+def test_shared_channel_ids_order_an_mpmd_program_only(header, merges):
+    # d and b share channel 5: in an MPMD program b then also reaches what d reads (y, so a) and
+    # may not merge with a; an SPMD module (several partitions) has no such dependence
+    text = module(f"""
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  a = f32[4] all-reduce(p), channel_id=1, {G4}, use_global_device_ids=true, to_apply=add
+  y = f32[4] negate(a)
+  d = f32[4] all-reduce(y), channel_id=5, {G4}, use_global_device_ids=true, to_apply=mx
+  b = f32[4] all-reduce(q), channel_id=5, {G4}, use_global_device_ids=true, to_apply=add
+  ROOT t = (f32[4], f32[4]) tuple(d, b)""", header)
+    changed, m, _ = run("all-reduce-combiner", text, numerics=merges)
+    assert changed is merges
