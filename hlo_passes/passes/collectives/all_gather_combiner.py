@@ -14,7 +14,7 @@ type (only with `combine-different-dtypes=false`) and the replica groups as writ
 Grouping, thresholds and dependence are common.py's `combine_by_key`; bodies and conditions
 of while loops are skipped with `combine-while-loops=false`; a module holding a
 layout-constrained all-gather is left alone.  The merged gather keeps the first member's
-channel id and a tuple of the members' shardings.
+channel id and, in a partitioned module, a tuple of the members' shardings.
 
 Members of one group may gather different dimensions (`combine-by-dim=false`) and have
 different ranks.  As XLA, the group gathers the dimension most members gather (the smallest

@@ -16,9 +16,10 @@ The key, as XLA's GetAllReduceKey: the reduction (the root opcode and element ty
 (domains.py), whether there is a channel, `use_global_device_ids`, and the replica groups as
 written (`{}` and `{{0,1,2,3}}` differ).  Only single-operand, array-shaped all-reduces are
 merged; grouping, thresholds and dependence (operands, control edges, shared channel ids) are
-common.py's `combine_by_key`.  The merged all-reduce keeps the first member's channel id,
-takes a tuple of the members' shardings (replicated for a member without one) and every
-member's control edges.  A module holding a layout-constrained all-reduce is left alone.
+common.py's `combine_by_key`.  The merged all-reduce keeps the first member's channel id and
+every member's control edges, and takes a tuple of the members' shardings in a partitioned
+module (common.tuple_sharding says why not in a replica program).  A module holding a
+layout-constrained all-reduce is left alone.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Hashable, Iterable, Sequence
 
-from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
@@ -315,10 +314,6 @@ def unique_caller(comp: Computation, callers: dict[Computation, list[Instruction
     """XLA's GetUniqueCaller: the one instruction calling `comp`, when it has `opcode`."""
     who = callers.get(comp, [])
     return who[0] if len(who) == 1 and who[0].opcode is opcode else None
-
-
-def most_common(values: Iterable[Hashable]):
-    return Counter(values).most_common(1)[0][0]
 
 
 def most_frequent_dimension(dims: Sequence[int], ranks: Sequence[int]) -> int:
