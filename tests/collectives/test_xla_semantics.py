@@ -470,6 +470,7 @@ def test_creator_global_ids_from_partition_id(groups, applies):
     ("two users", ""),
     ("two dims", "slices 2 dimensions"),
     ("wrong size", "is not one of 8 shards"),
+    ("empty slice", "0 of 16 is not one of 8 shards"),
 ])
 def test_creator_declines(edit, why):
     text = creator_module("all-reduce(p), replica_groups={}, to_apply=add", REPLICA_OFFSET)
@@ -480,9 +481,12 @@ def test_creator_declines(edit, why):
     elif edit == "two dims":
         text = text.replace("f32[2,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={2,3}",
                             "f32[2,1] dynamic-slice(ar, off, zero), dynamic_slice_sizes={2,1}")
-    else:
+    elif edit == "wrong size":
         text = text.replace("f32[2,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={2,3}",
                             "f32[4,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={4,3}")
+    else:
+        text = text.replace("f32[2,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={2,3}",
+                            "f32[0,3] dynamic-slice(ar, off, zero), dynamic_slice_sizes={0,3}")
     changed, _, p = run("reduce-scatter-creator", text, numerics=False)
     assert not changed
     assert any(why in r.message for r in p.remarks) if why else not p.remarks
@@ -520,3 +524,22 @@ def test_shared_channel_ids_order_an_mpmd_program_only(header, merges):
   ROOT t = (f32[4], f32[4]) tuple(d, b)""", header)
     changed, m, _ = run("all-reduce-combiner", text, numerics=merges)
     assert changed is merges
+
+
+def test_reduction_computations_with_more_than_one_operation_are_not_combined():
+    # XLA's key reads to_apply only when it is two parameters and the reduction
+    extra = "add_extra { a = f32[] parameter(0)\n b = f32[] parameter(1)\n c = f32[] constant(0)\n" \
+            " ROOT s = f32[] add(a, b) }\n"
+    text = module(f"""
+  p = f32[4] parameter(0)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add_extra
+  b = f32[4] all-reduce(p), {G4}, to_apply=add_extra
+  q = f32[16] parameter(1)
+  c = f32[4] reduce-scatter(q), {G4}, dimensions={{0}}, to_apply=add_extra
+  d = f32[4] reduce-scatter(q), {G4}, dimensions={{0}}, to_apply=add_extra
+  ROOT t = (f32[4], f32[4], f32[4], f32[4]) tuple(a, b, c, d)""", extra=extra)
+    for name in ("all-reduce-combiner", "reduce-scatter-combiner"):
+        changed, _, _ = run(name, text, numerics=False)
+        assert not changed, name
+    changed, _, _ = run("all-reduce-combiner", text.replace("to_apply=add_extra", "to_apply=add"))
+    assert changed

@@ -31,8 +31,8 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import (CombinerPass, group_mode, reduction_of, replace_members,
-                                                  replica_groups, tuple_sharding)
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, group_mode,
+                                                  replace_members, replica_groups, tuple_sharding)
 from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 
@@ -52,9 +52,9 @@ class AllReduceCombiner(CombinerPass):
         combine_threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most all-reduces merged into one")
 
     def combine_key(self, instr: Instruction, domain: int):
-        reduction = reduction_of(instr)
+        reduction = combinable_reduction(instr)
         if reduction is None:
-            self.remark(instr, "to_apply is not a plain binary reduction; not combined", "missed")
+            self.remark(instr, "to_apply is not two parameters and one binary reduction; not combined", "missed")
             return None
         mode = group_mode(instr)
         return (reduction.opcode, reduction.element_type, domain, mode.has_channel, mode.use_global_device_ids,

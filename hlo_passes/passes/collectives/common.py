@@ -9,9 +9,10 @@ The grouping engine, as XLA runs it:
   is scheduled).  The first remaining candidate opens a group; later candidates with its key
   join it until the group would pass `combine-threshold-in-bytes` (result bytes) or reaches
   `combine-threshold-count`, or until a candidate depends (through operands or control edges)
-  on a member: then the group closes and the candidate waits for the next walk.  A candidate larger than the byte threshold alone, or with more than one operand, is
-  dropped.  Groups of two or more are rewritten; reachability is rebuilt after each rewrite,
-  so a later group can never close a cycle through an earlier one.
+  on a member: then the group closes and the candidate waits for the next walk.  A candidate
+  larger than the byte threshold alone, or with more than one operand, is dropped.  Groups of
+  two or more are rewritten; reachability is rebuilt after each rewrite, so a later group can
+  never close a cycle through an earlier one.
 * In a scheduled module a candidate also closes the group when an instruction scheduled
   between the group's first member and it depends on a member (the merged collective could
   not take the last member's place in the schedule without moving that instruction).
@@ -63,6 +64,15 @@ def reduction_kind(comp: Computation | None) -> ReductionKind | None:
 def reduction_of(instr: Instruction) -> ReductionKind | None:
     to_apply = instr.called.get("to_apply")
     return reduction_kind(to_apply) if isinstance(to_apply, Computation) else None
+
+
+def combinable_reduction(instr: Instruction) -> ReductionKind | None:
+    """The reduction of an all-reduce or reduce-scatter as XLA's GetAllReduceKey accepts it:
+    `to_apply` is exactly two parameters and one binary reduction (no other instruction)."""
+    to_apply = instr.called.get("to_apply")
+    if not isinstance(to_apply, Computation) or len(to_apply) != 3:
+        return None
+    return reduction_kind(to_apply)
 
 
 # ----------------------------------------------------------------- groups --

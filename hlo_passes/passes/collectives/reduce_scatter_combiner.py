@@ -44,8 +44,9 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
-from hlo_passes.passes.collectives.common import (CombinerPass, group_mode, most_frequent_dimension,
-                                                  reduction_of, replace_members, replica_groups, shape_free)
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, group_mode,
+                                                  most_frequent_dimension, replace_members, replica_groups,
+                                                  shape_free)
 from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
 from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
@@ -76,7 +77,7 @@ class ReduceScatterCombiner(CombinerPass):
             raise ValueError(f"{self.name}: form must be packed or variadic, got {self.options.form!r}")
 
     def combine_key(self, instr: Instruction, domain: int):
-        reduction = reduction_of(instr)
+        reduction = combinable_reduction(instr)
         if reduction is None or not instr.shape.is_array:
             return None
         mode = group_mode(instr)

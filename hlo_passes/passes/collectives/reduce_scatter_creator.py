@@ -144,7 +144,7 @@ class ReduceScatterCreator(ModulePass):
             self.remark(ds, f"slices {len(cut)} dimensions of {ar.name}, not one", "missed")
             return None
         d = cut[0]
-        if full[d] // sizes[d] != n:
+        if sizes[d] == 0 or full[d] // sizes[d] != n:
             self.remark(ds, f"dimension {d}: {sizes[d]} of {full[d]} is not one of {n} shards", "missed")
             return None
         reason = self._check_offsets(module, ar, ds.operands[1 + d], sizes[d])
