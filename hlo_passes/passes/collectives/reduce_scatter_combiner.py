@@ -46,7 +46,7 @@ from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD
                                                                 DEFAULT_THRESHOLD_COUNT)
 from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, group_mode,
                                                   most_frequent_dimension, replace_members, replica_groups,
-                                                  shape_free)
+                                                  shape_free, uniform_group_size)
 from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
 from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
@@ -96,7 +96,8 @@ class ReduceScatterCombiner(CombinerPass):
         if self.options.form == "variadic":
             combined, values = self._variadic(b, members, dims, common, added)
         else:
-            parts = first.operands[0].shape.dims[dims[0]] // first.shape.dims[dims[0]]
+            parts = uniform_group_size(first, module) or (
+                first.operands[0].shape.dims[dims[0]] // max(first.shape.dims[dims[0]], 1))
             packed = pack(b, [m.operands[0] for m in members], dims, parts, added)
             width = packed_width([m.shape for m in members], 1)
             combined = b.op(Opcode.REDUCE_SCATTER, ArrayShape(first.shape.element_type, (1, width)), [packed],
