@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from hlo_passes.ir.attributes import Attr
+from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
@@ -199,8 +199,6 @@ class Module:
         slot = self.attributes.get(key)
         if slot is None:
             return default
-        from hlo_passes.parse.attribute_reader import reader_for
-
         return slot.value(reader_for(key))
 
     def set_header_attr(self, key: str, value: Any) -> None:
