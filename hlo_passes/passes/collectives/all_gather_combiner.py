@@ -51,7 +51,7 @@ from hlo_passes.passes.registry import register_pass
 
 
 def gather_dimension(instr: Instruction) -> int:
-    return instr.attr("dimensions")[0]
+    return instr.dimensions[0]
 
 
 def leading_at(shape: Shape, own: int, dim: int) -> bool:
@@ -114,7 +114,7 @@ class AllGatherCombiner(CombinerPass):
             perms.append(perm)
         mode = group_mode(first)
         combined = b.op(Opcode.ALL_GATHER, TupleShape(tuple(shapes)), operands,
-                        channel_id=first.attr("channel_id"), replica_groups=replica_groups(first),
+                        channel_id=first.channel_id, replica_groups=replica_groups(first),
                         dimensions=(dim,), use_global_device_ids=True if mode.use_global_device_ids else None)
         combined.sharding = tuple_sharding(module, members)
         values = []

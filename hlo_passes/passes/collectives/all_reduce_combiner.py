@@ -65,7 +65,7 @@ class AllReduceCombiner(CombinerPass):
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         mode = group_mode(first)
         combined = b.all_reduce([m.operands[0] for m in members], replica_groups(first), first.called["to_apply"],
-                                channel_id=first.attr("channel_id"),
+                                channel_id=first.channel_id,
                                 use_global_device_ids=True if mode.use_global_device_ids else None)
         combined.sharding = tuple_sharding(module, members)
         values = []

@@ -91,11 +91,11 @@ class GroupMode:
 
 
 def group_mode(instr: Instruction) -> GroupMode:
-    return GroupMode(instr.attr("channel_id") is not None, bool(instr.attr("use_global_device_ids", False)))
+    return GroupMode(instr.channel_id is not None, bool(instr.attr("use_global_device_ids", False)))
 
 
 def replica_groups(instr: Instruction) -> ReplicaGroups:
-    return instr.attr("replica_groups") or ReplicaGroups(())
+    return instr.replica_groups
 
 
 def participant_groups(instr: Instruction, module: Module) -> list[tuple[int, ...]] | None:
@@ -142,7 +142,7 @@ def channel_dependencies(comp: Computation) -> dict[Instruction, list[Instructio
         return deps
     for instr in comp.instructions:
         if instr.opcode in _CHANNEL_ORDERED and "channel_id" in instr.attributes:
-            cid = instr.attr("channel_id")
+            cid = instr.channel_id
             if cid is None:
                 continue
             group = seen.setdefault(cid, [])

@@ -22,7 +22,7 @@ from typing import Hashable
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.parse.attribute_reader import reader_for
+from hlo_passes.ir.attributes import reader_for
 
 
 @dataclass(frozen=True)

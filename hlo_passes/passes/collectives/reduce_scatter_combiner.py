@@ -53,7 +53,7 @@ from hlo_passes.passes.registry import register_pass
 
 
 def scatter_dimension(instr: Instruction) -> int:
-    return instr.attr("dimensions")[0]
+    return instr.dimensions[0]
 
 
 @register_pass
@@ -88,7 +88,7 @@ class ReduceScatterCombiner(CombinerPass):
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         mode = group_mode(first)
-        common = dict(channel_id=first.attr("channel_id"), replica_groups=replica_groups(first),
+        common = dict(channel_id=first.channel_id, replica_groups=replica_groups(first),
                       use_global_device_ids=True if mode.use_global_device_ids else None,
                       called={"to_apply": first.called["to_apply"]})
         dims = [scatter_dimension(m) for m in members]

@@ -92,7 +92,7 @@ class ReduceScatterCreator(ModulePass):
                 found = self.match(module, instr)
                 if found is None:
                     continue
-                if instr.attr("channel_id") is not None:
+                if instr.channel_id is not None:
                     self._rewrite(comp, instr, found, channel)
                     channel += 1
                 else:
@@ -106,11 +106,11 @@ class ReduceScatterCreator(ModulePass):
             return None
         if len(ar.users) != 1 or ar.is_root:
             return None
-        user, reshape = ar.users[0], None
+        (user,), reshape = ar.users, None
         if user.opcode is Opcode.RESHAPE:
             if len(user.users) != 1 or user.is_root:
                 return None
-            reshape, user = user, user.users[0]
+            reshape, (user,) = user, user.users
         if user.opcode is not Opcode.DYNAMIC_SLICE or user.operands[0] is not (reshape or ar):
             return None
         ds = user
