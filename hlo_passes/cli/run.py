@@ -24,7 +24,7 @@ HELP = "run a pass pipeline on a module"
 def add_arguments(p) -> None:
     p.add_argument("input", metavar="IN", help="HLO file, .pb proto, -, or an XLA dump directory (with --module)")
     p.add_argument("--passes", required=True, metavar="PIPELINE",
-                   help="e.g. spmd-partition,collective-fusion{threshold-bytes=1048576}")
+                   help="e.g. spmd-partition,collective-fusion{combine-threshold-in-bytes=1048576}")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result here (default: stdout)")
     p.add_argument("--num-partitions", type=int, help="set num-partitions on every pass that has it")
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
