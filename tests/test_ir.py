@@ -153,3 +153,27 @@ ENTRY e {
     negate.opcode = Opcode.ABS
     assert "negate(p)" in print_module(original) and "abs(p)" in print_module(copy)
     assert copy.names.unique("n") != "n"  # the copy's name table knows its names
+
+
+def test_replace_moves_users_root_and_control_edges_both_ways():
+    from hlo_passes import parse_module
+    from hlo_passes.ir.instruction import Instruction
+    from hlo_passes.ir.opcode import Opcode
+
+    module = parse_module("""HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  a = f32[4] exponential(p)
+  b = f32[4] negate(p), control-predecessors={a}
+  c = f32[4] abs(p), control-predecessors={b}
+  ROOT t = (f32[4], f32[4]) tuple(b, c)
+}
+""")
+    comp = module.entry
+    a, b, c = (next(i for i in comp.instructions if i.name == n) for n in "abc")
+    new = Instruction(Opcode.SIN, b.shape, [b.operands[0]], name="s")
+    comp.replace(b, new)
+    assert b.parent is None and new in comp
+    assert list(new.control_predecessors) == [a] and list(a.control_successors) == [new]
+    assert list(c.control_predecessors) == [new]
+    assert comp.root.operands[0] is new

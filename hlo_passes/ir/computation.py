@@ -114,14 +114,21 @@ class Computation:
         instr.parent = None
 
     def replace(self, old: Instruction, new: Instruction) -> Instruction:
-        """Put `new` (added here if not yet) in place of `old` and erase `old`."""
+        """Put `new` (added here if not yet) in place of `old` and erase `old`: its users, its
+        root role and its control edges (both ways) move to `new`."""
         if new.parent is None:
             self.add(new, before=old)
         old.replace_all_uses_with(new)
         for succ in list(old.control_successors):
             succ.control_predecessors.remove(old)
             old.control_successors.remove(succ)
-            succ.add_control_predecessor(new)
+            if succ is not new:
+                succ.add_control_predecessor(new)
+        for pred in list(old.control_predecessors):
+            pred.control_successors.remove(old)
+            old.control_predecessors.remove(pred)
+            if pred is not new and pred not in new.control_predecessors:
+                new.add_control_predecessor(pred)
         self.remove(old)
         return new
 
