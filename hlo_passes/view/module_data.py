@@ -31,6 +31,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import ProgramKind, read_program
+from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.printer import print_instruction
 from hlo_passes.stats import collective_bytes, collective_kind, module_stats
 from hlo_passes.view.scopes import group_instructions
@@ -147,9 +148,27 @@ def _read(instr: Instruction, key: str, unreadable: dict[str, list] | None = Non
     try:
         return instr.attr(key)
     except Exception as e:  # any reader error: the page must still open
+        if key == "metadata":
+            value = _metadata_with_c_escapes(instr)
+            if value is not None:
+                return value
         if unreadable is not None:
             seen = unreadable.setdefault(key, [0, f"{instr.name}: {e}"])
             seen[0] += 1
+        return None
+
+
+def _metadata_with_c_escapes(instr: Instruction):
+    """XLA writes strings with C escapes (`op_name="params[\\'w\\']"` for a pytree path); the
+    attribute reader decodes them as JSON, which has no `\\'`.  Until it reads C escapes, the
+    view reads such metadata with `\\'` taken as `'` (the only C escape JSON lacks that JAX
+    writes in op names)."""
+    slot = instr.attributes.get("metadata")
+    if slot is None or slot.raw is None or "\\'" not in slot.raw:
+        return None
+    try:
+        return reader_for("metadata")(slot.raw.replace("\\'", "'"))
+    except Exception:  # still unreadable: reported as such
         return None
 
 

@@ -15,7 +15,7 @@
     root.append(h("div", {class: "topbar"}, h("h1", null, m.name),
       h("span", {class: "muted"}, `${m.kind} program on ${m.devices} device${m.devices === 1 ? "" : "s"}`),
       h("span", {class: "grow"}), search));
-    const holder = h("div");
+    const holder = h("div", {class: "view-holder"});
     root.append(holder);
     api = mountModuleView(holder, data);
   } else if (kind === "report") {

@@ -10,6 +10,10 @@
 // module costs a layout of a few dozen nodes.
 
 const NODE_W = 176, NODE_H = 36, GROUP_W = 196, GROUP_H = 46;
+// A box feeding more boxes than this (the parameters, a shared constant) has its edges left out
+// of the layout and drawn as a faint fan afterwards: laid out, each such edge spanning the whole
+// program would cost the layered layout a dummy node per rank it crosses (seconds, and a tangle).
+const MAX_LAID_OUT_FANOUT = 8;
 
 class CompInfo {
   // Derived per-computation facts, computed once: group sizes, collectives per group, users.
@@ -70,8 +74,20 @@ class GraphView {
   }
 
   show(ci) {
-    if (ci !== this.ci) { this.ci = ci; this.expanded = new Set(); }
+    const fresh = ci !== this.ci;
+    if (fresh) { this.ci = ci; this.expanded = new Set(); }
     this.render();
+    if (fresh) this.scrollToTop();
+  }
+
+  // Scroll so that the first boxes of the program (the top rank) are in view.
+  scrollToTop() {
+    let best = null;
+    for (const e of this.svg.querySelectorAll(".node")) {
+      const b = e.getBBox();
+      if (!best || b.y < best.y - 1 || (Math.abs(b.y - best.y) <= 1 && b.x < best.x)) best = b;
+    }
+    if (best) this.scroll.scrollTo({left: Math.max(0, best.x * this.zoom - 40), top: 0});
   }
 
   // Expand or collapse a group ("g12", "i40>/0/g3") or a call's body ("i40>").  What was open
@@ -226,7 +242,13 @@ class GraphView {
       }
       if (n.parent) g.setParent(n.key, n.parent);
     }
-    for (const e of edges) g.setEdge(e.v, e.w, {weight: e.kind === "call" ? 1 : Math.min(e.count, 8)});
+    const fanout = new Map();
+    for (const e of edges) fanout.set(e.v, (fanout.get(e.v) || 0) + 1);
+    const fans = [];
+    for (const e of edges) {
+      if (fanout.get(e.v) > MAX_LAID_OUT_FANOUT) fans.push(e);
+      else g.setEdge(e.v, e.w, {weight: e.kind === "call" ? 1 : Math.min(e.count, 8)});
+    }
     dagre.layout(g);
     const t1 = performance.now();
     const gw = g.graph().width || 100, gh = g.graph().height || 100;
@@ -260,15 +282,34 @@ class GraphView {
       edgeLayer.append(s("path", {d, class: "edge" + (e.kind === "call" ? " call" : "") + (e.count > 3 ? " heavy" : ""),
         "marker-end": "url(#edge-arrow)"}, s("title", null, e.count > 1 ? `${e.count} values` : "")));
     }
+    const fanLayer = s("g", {class: "fans"});
+    edgeLayer.before(fanLayer);
+    for (const e of fans) {
+      const a = g.node(e.v), b = g.node(e.w);
+      if (!a || !b) continue;
+      const y1 = a.y + a.height / 2, y2 = b.y - b.height / 2;
+      fanLayer.append(s("path", {d: `M${a.x.toFixed(1)},${y1.toFixed(1)} L${b.x.toFixed(1)},${(y2 > y1 ? y2 : b.y).toFixed(1)}`,
+        class: "edge fan", "data-src": e.v, "marker-end": "url(#edge-arrow)"}));
+    }
     for (const n of nodes) {
-      if (n.kind === "group") nodeLayer.append(this.drawGroup(n, g.node(n.key)));
-      else if (n.kind === "instr") nodeLayer.append(this.drawInstr(n, g.node(n.key)));
+      let el = null;
+      if (n.kind === "group") el = this.drawGroup(n, g.node(n.key));
+      else if (n.kind === "instr") el = this.drawInstr(n, g.node(n.key));
+      if (!el) continue;
+      if (fanout.get(n.key) > MAX_LAID_OUT_FANOUT) {
+        el.classList.add("fan-source");
+        const mine = () => fanLayer.querySelectorAll(`[data-src="${CSS.escape(n.key)}"]`);
+        el.addEventListener("mouseenter", () => { for (const f of mine()) f.classList.add("lit"); });
+        el.addEventListener("mouseleave", () => { for (const f of mine()) f.classList.remove("lit"); });
+        el.querySelector("title").textContent += `\nfeeds ${fanout.get(n.key)} boxes (hover to see where)`;
+      }
+      nodeLayer.append(el);
     }
     this.scroll.replaceChildren(svg);
     this.svg = svg;
     if (this.selected) this.select(...this.selected);
     const t2 = performance.now();
-    this.lastStats = {nodes: nodes.length, edges: edges.length, layoutMs: t1 - t0, drawMs: t2 - t1};
+    this.lastStats = {nodes: nodes.length, edges: edges.length, fans: fans.length, layoutMs: t1 - t0, drawMs: t2 - t1};
     if (this.cb.onRender) this.cb.onRender(this.lastStats);
   }
 
