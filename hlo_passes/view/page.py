@@ -29,10 +29,10 @@ def _dagre() -> str:
 
 
 def _script_json(data) -> str:
-    """JSON safe inside a <script> element: `</` and `<!--` cannot appear in it."""
+    """JSON safe inside a <script> element: no `<` at all (so no `</script>` or `<!--`); JSON
+    has `<` only inside strings, where `\\u003c` means the same."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--").replace("\u2028", "\\u2028").replace(
-        "\u2029", "\\u2029")
+    return text.replace("<", "\\u003c")
 
 
 def render_page(kind: str, title: str, data: dict) -> str:
