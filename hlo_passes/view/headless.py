@@ -17,6 +17,7 @@ websocket library and no port are needed.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
@@ -58,15 +59,19 @@ class Browser:
         self._profile = tempfile.TemporaryDirectory(prefix="hlo-passes-chromium-")
         cmd_r, self._cmd_w = os.pipe()
         self._out_r, out_w = os.pipe()
+        # The child's ends get numbers above 4, so that moving them to 3 and 4 clobbers neither.
+        cmd_r, out_w = _above_4(cmd_r), _above_4(out_w)
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                  "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
                  "--mute-audio", "--hide-scrollbars", f"--user-data-dir={self._profile.name}",
                  "--remote-debugging-pipe", "about:blank"]
-        quoted = " ".join(_sh_quote(a) for a in [self.executable, *flags])
-        # Chromium wants the pipe on fds 3 and 4 exactly; the shell moves them there.
-        self._proc = subprocess.Popen(["/bin/sh", "-c", f"exec {quoted} 3<&{cmd_r} 4>&{out_w}"],
-                                      pass_fds=(cmd_r, out_w), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def child_fds() -> None:  # in the child, before exec: Chromium wants the pipe on fds 3 and 4
+            os.dup2(cmd_r, 3)
+            os.dup2(out_w, 4)
+
+        self._proc = subprocess.Popen([self.executable, *flags], pass_fds=(3, 4), preexec_fn=child_fds,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
         os.close(cmd_r)
         os.close(out_w)
 
@@ -227,12 +232,17 @@ class Page:
 
     def click(self, selector: str, index: int = 0) -> None:
         """A real mouse click (pressed and released) at the middle of the element."""
+        # Two animation frames after scrolling, so that the browser hit-tests the scrolled layout.
         box = self.evaluate(
-            f"(() => {{ const e = document.querySelectorAll({json.dumps(selector)})[{index}];"
+            f"(async () => {{ const e = document.querySelectorAll({json.dumps(selector)})[{index}];"
             " if (!e) return null; e.scrollIntoView({block: 'center', inline: 'center'});"
-            " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+            " await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));"
+            " const r = e.getBoundingClientRect(); return r.width && r.height ? [r.x + r.width / 2, r.y + r.height / 2]"
+            " : 'hidden'; })()")
         if box is None:
             raise BrowserError(f"nothing matches {selector!r} (index {index})")
+        if box == "hidden":
+            raise BrowserError(f"{selector!r} (index {index}) is not displayed: it cannot be clicked")
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.browser.send("Input.dispatchMouseEvent", {"type": kind, "x": box[0], "y": box[1], "button": "left",
                                                            "clickCount": 1}, session=self.session)
@@ -260,5 +270,11 @@ class Page:
         return self.evaluate("document.documentElement.outerHTML")
 
 
-def _sh_quote(arg: str) -> str:
-    return "'" + arg.replace("'", "'\\''") + "'"
+def _above_4(fd: int) -> int:
+    if fd > 4:
+        return fd
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD, 5)
+    os.close(fd)
+    return high
+
+

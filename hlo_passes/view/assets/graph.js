@@ -14,6 +14,8 @@ const NODE_W = 176, NODE_H = 36, GROUP_W = 196, GROUP_H = 46;
 // of the layout and drawn as a faint fan afterwards: laid out, each such edge spanning the whole
 // program would cost the layered layout a dummy node per rank it crosses (seconds, and a tangle).
 const MAX_LAID_OUT_FANOUT = 8;
+// Callees not worth drawing in place: a reduction's two-parameter adder, a sort's comparator.
+const HELPER_KINDS = new Set(["reducer", "comparator", "select", "scatter"]);
 
 class CompInfo {
   // Derived per-computation facts, computed once: group sizes, collectives per group, users.
@@ -347,7 +349,7 @@ class GraphView {
     let cls = "node instr";
     if (rec) cls += " collective";
     else if (op === "parameter") cls += " param";
-    else if (c.calls[i]) cls += " calls";
+    else if (c.calls[i] && c.calls[i].some((cj) => !HELPER_KINDS.has(data.computations[cj].kind))) cls += " calls";
     else if (op === "dot" || op === "convolution") cls += " dot";
     const el = s("g", {class: cls, "data-key": n.key, "data-ci": n.ci, "data-i": i, "data-name": c.names[i],
       "data-opcode": op});
@@ -363,7 +365,7 @@ class GraphView {
     const src = c.source[i] >= 0 ? data.sources[c.source[i]] : null;
     el.append(s("title", null, `${c.names[i]} = ${op} ${data.shapes[c.shape[i]]}` + (src ? `\n${sourceText(src)}` : "")));
     el.addEventListener("click", () => this.cb.onSelect(n.ci, i));
-    if (c.calls[i]) {
+    if (c.calls[i] && c.calls[i].some((cj) => !HELPER_KINDS.has(data.computations[cj].kind))) {
       const key = n.key + ">";
       const open = this.expanded.has(key);
       const tg = s("g", {class: "toggle", "data-toggle": key},

@@ -156,9 +156,8 @@ function collectivesPanel(data, onPick) {
 
 function computationsPanel(data, onOpen) {
   const out = [h("h2", null, `Computations (${data.computations.length})`)];
-  const helpers = ["reducer", "comparator", "select", "scatter"];
   const main = [], small = [];
-  data.computations.forEach((c, ci) => (helpers.includes(c.kind) ? small : main).push([c, ci]));
+  data.computations.forEach((c, ci) => (HELPER_KINDS.has(c.kind) ? small : main).push([c, ci]));
   main.sort((a, b) => (b[0].entry ? 1 : 0) - (a[0].entry ? 1 : 0));
   const row = ([c, ci]) => h("div", {"data-computation": c.name, onclick: () => onOpen(ci)},
     h("span", {class: "mono"}, truncate(c.name, 34)), h("span", {class: "muted"}, ` ${c.kind}, ${c.names.length} ops`));
@@ -199,7 +198,8 @@ function instructionDetails(data, ci, i, actions) {
   if (calls) {
     out.push(h("h2", null, "Calls"), h("div", {class: "chips"},
       calls.map((cj) => h("a", {onclick: () => actions.openComputation(cj)}, data.computations[cj].name)),
-      h("button", {class: "small", onclick: () => actions.toggleBody()}, "show / hide the body in place")));
+      calls.some((cj) => !HELPER_KINDS.has(data.computations[cj].kind))
+        ? h("button", {class: "small", onclick: () => actions.toggleBody()}, "show / hide the body in place") : null));
   }
   const link = (j) => h("a", {class: "mono", onclick: () => actions.select(ci, j)}, c.names[j]);
   if (c.operands[i].length) out.push(h("h2", null, "Operands"), h("div", {class: "chips"}, c.operands[i].map(link)));
