@@ -23,6 +23,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -65,13 +66,13 @@ class Browser:
                  "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
                  "--mute-audio", "--hide-scrollbars", f"--user-data-dir={self._profile.name}",
                  "--remote-debugging-pipe", "about:blank"]
-        def child_fds() -> None:  # in the child, before exec: Chromium wants the pipe on fds 3 and 4
-            os.dup2(cmd_r, 3)
-            os.dup2(out_w, 4)
-
-        self._proc = subprocess.Popen([self.executable, *flags], pass_fds=(3, 4), preexec_fn=child_fds,
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
+        # Chromium wants the pipe on fds 3 and 4 exactly.  A tiny Python launcher moves the ends
+        # there and execs it: no preexec_fn, so no fork of a process that JAX made multithreaded.
+        launcher = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+                    "os.execv(sys.argv[3], sys.argv[3:])")
+        self._proc = subprocess.Popen([sys.executable, "-c", launcher, str(cmd_r), str(out_w), self.executable, *flags],
+                                      pass_fds=(cmd_r, out_w), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(cmd_r)
         os.close(out_w)
 

@@ -54,8 +54,11 @@ function mountReport(root, data) {
   };
   const openInView = (comp, instr) => {
     showTab("view");
-    const ok = view.selectByName(comp ? `${comp}/${instr}` : instr) || view.selectByName(instr);
-    if (!ok) alert(`${instr} is not in the final module (a later pass removed or renamed it)`);
+    const ok = view.selectByName(comp ? `${comp}/${instr}` : instr, true) || view.selectByName(instr, true);
+    if (!ok) {
+      viewPage.querySelector(".details").replaceChildren(h("p", {class: "muted", id: "not-in-final"},
+        `${instr} is not in the final module: a later pass removed or renamed it.`));
+    }
   };
   tabs.append(h("button", {"data-tab": "passes", onclick: () => showTab("passes")}, "Passes"),
     h("button", {"data-tab": "view", onclick: () => showTab("view"), id: "final-tab"}, "Final module"));

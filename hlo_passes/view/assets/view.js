@@ -12,7 +12,7 @@ function prepareModuleData(data) {
   return data;
 }
 
-function findInstruction(data, text) {
+function findInstruction(data, text, exact) {
   // "comp/name", "name" or "%name"; exact first, then the first name containing the text.
   text = text.trim().replace(/^%/, "");
   if (!text) return null;
@@ -22,6 +22,7 @@ function findInstruction(data, text) {
   const comps = data.computations.map((c, ci) => [c, ci]).filter(([c]) => compName === null || c.name === compName);
   comps.sort((a, b) => (b[0].entry ? 1 : 0) - (a[0].entry ? 1 : 0));
   for (const [c, ci] of comps) { const i = c.names.indexOf(name); if (i >= 0) return [ci, i]; }
+  if (exact) return null;
   for (const [c, ci] of comps) { const i = c.names.findIndex((x) => x.includes(name)); if (i >= 0) return [ci, i]; }
   return null;
 }
@@ -72,7 +73,7 @@ function mountModuleView(root, data, opts) {
   gv.show(data.entryIndex);
   const api = {
     gv, select,
-    selectByName(text) { const f = findInstruction(data, text); if (f) select(f[0], f[1], true); return !!f; },
+    selectByName(text, exact) { const f = findInstruction(data, text, exact); if (f) select(f[0], f[1], true); return !!f; },
   };
   return api;
 }
