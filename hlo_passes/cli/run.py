@@ -113,7 +113,9 @@ def main(args) -> int:
         print(manager.timing_report(), file=sys.stderr)
     if args.verify:
         from hlo_passes.runtime import verify_equivalent
+        from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
+        quiet_cpp_logs()
         report = verify_equivalent(text, out, original_as=args.as_kind)
         print(report.format(), file=sys.stderr)
         if not report.ok:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel
 from hlo_passes.ir.builder import Builder, reduction_computation
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -154,12 +155,14 @@ def identity_value(opcode: Opcode, etype: PrimitiveType):
 class PartitionContext:
     """Module-wide state of one partitioner run."""
 
-    def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass"):
+    def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass",
+                 cost_model: CostModel = DEFAULT):
         from hlo_passes.ir.builder import next_channel_id
 
         self.module = module
         self.n = num_partitions
         self.owner = owner
+        self.cost_model = cost_model
         self._channel = next_channel_id(module)
 
     def channel_id(self) -> int:
