@@ -7,19 +7,14 @@ before and after; then the final module's view.
     manager.run(module)
     html = report.html(manager, module)
 
-The diff needs the module as it was before the pass: it is printed before each pass and parsed
-back after it only when the pass changed the text.
+The diff needs the module as it was before the pass: a `Module.clone()` taken before each pass.
 """
 
 from __future__ import annotations
 
-import time
-
 from hlo_passes.diff import diff_modules
 from hlo_passes.ir.module import Module
-from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.pass_base import ModulePass
-from hlo_passes.printer import print_module
 from hlo_passes.stats import module_stats
 from hlo_passes.view.diff_data import diff_data, stats_data
 from hlo_passes.view.module_data import module_data
@@ -34,25 +29,19 @@ class PassReport:
         self.input_name = input_name
         self.pipeline = pipeline
         self.passes: list[dict] = []
-        self._before_text = ""
+        self._before: Module | None = None
         self._before_stats: dict = {}
         self._seen_remarks = 0
-        self._started = 0.0
 
     def observe(self, index: int, p: ModulePass, module: Module, when: str) -> None:
         """The PassManager's dump callback: `when` is "before" or "after" pass `index`."""
         if when == "before":
-            self._before_text = print_module(module)
+            self._before = module.clone()
             self._before_stats = stats_data(module_stats(module))
             self._seen_remarks = len(p.remarks)
             return
-        after_text = print_module(module)
-        if after_text == self._before_text:
-            diff = {"a": "before", "b": "after", "equal": True, "removed": [], "added": [], "computations": [],
-                    "omitted": 0}
-        else:
-            before = parse_module(self._before_text, f"before {p.name}")
-            diff = diff_data(diff_modules(before, module), "before", "after", MAX_DIFF_CHANGES)
+        diff = diff_data(diff_modules(self._before, module), "before", "after", MAX_DIFF_CHANGES)
+        self._before = None
         self.passes.append({
             "name": p.pipeline_text(), "seconds": 0.0, "changed": False,
             "remarks": [{"kind": r.kind, "message": r.message, "instruction": r.instruction,
