@@ -10,6 +10,7 @@ spmd-partitioning pass.  For each file it prints
     best of 3, and the page's size;
   * open: headless Chromium from navigation until the page has drawn its first graph (best of 3),
     and the part of it spent in the page's own script (`__mountMs`);
+  * every collective of the module is listed on the page (checked);
   * find: the user's path to an all-reduce's source line: two clicks (a source line in the
     collectives panel, then its first all-reduce) until the graph has revealed it, and the
     layout time of that graph.
@@ -68,6 +69,8 @@ def main(files: list[Path]) -> None:
                 opens.append(page.open_seconds)
                 mounts.append(page.evaluate("window.__mountMs") / 1000)
                 assert page.errors == [], page.errors
+            listed = page.evaluate("document.querySelectorAll('.coll-row').length")
+            assert listed == sum(stats.collective_count.values()), (listed, stats.collective_count)
             find = "-"
             if page.evaluate("document.querySelectorAll('.coll-line').length"):
                 start = time.perf_counter()

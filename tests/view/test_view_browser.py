@@ -6,9 +6,7 @@ and a missing browser must fail rather than hide these tests."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,8 @@ import pytest
 from hlo_passes.cli.main import main as cli
 from hlo_passes.diff import diff_modules
 from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.passes.manager import PassManager
+from hlo_passes.passes.pipeline import parse_pipeline
 from hlo_passes.stats import collective_kind, module_stats
 from hlo_passes.view import diff_html, module_html
 from hlo_passes.view.headless import Browser, find_chromium
@@ -234,9 +234,6 @@ def test_pass_report(browser, tmp_path):
 
 def test_diff_page(browser, tmp_path):
     a, b = _module("megatron_mlp"), _module("megatron_mlp")
-    from hlo_passes.passes.manager import PassManager
-    from hlo_passes.passes.pipeline import parse_pipeline
-
     PassManager(parse_pipeline("spmd-partition{num-partitions=8}").passes).run(b)
     path = tmp_path / "diff.html"
     path.write_text(diff_html(a, b, "before.hlo", "after.hlo"))

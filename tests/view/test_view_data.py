@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from hlo_passes.cli.main import main as cli
+from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding, SubgroupKind
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.manager import PassManager
 from hlo_passes.passes.pass_base import ModulePass
@@ -316,9 +318,6 @@ class _Breaks(ModulePass):
     summary = "test pass: a root shape that no longer follows from its operands"
 
     def run(self, module):
-        from hlo_passes.ir.shape import ArrayShape
-        from hlo_passes.ir.types import PrimitiveType
-
         module.entry.root.shape = ArrayShape(PrimitiveType.F32, (5,))
         return True
 
