@@ -24,7 +24,7 @@ def module_html(module: Module, source: str = "") -> str:
 
 
 def diff_html(a: Module, b: Module, name_a: str, name_b: str) -> str:
-    data = {"diff": diff_data(diff_modules(a, b), name_a, name_b),
+    data = {"diff": diff_data(diff_modules(a, b), name_a, name_b, modules=(a, b)),
             "stats_a": stats_data(module_stats(a)), "stats_b": stats_data(module_stats(b))}
     return render_page("diff", f"diff {name_a} {name_b}", data)
 

@@ -40,7 +40,8 @@ class PassReport:
             self._before_stats = stats_data(module_stats(module))
             self._seen_remarks = len(p.remarks)
             return
-        diff = diff_data(diff_modules(self._before, module), "before", "after", MAX_DIFF_CHANGES)
+        diff = diff_data(diff_modules(self._before, module), "before", "after", MAX_DIFF_CHANGES,
+                         modules=(self._before, module))
         self._before = None
         self.passes.append({
             "name": p.pipeline_text(), "seconds": 0.0, "changed": False,

@@ -245,6 +245,10 @@ def test_diff_page(browser, tmp_path):
     assert counts == expected and sum(expected) > 0
     rows = page.evaluate("document.querySelectorAll('table.diff tr[data-change]').length")
     assert rows == sum(expected)
+    # A computation only B has (the all-reduce's adder) is shown whole, on B's side.
+    assert diff.computations_added
+    added = sum(len(b.computation(n).instructions) for n in diff.computations_added)
+    assert page.evaluate("document.querySelectorAll('table.diff tr[data-whole=added] td.b').length") == added
     flops = page.evaluate("[+document.querySelector('tr[data-metric=FLOPs]').dataset.a,"
                           " +document.querySelector('tr[data-metric=FLOPs]').dataset.b]")
     assert flops == [module_stats(a).flops, module_stats(b).flops]

@@ -24,8 +24,14 @@ function renderDiff(d) {
   const table = h("table", {class: "diff", "data-diff": "different"},
     h("colgroup", null, h("col", {style: "width:50%"}), h("col", {style: "width:50%"})),
     h("tr", null, h("th", null, d.a), h("th", null, d.b)));
-  for (const name of d.removed) table.append(h("tr", {class: "removed comp-removed"}, h("td", {class: "a"}, `computation ${name}`), h("td", {class: "b"}, "")));
-  for (const name of d.added) table.append(h("tr", {class: "added comp-added"}, h("td", {class: "a"}, ""), h("td", {class: "b"}, `computation ${name}`)));
+  for (const c of d.removed) {
+    table.append(h("tr", {class: "comp comp-removed"}, h("td", {colspan: 2}, `computation ${c.name} (only in ${d.a})`)));
+    for (const line of c.lines) table.append(h("tr", {class: "removed", "data-whole": "removed"}, h("td", {class: "a"}, line), h("td", {class: "b"}, "")));
+  }
+  for (const c of d.added) {
+    table.append(h("tr", {class: "comp comp-added"}, h("td", {colspan: 2}, `computation ${c.name} (only in ${d.b})`)));
+    for (const line of c.lines) table.append(h("tr", {class: "added", "data-whole": "added"}, h("td", {class: "a"}, ""), h("td", {class: "b"}, line)));
+  }
   for (const comp of d.computations) {
     table.append(h("tr", {class: "comp"}, h("td", {colspan: 2}, `computation ${comp.name}`)));
     for (const ch of comp.changes) {
