@@ -32,6 +32,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
     p.add_argument("--stats", action="store_true", help="instructions, collectives and FLOPs before/after")
     p.add_argument("--remarks", action="store_true", help="what each pass decided and why")
+    p.add_argument("--report", metavar="OUT.html",
+                   help="an HTML page: per pass its time, remarks, diff and before/after charts, and the "
+                        "final module's view (written also when a pass fails)")
     add_dump_arguments(p)
     p.add_argument("--as", dest="as_kind", choices=("global", "per-device", "replica"),
                    help="with --verify: read IN as this kind of program instead of what its content says")
@@ -63,8 +66,15 @@ def main(args) -> int:
     module_number = Path(source).name.split(".")[0].removeprefix("module_") \
         if Path(source).name.startswith("module_") else "0000"
     tty = sys.stderr.isatty()
+    pass_report = None
+    if args.report:
+        from hlo_passes.view.report_data import PassReport
+
+        pass_report = PassReport(display, str(pipeline))
 
     def dump(index, p, mod, when):
+        if pass_report is not None:
+            pass_report.observe(index, p, mod, when)
         if tty and when == "before":
             print(f"[{index + 1}/{len(pipeline.passes)}] {p.name}", file=sys.stderr)
         if dump_dir is None:
@@ -87,9 +97,14 @@ def main(args) -> int:
             raise UserError(f"{display}: {e}") from None
         _print_remarks(manager, args.remarks)
         where = f"\n(its output is in {dump_dir})" if dump_dir is not None else ""
+        if pass_report is not None:
+            write_text(args.report, pass_report.html(manager, module, error=str(e)))
+            where += f"\n(the pass report is {args.report})"
         print(f"error: {e}{where}", file=sys.stderr)
         return 1
     out = print_module(module)
+    if pass_report is not None:  # a diagnostic, like --dump-dir: written before --verify judges
+        write_text(args.report, pass_report.html(manager, module))
     _print_remarks(manager, args.remarks)
     if args.stats:
         print(before_stats.format("before:"), file=sys.stderr)
