@@ -103,7 +103,7 @@ def main(args) -> int:
         print(report.format(), file=sys.stderr)
         if not report.ok:
             return 1
-    write_text(args.output or "-", out)
+    write_text(args.output if args.output is not None else "-", out)
     return 0
 
 
