@@ -15,6 +15,7 @@ START_RULES = (
     "module", "module_header", "table", "computation_header", "instruction", "shape",
     "attr_sharding", "attr_replica_groups", "attr_pairs", "attr_int_list", "attr_slice",
     "attr_padding", "attr_window", "attr_dim_labels", "attr_metadata", "attr_frontend_attributes",
+    "attr_shape_list", "attr_computation_layout",
 )
 
 # Human names for terminals in "expected ..." messages.
