@@ -76,19 +76,40 @@ def read_bounded(stream, name: str, limit: int | None = None) -> str:
     return "".join(parts)
 
 
+def _read_bounded_text(stream, name: str) -> str:
+    """`read_bounded` for a text stream without a binary buffer (a StringIO standing in for stdin)."""
+    from hlo_passes.cli.main import UserError
+
+    parts, total = [], 0
+    while chunk := stream.read(_CHUNK):
+        if "\0" in chunk:
+            raise UserError(f"{name}: not HLO text (character {total + chunk.index(chr(0))} is NUL)")
+        parts.append(chunk)
+        total += len(chunk)
+        if total > MAX_INPUT_BYTES:
+            raise UserError(f"{name}: larger than the {MAX_INPUT_BYTES >> 20} MiB an input may have")
+    return "".join(parts)
+
+
 def read_text(path: str, module: str | None = None, stage: str | None = None) -> tuple[str, str]:
     """(text, display name) of a file, '-' for standard input, a binary HLO proto (`.pb`), or
     one stage of one module of an XLA dump directory."""
     from hlo_passes.cli.main import UserError
-    from hlo_passes.dump_dir import DumpDirectory, DumpError, proto_file_text
 
     if path == "":
         raise UserError("an input file name is empty")
     if path == "-":
-        return read_bounded(sys.stdin.buffer, "<stdin>"), "<stdin>"
+        stream = getattr(sys.stdin, "buffer", None)
+        return (read_bounded(stream, "<stdin>") if stream is not None
+                else _read_bounded_text(sys.stdin, "<stdin>")), "<stdin>"
     p = Path(path)
     if not p.exists():
         raise UserError(f"{path}: no such file")
+    if not p.is_dir() and not p.name.endswith(".pb") and module is None and stage is None:
+        with open(p, "rb") as f:  # plain text: no need for the dump-directory machinery
+            return read_bounded(f, path), path
+    from hlo_passes.dump_dir import DumpDirectory, DumpError, proto_file_text
+
     try:
         if p.is_dir():
             found = DumpDirectory(p).find(module, stage)

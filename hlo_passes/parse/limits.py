@@ -5,8 +5,9 @@ Python parser also has to keep small inputs from asking for huge allocations
 (`parameter(99999999999999999999)`, replica groups over 10^9 devices).  Every
 limit is reported as a `file:line:col` error naming it.
 
-    MAX_NESTING   tuple shapes, nested operands, literals and attribute brackets
-    MAX_DEVICES   devices a sharding, replica-group list or mesh may name
+    MAX_NESTING      operands nested inside operands (`negate(negate(...))`)
+    MAX_TUPLE_DEPTH  tuple shapes inside tuple shapes (and so tuple constants)
+    MAX_DEVICES      devices a sharding, replica-group list or mesh may name
     INT64_MIN/MAX every integer in the text (as XLA's lexer reads them)
 """
 
@@ -16,8 +17,13 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
 
-# XLA's parser accepts about 1,000 levels; deeper text is rejected before anything recurses.
+# XLA's parser accepts about 1,000 levels of nested operands; so does ours (built without
+# recursion).
 MAX_NESTING = 1000
+
+# Shapes are frozen values whose hash, equality and printing recurse through C code, which
+# Python bounds at a few hundred levels; XLA reads deeper tuples, hlo-passes stops here.
+MAX_TUPLE_DEPTH = 256
 
 # The largest device count a sharding, a replica-group list or a mesh may describe: iota
 # forms expand to one entry per device, so 2^31 devices would be tens of GB.  A million

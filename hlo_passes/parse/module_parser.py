@@ -38,7 +38,7 @@ from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import grammar
 from hlo_passes.parse import opcode_attributes as schema
 from hlo_passes.parse.errors import HloParseError, SemanticError, position_of
-from hlo_passes.parse.limits import MAX_NESTING, parse_int64, quote
+from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
 from hlo_passes.parse.line_scanner import strip_comments
 from hlo_passes.parse.literal_check import LiteralProblem, check_literal
 from hlo_passes.parse.shapes import ShapeBuilder, depth
@@ -106,6 +106,7 @@ class _Builder(ShapeBuilder):
         self.params: dict[int, Instruction] = {}
         self.element_refs: dict = {}
         self.pending_computations: list[Computation] = []
+        self.nested_built: dict[int, Instruction] = {}
 
     # ------------------------------------------------------------- literals --
     def literal_scalar(self, c):
@@ -186,8 +187,6 @@ class _Builder(ShapeBuilder):
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
                                 f"(rename it, e.g. to '{name}_')", name_tok)
-        if nested_depth > MAX_NESTING:
-            raise SemanticError(f"operands are nested more than {MAX_NESTING} deep (MAX_NESTING)", opcode_tok)
         plan = _PLANS.get(opcode_tok.value) or _plan(opcode_tok)
         opcode = plan.opcode
         instr = Instruction(opcode, shape, name=name)  # type: ignore[arg-type]  # inferred below when None
@@ -248,10 +247,8 @@ class _Builder(ShapeBuilder):
                                         _positioned(ref))
                 out.append(target)
             elif op[0] == "nested":
-                _, nshape, nop_tok, noperands = op
-                nested = self._build(self._anonymous_name(nop_tok.value), nop_tok, nshape, nop_tok, noperands,
-                                     [], nested_depth + 1)
-                out.append(nested)
+                built = self.nested_built.pop(id(op), None)
+                out.append(built if built is not None else self._build_nested(op))
             elif op[0] == "lit":
                 if opcode not in (Opcode.CONSTANT, Opcode.PARAMETER):
                     raise SemanticError(f"{opcode.value} expects operand names, got a literal",
@@ -260,6 +257,28 @@ class _Builder(ShapeBuilder):
             else:  # pragma: no cover - the grammar produces nothing else
                 raise SemanticError("unreadable operand")
         return out
+
+    def _build_nested(self, top) -> Instruction:
+        """Build the nested operand `top` and every operand nested in it, innermost first and left
+        to right (as XLA creates them), without recursion: nesting may be 1,000 deep."""
+        stack = [(top, 0, 1)]
+        while stack:
+            op, child, level = stack.pop()
+            if level > MAX_NESTING:
+                raise SemanticError(f"operands are nested more than {MAX_NESTING} deep (MAX_NESTING)", op[2])
+            operands = op[3]
+            while child < len(operands) and not (type(operands[child]) is tuple and operands[child][0] == "nested"):
+                child += 1
+            if child < len(operands):
+                stack.append((op, child + 1, level))
+                stack.append((operands[child], 0, level + 1))
+                continue
+            _, shape, tok, ops = op
+            instr = self._build(self._anonymous_name(tok.value), tok, shape, tok, ops, [], level)
+            if op is top:
+                return instr
+            self.nested_built[id(op)] = instr
+        raise AssertionError("unreachable")
 
     def _resolve(self, ref) -> Instruction:
         """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`); it must
@@ -502,8 +521,8 @@ class _Builder(ShapeBuilder):
 
     def _shape_checks(self, instr: Instruction, tok) -> None:
         op, shape = instr.opcode, instr.shape
-        if type(shape) is TupleShape and depth(shape) > MAX_NESTING:
-            raise SemanticError(f"tuple shapes are nested more than {MAX_NESTING} deep (MAX_NESTING)", tok)
+        if type(shape) is TupleShape and depth(shape) > MAX_TUPLE_DEPTH:
+            raise SemanticError(f"tuple shapes are nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH)", tok)
         if "parameter_replication" in instr.attributes:
             n = len(instr.attr("parameter_replication"))
             leaves = len(shape.leaves())
@@ -954,9 +973,8 @@ def _parse_locked(text: str, filename: str, engine: str, check_semantics: bool) 
             raise _error(text, filename, pos if pos is not None else 0, e.message) from None
         except lark.exceptions.UnexpectedInput as e:
             raise _lark_error(text, filename, e) from None
-        except RecursionError:
-            raise _error(text, filename, 0, f"the text is nested too deeply to read (more than {MAX_NESTING} "
-                                            "levels)") from None
+        except RecursionError:  # a guard, should a limit above be missing
+            raise _error(text, filename, 0, "the text is nested too deeply to read") from None
         finally:
             _builder._reset("")
 

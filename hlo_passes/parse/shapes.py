@@ -20,7 +20,7 @@ import lark
 from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 from hlo_passes.parse.errors import SemanticError
-from hlo_passes.parse.limits import INT64_MAX, MAX_NESTING, parse_int64
+from hlo_passes.parse.limits import INT64_MAX, MAX_TUPLE_DEPTH, parse_int64
 
 _INT = r"\s*-?[0-9]+\s*"
 _LAYOUT_EXTRAS = re.compile(rf"""\s*
@@ -106,19 +106,18 @@ class ShapeBuilder(lark.Transformer):
                           layout, tuple(d[2] for d in dims) if any(d[2] for d in dims) else ())
 
     def tuple_shape(self, c):
-        shape = TupleShape(tuple(c))
-        if depth(shape) > MAX_NESTING:
-            raise SemanticError(f"tuple shapes are nested more than {MAX_NESTING} deep (MAX_NESTING)")
-        return shape
+        if any(type(e) is TupleShape for e in c) and 1 + max(depth(e) for e in c) > MAX_TUPLE_DEPTH:
+            raise SemanticError(f"tuple shapes are nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH)")
+        return TupleShape(tuple(c))
 
 
 def depth(shape) -> int:
-    """Nesting depth of a shape (1 for an array), without recursion."""
-    best, stack = 0, [(shape, 1)]
+    """How many tuples deep a shape nests (0 for an array), without recursion."""
+    best, stack = 0, [(shape, 0)]
     while stack:
         s, d = stack.pop()
-        best = max(best, d)
         if type(s) is TupleShape:
+            best = max(best, d + 1)
             stack.extend((e, d + 1) for e in s.elements)
     return best
 
