@@ -84,6 +84,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except RecursionError:
+        print("error: the input is nested too deeply for hlo-passes to process", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory (the input asks for more than this machine has)", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug must still end with a message, not a traceback
+        print(internal_error(e), file=sys.stderr)
+        return 2
+
+
+def internal_error(e: BaseException) -> str:
+    """One line naming an unexpected exception and where in hlo_passes it was raised (a bug:
+    bad input should have been reported as such)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "hlo_passes" in f.filename]
+    where = f" at {frames[-1].filename.split('hlo_passes/')[-1]}:{frames[-1].lineno}" if frames else ""
+    message = str(e).splitlines()[0] if str(e) else ""
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return (f"error: internal error in hlo-passes ({type(e).__name__}{where}): {message}\n"
+            "(this is a bug in hlo-passes, not in your input: please report it with the input)")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ remark, the module is restored to its text before that sub-pass, and the rest st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hlo_passes.ir.module import Module
 from hlo_passes.passes.collectives.all_gather_combiner import AllGatherCombiner
@@ -45,7 +46,7 @@ class CollectiveFusion(ModulePass):
         threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collectives merged into one")
         combine_different_dtypes: bool = option(True, "all-gather-combiner: merge different element types")
         combine_by_dim: bool = option(True, "all-gather-combiner: merge only gathers over the same dimension")
-        reduce_scatter_form: str = option("packed", "reduce-scatter-combiner form: packed or variadic")
+        reduce_scatter_form: Literal["packed", "variadic"] = option("packed", "reduce-scatter-combiner form: packed or variadic")
         reassociate: bool = option(True, "run all-reduce-reassociate")
         create_reduce_scatter: bool = option(True, "run reduce-scatter-creator")
         combine_permutes: bool = option(True, "run collective-permute-combiner")

@@ -26,6 +26,7 @@ edges and channel ids are handled as in all-reduce-combiner.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hlo_passes.ir.builder import Builder, next_channel_id
 from hlo_passes.ir.computation import Computation
@@ -53,7 +54,7 @@ class ReduceScatterCombiner(CombinerPass):
     class Options:
         threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined operand, in bytes")
         threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most reduce-scatters merged into one")
-        form: str = option("packed", "packed: one reduce-scatter of a concatenation; variadic: a tuple")
+        form: Literal["packed", "variadic"] = option("packed", "packed: one reduce-scatter of a concatenation; variadic: a tuple")
 
     def __init__(self, options=None, **kwargs):
         super().__init__(options, **kwargs)
