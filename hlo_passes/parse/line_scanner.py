@@ -215,6 +215,8 @@ class LineScanner:
                 continue
             if current is not None:
                 if stripped.startswith("}"):
+                    if len(current) == 1:  # no instruction: the grammar says what it expected
+                        raise Fallback
                     close = line.index("}")
                     attrs = split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1)
                     is_entry, name_tok, signature = current[0]

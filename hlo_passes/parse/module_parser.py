@@ -543,17 +543,15 @@ class _Builder(ShapeBuilder):
             self._layout_constraints(instr, tok)
 
     def _layout_constraints(self, instr: Instruction, tok) -> None:
-        tree = grammar.lark_parser(None).parse(instr.attributes["operand_layout_constraints"].raw,
-                                               start="attr_shape_list")
-        shapes = [ShapeBuilder().transform(t) for t in tree.children if t is not None]
-        if not all(leaf.layout is not None for leaf in instr.shape.leaves()):
-            raise SemanticError("layout must be set on layout-constrained custom call", tok)
+        """One constraint per operand, each compatible with its operand (XLA fills a layout left
+        out with the default one, here and on the result, so neither can lack one)."""
+        from hlo_passes.parse.shapes import parse_shape
+
+        raw = instr.attributes["operand_layout_constraints"].raw.strip()[1:-1]
+        shapes = [parse_shape(part.strip()) for part in schema.split_top_level(raw) if part.strip()]
         if len(shapes) != len(instr.operands):
             raise SemanticError(f"expected {len(instr.operands)} operand layout constraints, {len(shapes)} given", tok)
         for i, (constraint, operand) in enumerate(zip(shapes, instr.operands)):
-            if not all(leaf.layout is not None for leaf in constraint.leaves()):
-                raise SemanticError(f"operand layout constraint shape {constraint.to_hlo()} for operand {i} does "
-                                    "not have a layout", tok)
             if not _compatible(constraint, operand.shape):
                 raise SemanticError(f"operand layout constraint shape {constraint.to_hlo()} for operand {i} is not "
                                     f"compatible with operand shape {operand.shape.to_hlo()}", tok)

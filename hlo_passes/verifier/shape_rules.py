@@ -26,7 +26,7 @@ from typing import Callable
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.shape import TOKEN_SHAPE as TOKEN
-from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
 from hlo_passes.ir.types import PrimitiveType
 
 PRED = PrimitiveType.PRED
@@ -195,14 +195,24 @@ def _unary(instr: Instruction) -> Shape | None:
     if type(x) is not ArrayShape:
         _array(instr.operands[0])
     if op is Opcode.IS_FINITE:
-        return ArrayShape(PRED, x.dims)
+        return _retyped(x, PRED)
     if op is Opcode.ABS or op is Opcode.REAL or op is Opcode.IMAG:
-        return ArrayShape(_COMPLEX_PART.get(x.element_type, x.element_type), x.dims)
+        return _retyped(x, _COMPLEX_PART.get(x.element_type, x.element_type))
     result = _array(instr, "result")
     if op is Opcode.BITCAST_CONVERT and result.element_type.bit_width != x.element_type.bit_width:
         return None  # the dimensions gain or lose a minor dimension; not checked
     # convert, bitcast-convert: same dimensions, any element type
     return ArrayShape(result.element_type, x.dims)
+
+
+def _retyped(x: ArrayShape, element_type: PrimitiveType) -> ArrayShape:
+    """`x` with another element type, its layout kept (as XLA's inference keeps it)."""
+    return ArrayShape(element_type, x.dims, x.dynamic, x.layout, x.unbounded)
+
+
+def _default_layout(x: ArrayShape) -> ArrayShape:
+    """`x` without a layout: XLA infers these results with the default one."""
+    return ArrayShape(x.element_type, x.dims, x.dynamic, None, x.unbounded)
 
 
 def _binary_operands(instr: Instruction) -> tuple[ArrayShape, ArrayShape]:
@@ -231,8 +241,8 @@ def _binary(instr: Instruction) -> Shape | None:
     if a.element_type is not b.element_type:
         raise ShapeProblem(f"operands must have the same element type, got {text(a)} and {text(b)}")
     if op is Opcode.COMPARE:
-        return ArrayShape(PRED, a.dims)
-    return ArrayShape(_REAL_TO_COMPLEX.get(a.element_type, a.element_type), a.dims)
+        return _retyped(a, PRED)
+    return _retyped(a, _REAL_TO_COMPLEX.get(a.element_type, a.element_type))
 
 
 def _ternary(instr: Instruction) -> Shape | None:
@@ -245,7 +255,7 @@ def _ternary(instr: Instruction) -> Shape | None:
             raise ShapeProblem(f"select predicate must be pred, got {text(pred)}")
         if pred.dims and (type(on_true) is not ArrayShape or pred.dims != on_true.dims):
             raise ShapeProblem(f"select predicate {text(pred)} does not match {text(on_true)}")
-        return on_true
+        return _retyped(pred, on_true.element_type) if pred.dims else on_true  # XLA: the predicate's layout
     low, x, high = (_array(o) for o in instr.operands)
     for bound in (low, high):
         if bound.dims and bound.dims != x.dims:
@@ -289,7 +299,12 @@ def _transpose(instr: Instruction) -> Shape | None:
     if sorted(perm) != list(range(x.rank)):
         raise ShapeProblem(f"dimensions={{{','.join(map(str, perm))}}} is not a permutation of "
                            f"rank {x.rank}")
-    return x.with_dims([x.dims[p] for p in perm])
+    dims = tuple(x.dims[p] for p in perm)
+    # XLA infers the layout that makes the transpose a bitcast: the operand's, permuted.
+    m2m = x.layout.minor_to_major if x.layout is not None else tuple(range(x.rank - 1, -1, -1))
+    inverse = {p: i for i, p in enumerate(perm)}
+    layout = Layout(tuple(inverse[m] for m in m2m)) if x.rank else None
+    return ArrayShape(x.element_type, dims, tuple(x.dynamic[p] for p in perm) if x.dynamic else (), layout)
 
 
 def _dot(instr: Instruction) -> Shape | None:
@@ -411,7 +426,7 @@ def _pad(instr: Instruction) -> Shape | None:
         if size < 0 or interior < 0:
             raise ShapeProblem(f"padding {lo}_{hi}_{interior} leaves a negative size")
         dims.append(size)
-    return x.with_dims(dims)
+    return _default_layout(x.with_dims(dims))
 
 
 def _concatenate(instr: Instruction) -> Shape | None:
@@ -428,7 +443,7 @@ def _concatenate(instr: Instruction) -> Shape | None:
         if p.element_type is not first.element_type:
             raise ShapeProblem(f"operands {text(first)} and {text(p)} differ in element type")
         total += p.dims[d]
-    return first.with_dims(first.dims[:d] + (total,) + first.dims[d + 1:])
+    return _default_layout(first.with_dims(first.dims[:d] + (total,) + first.dims[d + 1:]))
 
 
 def _get_tuple_element(instr: Instruction) -> Shape | None:
@@ -764,14 +779,16 @@ INFERABLE = frozenset({
     *ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY,
     Opcode.ADD_DEPENDENCY, Opcode.AFTER_ALL, Opcode.BATCH_NORM_GRAD, Opcode.BATCH_NORM_INFERENCE,
     Opcode.BATCH_NORM_TRAINING, Opcode.BROADCAST, Opcode.CALL, Opcode.CHOLESKY, Opcode.CONCATENATE,
-    Opcode.CONDITIONAL, Opcode.CONVOLUTION, Opcode.OPTIMIZATION_BARRIER, Opcode.DOMAIN, Opcode.DOT,
+    Opcode.CONDITIONAL, Opcode.CONVOLUTION, Opcode.DOMAIN, Opcode.DOT,
     Opcode.FFT, Opcode.GATHER, Opcode.GET_DIMENSION_SIZE, Opcode.SET_DIMENSION_SIZE,
     Opcode.GET_TUPLE_ELEMENT, Opcode.MAP, Opcode.PAD, Opcode.PARTITION_ID, Opcode.REDUCE,
     Opcode.REPLICA_ID, Opcode.REVERSE, Opcode.REDUCE_WINDOW, Opcode.SELECT_AND_SCATTER, Opcode.SCATTER,
     Opcode.SORT, Opcode.TRANSPOSE, Opcode.TRIANGULAR_SOLVE, Opcode.TUPLE, Opcode.WHILE, Opcode.TOPK,
 }) - {Opcode.CONVERT, Opcode.BITCAST_CONVERT, Opcode.REDUCE_PRECISION, Opcode.STOCHASTIC_CONVERT}
-# XLA also infers ragged-dot, scaled-dot and scan; this table has no rule for them yet.
+# XLA also infers ragged-dot, scaled-dot and scan; this table has no rule for them yet.  XLA lists
+# opt-barrier as inferable but its unary rule does not know it, so it is not.
 UNINFERRED_BY_US = frozenset({Opcode.RAGGED_DOT, Opcode.SCALED_DOT, Opcode.SCAN})
+_UNARY_INFERENCE = ELEMENTWISE_UNARY | {Opcode.DOMAIN}
 
 
 def infer_shape(instr: Instruction) -> Shape:
@@ -785,6 +802,11 @@ def infer_shape(instr: Instruction) -> Shape:
     problem = operand_count_problem(instr)
     if problem is not None:
         raise ShapeProblem(problem)
+    if op in _UNARY_INFERENCE and type(instr.operands[0].shape) is not ArrayShape:
+        # XLA infers these with its unary-op rule, which takes arrays only (a written shape
+        # may still copy or fence a tuple).
+        raise ShapeProblem(f"expected array argument for operand of unary operation, but got "
+                           f"{text(instr.operands[0].shape)}")
     shape = SHAPE_RULES[op](instr)
     if shape is None:
         raise ShapeProblem(f"cannot infer shape for opcode: {op.value} here (write the result shape)")
