@@ -300,7 +300,7 @@ class _TypedBuilder(lark.Transformer):
     def metadata_field(self, c):
         v = c[1]
         if v.type == "STRING":
-            return c[0].value, json.loads(v.value)
+            return c[0].value, _unquote(v.value)
         if v.type == "INT":
             return c[0].value, _ints([v.value])[0]
         return c[0].value, v.value
@@ -311,12 +311,21 @@ class _TypedBuilder(lark.Transformer):
     def frontend_entry(self, c):
         v = c[1]
         if isinstance(v, lark.Token) and v.type == "STRING":
-            return c[0].value, json.loads(v.value), False
+            return c[0].value, _unquote(v.value), False
         return c[0].value, self._text(v), True
 
     def attr_frontend_attributes(self, c):
         return FrontendAttributes(tuple((k, v) for k, v, _ in c),
                                   frozenset(k for k, _, raw in c if raw))
+
+
+def _unquote(text: str) -> str:
+    from hlo_passes.parse.strings import unquote
+
+    try:
+        return unquote(text)
+    except ValueError as e:
+        raise AttributeError_(str(e)) from None
 
 
 def _prod(xs) -> int:
@@ -378,7 +387,7 @@ def _read_bool(raw: str) -> bool:
 
 def _read_string(raw: str) -> str:
     if raw.startswith('"'):
-        return json.loads(raw)
+        return _unquote(raw)
     return raw
 
 

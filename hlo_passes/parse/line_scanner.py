@@ -58,8 +58,8 @@ _HEAD = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*")
 _HEAD_ARRAY = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*({_ARRAY_SHAPE})\s*([a-z][a-z0-9\-]*)\(")
 _ARRAY_SHAPE_RE = re.compile(_ARRAY_SHAPE)
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
-_OPERAND_NAME = re.compile(rf"\s*({_NAME}(?:#\d+)?)\s*$")
-_TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME}(?:#\d+)?)\s*(?:,|$)")
+_OPERAND_NAME = re.compile(rf"\s*({_NAME}(?:#[0-9]{{1,9}})?)\s*$")
+_TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME}(?:#[0-9]{{1,9}})?)\s*(?:,|$)")
 _ATTR_START = re.compile(r",\s*([A-Za-z_][\w\-.]*)=")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/')
@@ -67,8 +67,8 @@ _PARENS = re.compile(r"[()]")
 _MODULE_HEAD = re.compile(rf"\s*HloModule\s+({_NAME})")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME})\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
 _PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
-_STRING_ROW = re.compile(r'\s*(\d+)\s+("(?:[^"\\]|\\.)*")\s*$')
-_RECORD_ROW = re.compile(r"\s*(\d+)\s+\{((?:\s*[A-Za-z_]\w*=-?\d+)*)\s*\}\s*$")
+_STRING_ROW = re.compile(r'\s*([0-9]{1,18})\s+("(?:[^"\\]|\\.)*")\s*$')
+_RECORD_ROW = re.compile(r"\s*([0-9]{1,18})\s+\{((?:\s*[A-Za-z_][A-Za-z0-9_]*=-?[0-9]{1,18}(?![0-9]))*)\s*\}\s*$")
 _TABLE_TITLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
@@ -91,9 +91,12 @@ def blank_comments(text: str) -> str:
 
 
 def _json_string(text: str) -> str:
-    import json
+    from hlo_passes.parse.strings import unquote
 
-    return json.loads(text)
+    try:
+        return unquote(text)
+    except ValueError:
+        raise Fallback from None  # the grammar reports it at its place
 
 
 def _balanced_end(text: str, open_index: int) -> int:
@@ -309,6 +312,8 @@ class LineScanner:
         return self.b.computation_header(children)
 
     def table(self, block: list[str]):
+        from hlo_passes.parse.module_parser import record_problem
+
         title = block[0].strip()
         rows = []
         for line in block[1:]:
@@ -321,7 +326,11 @@ class LineScanner:
                 m = _RECORD_ROW.match(line)
                 if m is None:
                     raise Fallback
-                fields = dict((k, int(v)) for k, v in (f.split("=") for f in m.group(2).split()))
+                pairs = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9]+)", m.group(2))
+                fields = {k: int(v) for k, v in pairs}
+                table_key = "file_locations" if title == "FileLocations" else "stack_frames"
+                if len(fields) != len(pairs) or record_problem(table_key, fields) is not None:
+                    raise Fallback  # the grammar reports it at its place
                 rows.append((int(m.group(1)), fields))
         key = {"FileNames": "file_names", "FunctionNames": "function_names",
                "FileLocations": "file_locations", "StackFrames": "stack_frames"}[title]

@@ -104,6 +104,8 @@ _COMPONENT = {T.C64: T.F32, T.C128: T.F64}
 
 
 def _int_value(tok: _Tok) -> int:
+    if len(tok.text.lstrip("-")) > 20:
+        raise LiteralProblem(f"integer {quote(tok.text)} does not fit in 64 bits", tok.pos)
     value = int(tok.text)
     if INT64_MIN <= value <= INT64_MAX:
         return value
@@ -135,7 +137,7 @@ def _double(tok: _Tok) -> float:
         return float(_int_value(tok))
     if tok.kind == "inf":
         return -math.inf if tok.text.startswith("-") else math.inf
-    value = float(tok.text)
+    value = float(tok.text) if len(tok.text) < 400 else math.inf
     if math.isinf(value):
         raise LiteralProblem(f"constant {quote(tok.text)} is out of range for double (+/-1.79769e+308)", tok.pos)
     return value
@@ -144,6 +146,8 @@ def _double(tok: _Tok) -> float:
 def _check_nan(tok: _Tok, etype: T) -> None:
     if tok.payload is None:
         return
+    if len(tok.payload) > 16:
+        raise LiteralProblem(f"NaN payload 0x{tok.payload[:20]} is out of range", tok.pos)
     payload = int(tok.payload, 16)
     if payload == 0 or payload >= (1 << 52):
         raise LiteralProblem(f"NaN payload 0x{tok.payload} is out of range", tok.pos)

@@ -293,7 +293,7 @@ class _Builder(ShapeBuilder):
             raise SemanticError(f"'{name}' is not defined in computation '{self.computation_name}' "
                                 "(operands must be defined above their use)", _positioned(ref))
         if index:
-            return self._tuple_element(target, int(index), ref)
+            return self._tuple_element(target, _small_int(index), ref)
         return target
 
     def _tuple_element(self, tuple_instr: Instruction, index: int, tok) -> Instruction:
@@ -690,13 +690,31 @@ class _Builder(ShapeBuilder):
 
     # ---------------------------------------------------------------- tables --
     def string_row(self, c):
-        return _int_token(c[0]), _unquote(c[1].value)
+        try:
+            return _int_token(c[0]), _unquote(c[1].value)
+        except SemanticError as e:
+            raise SemanticError(e.message, c[1]) from None
 
     def record_field(self, c):
         return c[0].value, _int_token(c[1])
 
     def record_row(self, c):
-        return _int_token(c[0]), dict(c[1:])
+        fields = {}
+        for key, value in c[1:]:
+            if key in fields:
+                raise SemanticError(f"field '{key}' given twice", c[0])
+            fields[key] = value
+        return _int_token(c[0]), fields, c[0]
+
+    def _records(self, c, table: str) -> dict:
+        keys = TABLE_FIELDS[table]
+        rows = {}
+        for number, fields, tok in c:
+            problem = record_problem(table, fields)
+            if problem is not None:
+                raise SemanticError(problem, tok)
+            rows[number] = fields
+        return rows
 
     def file_names_table(self, c):
         return ("file_names", dict(c))
@@ -705,10 +723,10 @@ class _Builder(ShapeBuilder):
         return ("function_names", dict(c))
 
     def file_locations_table(self, c):
-        return ("file_locations", dict(c))
+        return ("file_locations", self._records(c, "file_locations"))
 
     def stack_frames_table(self, c):
-        return ("stack_frames", dict(c))
+        return ("stack_frames", self._records(c, "stack_frames"))
 
     # ---------------------------------------------------------------- module --
     def module_header(self, c):
@@ -739,6 +757,17 @@ class _Builder(ShapeBuilder):
             if key in ("replica_count", "num_partitions") and parse_int64(attr.raw) < 1:
                 raise SemanticError(f"{key} must be at least 1, got {attr.raw}", key_tok)
             module.attributes[key] = attr
+        order = [key for key, _ in tables]
+        if order and order != list(TABLE_FIELDS_ORDER):
+            bad = next((i for i, key in enumerate(order) if i >= len(TABLE_FIELDS_ORDER)
+                        or key != TABLE_FIELDS_ORDER[i]), len(order) - 1)
+            title = _TABLE_TITLES[order[bad]]
+            nth = order[:bad].count(order[bad])
+            found = list(re.finditer(rf"^[ \t]*{title}\b", self.text, re.M))
+            expected = _TABLE_TITLES[TABLE_FIELDS_ORDER[bad]] if bad < len(TABLE_FIELDS_ORDER) else "a computation"
+            raise SemanticError(f"expects {expected} here: debug tables come as FileNames, FunctionNames, "
+                                "FileLocations, StackFrames, each once and in this order",
+                                pos=found[nth].start() if nth < len(found) else 0)
         for key, rows in tables:
             setattr(module.tables, key, rows)
         module.style.percent_names = self.percent_names
@@ -778,10 +807,10 @@ class _Builder(ShapeBuilder):
                 if _subshape(entry.root.shape, out) is None:
                     raise SemanticError(f"input_output_alias: output index {{{','.join(map(str, out))}}} is not an "
                                         f"index of the result {entry.root.shape.to_hlo(False)}", key_tok)
-                self._check_parameter_index(entry, int(m.group(2)), _shape_index(m.group(3)), key_tok)
+                self._check_parameter_index(entry, _small_int(m.group(2)), _shape_index(m.group(3)), key_tok)
         else:
             for m in schema.DONOR_ENTRY.finditer(raw):
-                self._check_parameter_index(entry, int(m.group(1)), _shape_index(m.group(2)), key_tok)
+                self._check_parameter_index(entry, _small_int(m.group(1)), _shape_index(m.group(2)), key_tok)
 
     def _check_parameter_index(self, entry: Computation, number: int, index: tuple, key_tok) -> None:
         what = key_tok.value
@@ -790,6 +819,32 @@ class _Builder(ShapeBuilder):
         if _subshape(entry.parameters[number].shape, index) is None:
             raise SemanticError(f"{what}: {{{','.join(map(str, index))}}} is not an index of parameter {number}, "
                                 f"{entry.parameters[number].shape.to_hlo(False)}", key_tok)
+
+
+# The debug tables of newer dumps, in the order XLA requires them, and the fields of each
+# record (all required, no others).
+TABLE_FIELDS_ORDER = ("file_names", "function_names", "file_locations", "stack_frames")
+_TABLE_TITLES = {"file_names": "FileNames", "function_names": "FunctionNames", "file_locations": "FileLocations",
+                 "stack_frames": "StackFrames"}
+TABLE_FIELDS = {
+    "file_locations": ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"),
+    "stack_frames": ("file_location_id", "parent_frame_id"),
+}
+
+
+def record_problem(table: str, fields: dict) -> str | None:
+    """What is wrong with one record of a FileLocations or StackFrames table, or None."""
+    keys = TABLE_FIELDS[table]
+    for key in fields:
+        if key not in keys:
+            return f"unexpected field '{key}' in {_TABLE_TITLES[table]}; fields are {', '.join(keys)}"
+    for key in keys:
+        if key not in fields:
+            return f"{_TABLE_TITLES[table]} record needs {key}="
+    for key, value in fields.items():
+        if not -(1 << 31) <= value < (1 << 31):
+            return f"{key}={value} is out of range for int32"
+    return None
 
 
 def _int_token(tok) -> int:
@@ -801,7 +856,13 @@ def _int_token(tok) -> int:
 
 def _shape_index(text: str) -> tuple[int, ...]:
     body = text.strip()[1:-1]
-    return tuple(int(x) for x in body.split(",") if x.strip())
+    return tuple(_small_int(x) for x in body.split(",") if x.strip())
+
+
+def _small_int(text: str) -> int:
+    """An index from an attribute (its syntax checked): past int64 it cannot name anything."""
+    text = text.strip()
+    return int(text) if len(text) <= 19 else (1 << 63)
 
 
 def _subshape(shape: Shape, index: tuple[int, ...]) -> Shape | None:
@@ -830,9 +891,12 @@ def _with_default_layouts(shape: Shape) -> Shape:
 
 
 def _unquote(s: str) -> str:
-    import json
+    from hlo_passes.parse.strings import unquote
 
-    return json.loads(s)
+    try:
+        return unquote(s)
+    except ValueError as e:
+        raise SemanticError(str(e)) from None
 
 
 def entry_signature(module: Module) -> tuple:

@@ -17,7 +17,6 @@ views describe what passes read.  The two meet in `attribute_reader`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -72,8 +71,14 @@ def check_float(raw: str) -> None:
 
 
 def check_string(raw: str) -> None:
+    from hlo_passes.parse.strings import unquote
+
     if not _STRING_RE.fullmatch(raw):
         raise AttributeValueError(f"expects a quoted string, got {quote(raw)}")
+    try:
+        unquote(raw)
+    except ValueError as e:
+        raise AttributeValueError(str(e)) from None
 
 
 def check_string_or_json(raw: str) -> None:
@@ -214,8 +219,10 @@ def check_metadata(raw: str) -> None:
         if key in seen:
             raise AttributeValueError(f"metadata field {quote(key)} given twice")
         seen.add(key)
-        if kind == "string" and not value.startswith('"'):
-            raise AttributeValueError(f"metadata {key} expects a string, got {quote(value)}")
+        if kind == "string":
+            if not value.startswith('"'):
+                raise AttributeValueError(f"metadata {key} expects a string, got {quote(value)}")
+            check_string(value)
         if kind == "int32":
             check_int32(value) if re.fullmatch(_INT, value) else _raise(f"metadata {key} expects an integer")
         if kind == "int_list":
@@ -284,8 +291,10 @@ def check_domain(raw: str) -> None:
     m = re.fullmatch(rf"\{{\s*,?\s*kind=({_STRING})\s*,?\s*entry=(\{{.*\}})\s*,?\s*exit=(\{{.*\}})\s*\}}", raw, re.S)
     if m is None:
         raise AttributeValueError(f"expects {{kind=\"sharding\", entry={{...}}, exit={{...}}}}, got {quote(raw)}")
-    if json.loads(m.group(1)) != "sharding":
-        raise AttributeValueError(f"unsupported domain kind: {json.loads(m.group(1))}")
+    from hlo_passes.parse.strings import unquote
+
+    if unquote(m.group(1)) != "sharding":
+        raise AttributeValueError(f"unsupported domain kind: {quote(unquote(m.group(1)))}")
     for part in (m.group(2), m.group(3)):
         _typed("sharding")(part)
 

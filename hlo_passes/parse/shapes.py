@@ -82,7 +82,10 @@ class ShapeBuilder(lark.Transformer):
         items = [x.strip() for x in m2m.split(",")] if m2m.strip() else []
         if any(not x for x in items):
             raise SemanticError(f"cannot read layout {tok.value!r}", tok)
-        dims = tuple(parse_int64(x) for x in items)
+        try:
+            dims = tuple(parse_int64(x) for x in items)
+        except ValueError as e:
+            raise SemanticError(f"cannot read layout: {e}", tok) from None
         if colon:
             problem = check_layout_extras(extras)
             if problem is not None:
@@ -101,6 +104,8 @@ class ShapeBuilder(lark.Transformer):
         if layout is not None and len(layout.minor_to_major) != len(dims):
             raise SemanticError(f"Dimensions size is {len(dims)}, but minor to major size is "
                                 f"{len(layout.minor_to_major)}", type_tok)
+        if layout is not None and any(not 0 <= d < len(dims) for d in layout.minor_to_major):
+            raise SemanticError(f"layout {layout.to_hlo()} names a dimension outside 0..{len(dims) - 1}", type_tok)
         return ArrayShape(etype, tuple(d[0] for d in dims),
                           tuple(d[1] for d in dims) if any(d[1] for d in dims) else (),
                           layout, tuple(d[2] for d in dims) if any(d[2] for d in dims) else ())

@@ -483,7 +483,22 @@ def _operand_shapes(instr: Instruction) -> Shape | None:
 
 
 def _get_dimension_size(instr: Instruction) -> Shape | None:
+    x = _array(instr.operands[0])
+    d = _ints(instr, "dimensions")
+    if len(d) != 1 or not 0 <= d[0] < x.rank:
+        raise ShapeProblem(f"dimension {list(d)} is out of bounds for {text(x)}")
     return ArrayShape(PrimitiveType.S32, ())
+
+
+def _set_dimension_size(instr: Instruction) -> Shape | None:
+    x = _array(instr.operands[0])
+    d = _ints(instr, "dimensions")
+    if len(d) != 1 or not 0 <= d[0] < x.rank:
+        raise ShapeProblem(f"dimension {list(d)} is out of bounds for {text(x)}")
+    size = _array(instr.operands[1], "size")
+    if size.dims or size.element_type is not PrimitiveType.S32:
+        raise ShapeProblem(f"the size must be an s32 scalar, got {text(size)}")
+    return x
 
 
 # --------------------------------------------------------------- control flow --
@@ -845,7 +860,7 @@ SHAPE_RULES: dict[Opcode, Rule] = {
     Opcode.FUSION: _call_like("calls"),
     Opcode.ADD_DEPENDENCY: _first_operand,
     Opcode.DOMAIN: _first_operand,
-    Opcode.SET_DIMENSION_SIZE: _first_operand,
+    Opcode.SET_DIMENSION_SIZE: _set_dimension_size,
     Opcode.AFTER_ALL: _token,
     Opcode.CHOLESKY: _matrix_like,
     Opcode.TRIANGULAR_SOLVE: _matrix_like,

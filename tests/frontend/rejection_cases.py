@@ -57,6 +57,23 @@ CASES = {
     "nan_payload_zero": (constant("f32[]", "nan(0x0)"), 4, 27, ["NaN payload"], "rejects"),
     "bool_for_float": (constant("f32[]", "false"), 4, 27, ["expects a number"], "aborts"),
     "token_constant": (constant("token[]", "0"), 4, 29, ["no literal"], "aborts"),
+    # -------------------------------------------------------------- tables --
+    "tables_out_of_order": (HEAD + 'FileNames\n1 "a.py"\n\nFileLocations\n'
+                            + "1 {file_name_id=1 function_name_id=1 line=3 end_line=3 column=1 end_column=9}\n\n"
+                            + 'FunctionNames\n1 "f"\n\nStackFrames\n1 {file_location_id=1 parent_frame_id=0}\n\n'
+                            + "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n", 6, 1, ["expects FunctionNames"], "rejects"),
+    "table_record_misspelled": (HEAD + 'FileNames\n1 "a.py"\n\nFunctionNames\n1 "f"\n\nFileLocations\n'
+                                + "1 {file_name_id=1 function_name_id=1 line=3 end_line=3 column=1 end_column=9}\n\n"
+                                + "StackFrames\n1 {file_locations_id=1 parent_frame_id=0}\n\n"
+                                + "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n", 13, 1,
+                                ["unexpected field 'file_locations_id'"], "rejects"),
+    "table_record_missing_field": (HEAD + 'FileNames\n1 "a.py"\n\nFunctionNames\n1 "f"\n\nFileLocations\n'
+                                   + "1 {file_name_id=1 function_name_id=1 line=3 column=1 end_column=9}\n\n"
+                                   + "StackFrames\n1 {file_location_id=1 parent_frame_id=0}\n\n"
+                                   + "ENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n", 10, 1, ["needs end_line="],
+                                   "rejects"),
+    "get_dimension_size_out_of_bounds": (entry("  a = f32[4,2] parameter(0)\n  ROOT d = get-dimension-size(a), "
+                                               "dimensions={2}"), 5, 12, ["out of bounds"], "rejects"),
     # --------------------------------------------------------- module header --
     "alias_missing_colon": (entry("  ROOT p = f32[] parameter(0)", "HloModule m, input_output_alias={ {} (0, {}) }\n\n"),
                             1, 14, ["aliasing"], "rejects"),
