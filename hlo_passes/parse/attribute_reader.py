@@ -116,7 +116,9 @@ class _TypedBuilder(lark.Transformer):
         return ("subgroups", tuple(c), False)
 
     def sharding_metadata(self, c):
-        return ("metadata", self._text(c[0]))
+        text = self._text(c[0])
+        _check_sharding_metadata(text)
+        return ("metadata", text)
 
     def shard_as(self, c):
         return ("shard_group", ("shard_as", _ints(c)[0]))
@@ -326,6 +328,18 @@ def _unquote(text: str) -> str:
         return unquote(text)
     except ValueError as e:
         raise AttributeError_(str(e)) from None
+
+
+def _check_sharding_metadata(text: str) -> None:
+    """A sharding's metadata={...} or metadata={{...}, {...}}: each an op's metadata, as XLA reads it."""
+    from hlo_passes.parse.opcode_attributes import check_metadata, split_top_level
+
+    body = text.strip()
+    inner = body[1:-1].strip()
+    items = split_top_level(inner) if inner.startswith("{") else [body]
+    for item in items:
+        if item.strip():
+            check_metadata(item.strip())
 
 
 def _prod(xs) -> int:

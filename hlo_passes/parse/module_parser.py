@@ -94,6 +94,7 @@ class _Builder(ShapeBuilder):
         self.computations: dict[str, Computation] = {}
         self.order: list[Computation] = []
         self.entry: Computation | None = None
+        self.first_computation = None  # (is_entry, has a signature, name token) of the first one
         self.async_chain: dict[Instruction, tuple[Opcode, Computation, str]] = {}
         self.async_callers: dict[Computation, Instruction] = {}
         self.synthesized: list[Computation] = []
@@ -626,6 +627,8 @@ class _Builder(ShapeBuilder):
             c = c[1:]
         signature = c[1] if len(c) > 1 else None
         self._begin_computation(_bare(c[0].value))
+        if self.first_computation is None:
+            self.first_computation = (is_entry, signature is not None, c[0])
         return is_entry, c[0], signature
 
     def computation(self, c):
@@ -741,6 +744,15 @@ class _Builder(ShapeBuilder):
 
     def finish_module(self, header, tables: list) -> Module:
         name_tok, header_attrs = (header[1], header[2]) if header is not None else (None, [])
+        if header is None and self.first_computation is not None:
+            # XLA reads text without a header as a module only when it starts with ENTRY or
+            # `name {`; anything else it takes for a single instruction (and refuses here).
+            is_entry, has_signature, first_tok = self.first_computation
+            if tables or (not is_entry and has_signature):
+                start = len(self.text) - len(self.text.lstrip())
+                raise SemanticError("text without 'HloModule' must start with ENTRY or with a computation "
+                                    "written `name {` (add a `HloModule name` line)",
+                                    None if tables else first_tok, pos=start)
         module = Module(_bare(name_tok.value) if name_tok is not None else "")
         for key_tok, attr in header_attrs:
             key = key_tok.value

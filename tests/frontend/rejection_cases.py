@@ -74,6 +74,12 @@ CASES = {
                                    "rejects"),
     "get_dimension_size_out_of_bounds": (entry("  a = f32[4,2] parameter(0)\n  ROOT d = get-dimension-size(a), "
                                                "dimensions={2}"), 5, 12, ["out of bounds"], "rejects"),
+    "no_header_signature_first": ("f (x: f32[]) -> f32[] {\n  x = f32[] parameter(0)\n  ROOT n = f32[] negate(x)\n}\n\n"
+                                  + "ENTRY e {\n  p = f32[] parameter(0)\n  ROOT r = f32[] call(p), to_apply=f\n}\n",
+                                  1, 1, ["must start with ENTRY"], "rejects"),
+    "sharding_metadata_malformed": (entry('  ROOT p = f32[8] parameter(0), sharding={devices=[8]<=[8] '
+                                          'metadata={op_name="w" /source_file="m.py"}}'), 4, 33,
+                                    ["error parsing attribute sharding"], "rejects"),
     # --------------------------------------------------------- module header --
     "alias_missing_colon": (entry("  ROOT p = f32[] parameter(0)", "HloModule m, input_output_alias={ {} (0, {}) }\n\n"),
                             1, 14, ["aliasing"], "rejects"),
