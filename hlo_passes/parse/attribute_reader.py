@@ -9,7 +9,6 @@ sharding or replica-group spelling repeats thousands of times in big dumps.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import replace
 from typing import Any, Callable
