@@ -51,12 +51,12 @@ def _operand_bytes(instr: Instruction) -> int:
 def _flops(instr: Instruction) -> int:
     op = instr.opcode
     if op is Opcode.DOT:
-        contracting = instr.attr("lhs_contracting_dims", ()) or ()
+        contracting = instr.dot_dimensions.lhs_contracting
         k = math.prod(instr.operands[0].shape.dims[d] for d in contracting) if contracting else 1
         return 2 * instr.shape.element_count * k
     if op is Opcode.CONVOLUTION:
         kernel = instr.operands[1].shape
-        labels = instr.attr("dim_labels")
+        labels = instr.conv_labels
         out_feature = kernel.dims[labels.kernel_output_feature] if labels is not None else 1
         return 2 * instr.shape.element_count * max(1, kernel.element_count // max(out_feature, 1))
     if op.is_elementwise and instr.shape.is_array:

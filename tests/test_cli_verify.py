@@ -111,3 +111,23 @@ def test_result_sharding_for_a_dump_that_does_not_carry_it():
     bad = cli("verify", original, dump, "--result-sharding", "{devices=[4,2")
     assert bad.returncode == 2
     assert bad.stderr.startswith("error: --result-sharding: cannot read sharding") and "Traceback" not in bad.stderr
+
+
+def test_verify_usage_errors_are_clear(tmp_path):
+    """Different signatures are named as such (not as an XLA compile failure); negative
+    tolerances and a directory as --save-outputs are usage errors; outputs go to exactly the
+    file named."""
+    a = tmp_path / "a.hlo"
+    b = tmp_path / "b.hlo"
+    a.write_text("HloModule a\nENTRY e {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] negate(x)\n}\n")
+    b.write_text("HloModule b\nENTRY e {\n  x = s32[4] parameter(0)\n  c = f32[4] convert(x)\n"
+                 "  ROOT y = f32[4] negate(c)\n}\n")
+    done = cli("verify", a, b)
+    assert done.returncode == 2 and "take different parameters: parameter leaf 0 is f32[4] vs s32[4]" in done.stderr
+    done = cli("verify", a, a, "--rtol", "-1")
+    assert done.returncode == 2 and "--rtol must be a number >= 0" in done.stderr
+    done = cli("verify", a, a, "--save-outputs", tmp_path)
+    assert done.returncode == 2 and "is not a file name" in done.stderr
+    out = tmp_path / "outputs"
+    assert cli("verify", a, a, "--save-outputs", out).returncode == 0
+    assert out.exists() and not (tmp_path / "outputs.npz").exists()

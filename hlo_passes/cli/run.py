@@ -24,7 +24,7 @@ HELP = "run a pass pipeline on a module"
 def add_arguments(p) -> None:
     p.add_argument("input", metavar="IN", help="HLO file, .pb proto, -, or an XLA dump directory (with --module)")
     p.add_argument("--passes", required=True, metavar="PIPELINE",
-                   help="e.g. spmd-partition,collective-fusion{threshold-bytes=1048576}")
+                   help="e.g. spmd-partition,collective-fusion{combine-threshold-in-bytes=1048576}")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result here (default: stdout)")
     p.add_argument("--num-partitions", type=int, help="set num-partitions on every pass that has it")
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
@@ -104,7 +104,9 @@ def main(args) -> int:
         print(manager.timing_report(), file=sys.stderr)
     if args.verify:
         from hlo_passes.runtime import verify_equivalent
+        from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
+        quiet_cpp_logs()
         report = verify_equivalent(text, out, original_as=args.as_kind)
         print(report.format(), file=sys.stderr)
         if not report.ok:

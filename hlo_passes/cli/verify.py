@@ -7,6 +7,8 @@ trimmed to its useful lines).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hlo_passes.cli.io import add_dump_arguments, two_modules
 from hlo_passes.cli.main import UserError
 from hlo_passes.cli.processes import (add_process_arguments, check_process_arguments, join, launch,
@@ -98,6 +100,12 @@ def main(args) -> int:
     root_sharding = read_sharding_option("--result-sharding", args.result_sharding)
     if args.num_devices is not None and args.num_devices < 1:
         raise UserError("--num-devices must be at least 1")
+    for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if value is not None and not value >= 0:  # also NaN
+            raise UserError(f"{flag} must be a number >= 0, got {value}")
+    for flag, path in (("--save-inputs", args.save_inputs), ("--save-outputs", args.save_outputs)):
+        if path is not None and (path == "" or Path(path).is_dir()):
+            raise UserError(f"{flag}: {path!r} is not a file name (the arrays are written to exactly that file)")
     check_process_arguments(args)
     devices_needed = max([args.num_devices or 1] + [r.num_devices for r in readings])
     if args.processes is not None and args.processes > 1:

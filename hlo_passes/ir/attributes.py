@@ -15,6 +15,20 @@ from typing import Any, Callable
 
 _UNSET = object()
 
+# Readers turn an attribute's text into its typed value, per key.  The IR does not know the
+# grammar: the front end (parse/attribute_reader.py) registers its readers here when it is
+# imported, which happens before any text reaches the IR.
+_READERS: dict[str, Callable[[str], Any]] = {}
+
+
+def register_readers(readers: dict[str, Callable[[str], Any]]) -> None:
+    _READERS.update(readers)
+
+
+def reader_for(key: str) -> Callable[[str], Any] | None:
+    """The reader of attribute `key`'s text (None: the text is the value)."""
+    return _READERS.get(key)
+
 
 class Attr:
     """One `key=value` attribute: source text, typed value, or both."""
@@ -248,3 +262,35 @@ class FrontendAttributes:
     def to_hlo(self) -> str:
         parts = [f"{k}={v if k in self.raw_value_keys else quote(v)}" for k, v in self.entries]
         return "{" + ",".join(parts) + "}"
+
+
+# ----------------------------------------------------------------- typed views --
+@dataclass(frozen=True, slots=True)
+class DotDimensions:
+    """A dot's dimension numbers (absent lists are empty, as in XLA)."""
+
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GatherDimensions:
+    offset_dims: tuple[int, ...] = ()
+    collapsed_slice_dims: tuple[int, ...] = ()
+    start_index_map: tuple[int, ...] = ()
+    index_vector_dim: int = 0
+    slice_sizes: tuple[int, ...] = ()
+    operand_batching_dims: tuple[int, ...] = ()
+    start_indices_batching_dims: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScatterDimensions:
+    update_window_dims: tuple[int, ...] = ()
+    inserted_window_dims: tuple[int, ...] = ()
+    scatter_dims_to_operand_dims: tuple[int, ...] = ()
+    index_vector_dim: int = 0
+    input_batching_dims: tuple[int, ...] = ()
+    scatter_indices_batching_dims: tuple[int, ...] = ()

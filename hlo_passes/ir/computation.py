@@ -40,6 +40,29 @@ class Computation:
     def __contains__(self, instr: Instruction) -> bool:
         return instr in self._instructions
 
+    def _copy_body_from(self, other: "Computation", comp_map: dict) -> None:
+        """Fill this (empty) computation with copies of `other`'s instructions, in order, calling
+        the computations `comp_map` maps `other`'s callees to (Module.clone)."""
+        mapping: dict[Instruction, Instruction] = {}
+
+        def callee(value):
+            return tuple(comp_map[c] for c in value) if isinstance(value, tuple) else comp_map[value]
+
+        for instr in other.post_order():  # operands first, whatever order the text had
+            new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
+                              attributes=instr.attributes,
+                              called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
+                              literal=instr.literal, parameter_number=instr.parameter_number)
+            new.parent = self
+            mapping[instr] = new
+            if new.opcode is Opcode.PARAMETER:
+                self._register_parameter(new)
+        self._instructions = dict.fromkeys(mapping[i] for i in other._instructions)
+        for instr in other._instructions:
+            for pred in instr.control_predecessors:
+                mapping[instr].add_control_predecessor(mapping[pred])
+        self.root = mapping[other.root] if other.root is not None else None
+
     # ------------------------------------------------------------ building --
     def add(self, instr: Instruction, *, name_hint: str | None = None,
             before: Instruction | None = None, after: Instruction | None = None) -> Instruction:

@@ -18,13 +18,15 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
-from hlo_passes.ir.attributes import Attr, OpMetadata
+from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, GatherDimensions, OpMetadata,
+                                      ScatterDimensions, Window, WindowDimension, reader_for)
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.sharding import Sharding
 
 if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.replica_groups import ReplicaGroups
 
 # Custom-call targets that have effects even without the side-effect flag.
 SIDE_EFFECTING_CUSTOM_CALLS = frozenset({
@@ -155,13 +157,76 @@ class Instruction:
 
     # ---------------------------------------------------------- attributes --
     def attr(self, key: str, default: Any = None) -> Any:
-        """Typed value of attribute `key` (read from its text on first use)."""
+        """Typed value of attribute `key` (read from its text on first use).  Prefer the typed
+        views below, which know each opcode's defaults."""
         slot = self.attributes.get(key)
         if slot is None:
             return default
-        from hlo_passes.parse.attribute_reader import reader_for
-
         return slot.value(reader_for(key))
+
+    # --------------------------------------------------------- typed views --
+    # What XLA means when an attribute is left out, per opcode, so that passes never read an
+    # absent attribute as None.
+
+    @property
+    def dimensions(self) -> tuple[int, ...]:
+        """`dimensions={...}` (broadcast, transpose, reduce, reverse, sort, concatenate,
+        all-gather ...); () when absent."""
+        return tuple(self.attr("dimensions") or ())
+
+    @property
+    def dot_dimensions(self) -> DotDimensions:
+        return DotDimensions(tuple(self.attr("lhs_batch_dims") or ()), tuple(self.attr("rhs_batch_dims") or ()),
+                             tuple(self.attr("lhs_contracting_dims") or ()),
+                             tuple(self.attr("rhs_contracting_dims") or ()))
+
+    @property
+    def window(self) -> Window | None:
+        """`window={...}`.  A convolution written without one has a size-1 window per spatial
+        dimension (XLA's default: a convolution used as a dot)."""
+        w = self.attr("window")
+        if w is None and self.opcode is Opcode.CONVOLUTION:
+            labels = self.attr("dim_labels")
+            spatial = len(labels.input_spatial) if labels is not None else 0
+            return Window(tuple(WindowDimension(1) for _ in range(spatial)))
+        return w
+
+    @property
+    def conv_labels(self) -> ConvDimensionLabels | None:
+        return self.attr("dim_labels")
+
+    @property
+    def feature_group_count(self) -> int:
+        return self.attr("feature_group_count") or 1
+
+    @property
+    def batch_group_count(self) -> int:
+        return self.attr("batch_group_count") or 1
+
+    @property
+    def gather_dimensions(self) -> GatherDimensions:
+        a = self.attr
+        return GatherDimensions(tuple(a("offset_dims") or ()), tuple(a("collapsed_slice_dims") or ()),
+                                tuple(a("start_index_map") or ()), a("index_vector_dim", 0) or 0,
+                                tuple(a("slice_sizes") or ()), tuple(a("operand_batching_dims") or ()),
+                                tuple(a("start_indices_batching_dims") or ()))
+
+    @property
+    def scatter_dimensions(self) -> ScatterDimensions:
+        a = self.attr
+        return ScatterDimensions(tuple(a("update_window_dims") or ()), tuple(a("inserted_window_dims") or ()),
+                                 tuple(a("scatter_dims_to_operand_dims") or ()), a("index_vector_dim", 0) or 0,
+                                 tuple(a("input_batching_dims") or ()),
+                                 tuple(a("scatter_indices_batching_dims") or ()))
+
+    @property
+    def replica_groups(self) -> "ReplicaGroups":
+        """`replica_groups={...}`; absent or `{}`: one group of every device (read with the
+        module's replica and partition counts, see collectives' participant groups)."""
+        from hlo_passes.ir.replica_groups import ReplicaGroups
+
+        groups = self.attr("replica_groups")
+        return groups if groups is not None else ReplicaGroups.explicit(())
 
     def set_attr(self, key: str, value: Any) -> None:
         self.attributes[key] = Attr(value=value)

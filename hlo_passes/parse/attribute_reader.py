@@ -16,8 +16,8 @@ from typing import Any, Callable
 import lark
 from lark import Token
 
-from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata,
-                                      PaddingConfig, SliceSpec, Window, WindowDimension)
+from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata, PaddingConfig,
+                                      SliceSpec, Window, WindowDimension, register_readers)
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
@@ -478,6 +478,9 @@ READERS: dict[str, Callable[[str], Any]] = {
     **{k: _read_bool for k in _BOOL_KEYS},
     **{k: _read_string for k in _STRING_KEYS},
 }
+
+
+register_readers(READERS)  # the IR reads attribute text through these
 
 
 def reader_for(key: str) -> Callable[[str], Any] | None:

@@ -35,6 +35,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
+from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
 from hlo_passes.parse import opcode_attributes as schema
 from hlo_passes.parse.errors import HloParseError, SemanticError, position_of

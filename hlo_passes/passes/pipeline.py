@@ -1,4 +1,4 @@
-"""Pipeline strings: `spmd-partition{num-partitions=8},dce,collective-fusion{threshold-bytes=1048576}`.
+"""Pipeline strings: `spmd-partition{num-partitions=8},dce,collective-fusion{combine-threshold-in-bytes=1048576}`.
 
 Option names are kebab-case spellings of the pass's `Options` fields; values are
 converted by the field's annotated type:

@@ -5,7 +5,7 @@
     stats.ok, stats.max_abs, stats.max_rel, stats.detail
 
 An element is equal when |got - want| <= atol + rtol * |want| (numpy's
-`allclose` rule) among finite elements — for bf16, f16 and the f8/f4 types also when
+`allclose` rule) among finite elements, or (default tolerances only) when
 |got - want| <= atol + rtol * max|want| (the array's scale: reductions rounded in another
 order, e.g. partitioned, move a result whose terms cancel by many of its own ulps); NaN and ±Inf must sit at the same
 positions (and infinities have the same sign).  Integers and pred compare
@@ -75,16 +75,6 @@ def default_tolerance(dtype) -> tuple[float, float]:
     return 2 * eps, 2 * eps
 
 
-def _is_low_precision(dtype: np.dtype) -> bool:
-    """bf16, f16 and the f8/f4 types: fewer than 12 significand bits."""
-    try:
-        import ml_dtypes
-
-        return dtype.kind in "fV" and float(ml_dtypes.finfo(dtype).eps) >= 2 ** -11
-    except (ImportError, ValueError, TypeError):
-        return False
-
-
 def _is_exact(dtype: np.dtype) -> bool:
     return default_tolerance(dtype) == (0.0, 0.0)
 
@@ -118,10 +108,10 @@ def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol: float | 
         bad = (w_nan != g_nan) | (w_inf != g_inf) | (w_inf & g_inf & (w != g))
         diff = np.where(finite, np.abs(w - g), 0.0)
         allowed = stats.atol + stats.rtol * np.abs(np.where(finite, w, 0.0))
-        if _is_low_precision(want.dtype) and rtol is None and finite.any():
-            # A sum in bf16/f16/f8 rounds every partial sum: a partitioned reduction adds in another
-            # order, and where terms cancel the result moves by many of its own ulps.  The error is
-            # then bounded by the terms' magnitude, not the result's: judged against the array's scale.
+        if rtol is None and finite.any():
+            # A float sum rounds every partial sum: a partitioned reduction adds in another order,
+            # and where terms cancel the result moves by many of its own ulps.  The error is then
+            # bounded by the terms' magnitude, not the result's: judged against the array's scale.
             allowed = np.maximum(allowed, stats.atol + stats.rtol * float(np.abs(w[finite]).max()))
         bad |= finite & (diff > allowed)
     stats.max_abs = float(diff.max())

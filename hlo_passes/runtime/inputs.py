@@ -135,11 +135,13 @@ def check_leaves(leaves: list[tuple[str, ArrayShape]], inputs: list[np.ndarray])
 
 
 def save_npz(path: str | Path, arrays: list[np.ndarray] | dict[str, np.ndarray]) -> None:
-    """Write arrays to .npz: a list as arr_0, arr_1, ... (np.load order), a dict by its keys."""
-    if isinstance(arrays, dict):
-        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()})
-    else:
-        np.savez(path, *[np.asarray(a) for a in arrays])
+    """Write arrays to .npz at exactly `path` (numpy would add `.npz` to a name without it): a
+    list as arr_0, arr_1, ... (np.load order), a dict by its keys."""
+    with open(path, "wb") as f:
+        if isinstance(arrays, dict):
+            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
+        else:
+            np.savez(f, *[np.asarray(a) for a in arrays])
 
 
 def load_npz(path: str | Path, module: Module | None = None) -> list[np.ndarray]:

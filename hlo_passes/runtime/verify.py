@@ -100,7 +100,7 @@ def _module(m: Module | str) -> Module:
     fused, laid out or scheduled comes back as the fresh program it stands for (recompile.py)."""
     from hlo_passes.runtime.recompile import NotRecompilable, make_fresh_program, needs_fresh_program
 
-    copy = parse_module(m) if isinstance(m, str) else parse_module(print_module(m))
+    copy = parse_module(m) if isinstance(m, str) else m.clone()
     if needs_fresh_program(copy):
         try:
             make_fresh_program(copy)
@@ -315,6 +315,7 @@ def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num
             inputs, platform, param_shardings, root_sharding) -> VerificationReport:
     from hlo_passes.runtime import xla_backend
 
+    _check_signatures(a, b, same_shapes=ra.kind.is_per_device == rb.kind.is_per_device)
     per_device = [r.num_devices for r in (ra, rb) if r.kind.is_per_device]
     xla_backend.ensure_devices(max([num_devices or 1, *per_device]), platform)
     try:
@@ -344,6 +345,28 @@ def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num
     except (PartitionError, _inputs.InputError) as e:
         raise VerificationError(str(e)) from None
     return _compare(report, want, got, rtol, atol)
+
+
+def _check_signatures(a: Module, b: Module, *, same_shapes: bool) -> None:
+    """Both modules must take the same parameters: as many, of the same element types, and of
+    the same shapes when both are global or both per-device (a per-device module's shapes are
+    tiles of the global one's, checked when inputs are sliced)."""
+    def leaves(m: Module):
+        return [leaf for p in m.entry.parameters for leaf in p.shape.leaves()]
+
+    la, lb = leaves(a), leaves(b)
+    if len(la) != len(lb):
+        raise VerificationError(f"ORIGINAL and REWRITTEN take different parameters: {len(la)} array(s) "
+                                f"({_shapes(la)}) vs {len(lb)} ({_shapes(lb)})")
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x.element_type is not y.element_type or (same_shapes and tuple(x.dims) != tuple(y.dims)):
+            raise VerificationError(f"ORIGINAL and REWRITTEN take different parameters: parameter leaf {i} is "
+                                    f"{x.to_hlo(with_layout=False)} vs {y.to_hlo(with_layout=False)}")
+
+
+def _shapes(leaves) -> str:
+    text = ", ".join(leaf.to_hlo(with_layout=False) for leaf in leaves[:6])
+    return text + (", ..." if len(leaves) > 6 else "")
 
 
 def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings, root_sharding, report,

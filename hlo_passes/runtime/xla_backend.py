@@ -71,6 +71,7 @@ def _api() -> _Api:
         "xla_client.HloSharding.from_proto": lambda: xc.HloSharding.from_proto,
         "compiler.get_compile_options": lambda: compiler.get_compile_options,
         "xla_bridge.get_backend": lambda: xla_bridge.get_backend,
+        "xla_client._xla.hlo_module_cost_analysis": lambda: xc._xla.hlo_module_cost_analysis,
     }
     missing = []
     for name, get in needed.items():
@@ -204,6 +205,14 @@ def proto_to_text(proto: bytes) -> str:
 def parse_with_xla(text: str):
     """XLA's C++ parser on `text` (its HloModule; for timing it against ours)."""
     return _api().xc.hlo.hlo_module_from_text(text)
+
+
+def cost_analysis(text: str, platform: str | None = None) -> dict[str, float]:
+    """XLA's HloCostAnalysis of a module as it stands (no optimization): `flops`, `bytes
+    accessed`, ... — the FLOPs benchmarks compare."""
+    api = _api()
+    module = api.xc.hlo.hlo_module_from_text(text)
+    return dict(api.xc._xla.hlo_module_cost_analysis(api.xla_bridge.get_backend(platform or "cpu"), module))
 
 
 def canonical_text(text: str) -> str:
@@ -346,17 +355,42 @@ def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, sp
                              propagate_to_parameters=tuple(propagate_to_parameters), shardy=shardy)
     key = (text, options)
     exe = _executables.get(key)
-    if exe is not None:
-        return exe
+    if exe is None:
+        exe = _executables[key] = _compile(text, options, {})
+    return exe
+
+
+def pass_dump(text: str, pass_name: str, *, num_partitions: int, shardy: bool = False,
+              propagate_to_output: tuple[bool, ...] = (), propagate_to_parameters: tuple[bool, ...] = (),
+              platform: str | None = None) -> str:
+    """XLA's module right after its pass `pass_name` (e.g. "spmd-partitioning"), when XLA compiles
+    `text` for `num_partitions` devices with SPMD partitioning — how benchmarks read XLA's own
+    partition beside ours."""
+    import tempfile
+    from pathlib import Path
+
+    options = CompileOptions(num_partitions=num_partitions, spmd=True, platform=platform or "cpu",
+                             propagate_to_output=tuple(propagate_to_output),
+                             propagate_to_parameters=tuple(propagate_to_parameters), shardy=shardy)
+    with tempfile.TemporaryDirectory() as d:
+        _compile(text, options, {"xla_dump_to": d, "xla_dump_hlo_pass_re": pass_name,
+                                 "xla_dump_hlo_as_text": True})
+        found = sorted(Path(d).glob(f"*after_{pass_name}*.txt"))
+        if not found:
+            raise BackendUnavailable(f"XLA wrote no dump after {pass_name}")
+        return found[-1].read_text()
+
+
+def _compile(text: str, options: CompileOptions, debug: dict) -> Executable:
     api = _api()
     devs = devices(options.num_devices, options.platform)
     xc = api.xc
     hlo = xc.hlo.hlo_module_from_text(text)
     stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
-    compile_options = api.compiler.get_compile_options(num_replicas=num_replicas,
-                                                       num_partitions=num_partitions)
+    compile_options = api.compiler.get_compile_options(num_replicas=options.num_replicas,
+                                                       num_partitions=options.num_partitions)
     build = compile_options.executable_build_options
-    build.use_spmd_partitioning = spmd
+    build.use_spmd_partitioning = options.spmd
     # Text in GSPMD form goes through the GSPMD partitioner: XLA's Shardy import aborts the
     # process (a CHECK, not an exception) on some GSPMD shardings.  Text in JAX's Shardy form
     # (xla.sdy.* attributes) goes through Shardy, as JAX compiles it.
@@ -365,14 +399,14 @@ def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, sp
         build.allow_spmd_sharding_propagation_to_output = list(options.propagate_to_output)
     if options.propagate_to_parameters:
         build.allow_spmd_sharding_propagation_to_parameters = list(options.propagate_to_parameters)
+    for key, value in debug.items():
+        setattr(build.debug_options, key, value)
     # Device ids, not positions: with several processes they are not 0..n-1.
     build.device_assignment = xc.DeviceAssignment.create(
-        np.array([d.id for d in devs]).reshape(num_replicas, num_partitions))
+        np.array([d.id for d in devs]).reshape(options.num_replicas, options.num_partitions))
     backend = api.xla_bridge.get_backend(options.platform)
     loaded = backend.compile_and_load(stablehlo, xc.DeviceList(tuple(devs)), compile_options)
-    exe = Executable(loaded, devs, options)
-    _executables[key] = exe
-    return exe
+    return Executable(loaded, devs, options)
 
 
 def clear_cache() -> None:

@@ -94,7 +94,8 @@ ENTRY main {{
     (16, 3, "stride=2x1", "0_1", 8, "{devices=[2,4,1,1]<=[8]}", 1),   # the corpus net's strided form
     (16, 3, "stride=2x1", "1_1", 8, "{devices=[1,4,1,1,2]<=[8] last_tile_dim_replicate}", 1),
     (13, 3, "", "1_1", 13, "{devices=[1,4,1,1,2]<=[8] last_tile_dim_replicate}", 2),  # uneven
-    (10, 3, "stride=2x1", "1_1", 5, "{devices=[1,4,1,1,2]<=[8] last_tile_dim_replicate}", 2),  # uneven, strided
+    # uneven, strided: each window needs two rows of its right neighbour only -> one permute
+    (10, 3, "stride=2x1", "1_1", 5, "{devices=[1,4,1,1,2]<=[8] last_tile_dim_replicate}", 1),
     (16, 3, "rhs_dilate=3x1", "3_3", 16, "{devices=[1,8,1,1]<=[8]}", 4),  # halo wider than a tile
     (16, 2, "", "0_0", 15, "{devices=[1,4,2,1]<=[8]}", 3),            # one-sided halo; dim 2 tiled too
 ])
@@ -301,3 +302,92 @@ def test_select_and_scatter_with_windows_across_tiles_exchanges_halos(sel, n, k,
     text = SELECT_AND_SCATTER.format(sel=sel, n=n, k=k, st=st, pad=pad, o=o, s=s)
     out = _check(text, expect={"all-gather": 0, "all-reduce": 0})
     assert " collective-permute(" in out
+
+
+GROUPED = """HloModule grouped
+ENTRY main {{
+  x = f32[{b},8,8,{cin}] parameter(0), sharding={sx}
+  k = f32[3,3,{kin},{cout}] parameter(1), sharding={sk}
+  ROOT c = f32[{ob},8,8,{cout}] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels={labels}, {groups}, sharding={so}
+}}
+"""
+
+
+@pytest.mark.parametrize("b,cin,kin,cout,ob,labels,groups,sx,sk,so,gathers", [
+    # depthwise (64 groups) with channels over 8: every device convolves its 8 channels
+    (4, 64, 1, 64, 4, "b01f_01io->b01f", "feature_group_count=64",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),
+    # 8 groups of 4 channels, channels over 4 devices and batch over 2
+    (4, 32, 4, 16, 4, "b01f_01io->b01f", "feature_group_count=8",
+     "{devices=[2,1,1,4]<=[8]}", "{devices=[1,1,1,4,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8]}", 0),
+    # 6 groups over 8 devices: only 2 tiles fit whole groups; still correct
+    (2, 12, 2, 12, 2, "b01f_01io->b01f", "feature_group_count=6",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", None),
+    # the depthwise kernel gradient: batch groups over the channel dim
+    (16, 8, 8, 16, 3, "f01b_i01o->01bf", "batch_group_count=16",
+     "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),
+])
+def test_grouped_convolutions_tile_whole_groups(b, cin, kin, cout, ob, labels, groups, sx, sk, so, gathers):
+    """Grouped and depthwise convolutions (and the depthwise kernel gradient's batch groups)
+    with the group dim sharded compute their own groups locally, as XLA does, instead of
+    gathering everything."""
+    if labels.startswith("f01b"):  # kernel gradient: x is [features, 8, 8, batch], k the output gradient
+        text = f"""HloModule grouped
+ENTRY main {{
+  x = f32[{cin},8,8,{b}] parameter(0), sharding={sx}
+  g = f32[{cin},8,8,{cout}] parameter(1), sharding={sk}
+  ROOT c = f32[3,3,1,{cout}] convolution(x, g), window={{size=8x8 pad=1_1x1_1}}, dim_labels={labels}, {groups}, sharding={so}
+}}
+"""
+    else:
+        text = GROUPED.format(b=b, cin=cin, kin=kin, cout=cout, ob=ob, labels=labels, groups=groups,
+                              sx=sx, sk=sk, so=so)
+    expect = {} if gathers is None else {"all-gather": gathers}
+    _check(text, expect=expect, no_missed=gathers is not None)
+
+
+TOPK = """HloModule topk
+ENTRY main {{
+  x = f32[{b},{n}] parameter(0), sharding={s}
+  ROOT t = (f32[{b},{k}], s32[{b},{k}]) {op}, sharding={{{s}, {s}}}
+}}
+"""
+
+
+@pytest.mark.parametrize("b,n,k,s,op", [
+    (16, 1024, 4, "{devices=[1,8]<=[8]}", 'custom-call(x), custom_call_target="TopK"'),
+    (16, 1000, 3, "{devices=[2,4]<=[8]}", "topk(x), k=3, largest=true"),      # uneven last tiles
+    (6, 64, 5, "{devices=[1,4,2]<=[8] last_tile_dim_replicate}", "topk(x), k=5, largest=false"),
+])
+def test_topk_along_the_sharded_dim_gathers_only_candidates(b, n, k, s, op):
+    """top-k along a sharded dim: local top-k, t*k candidates all-gathered, a stable sort: the
+    values and the (global) positions equal the unpartitioned op's, ties included."""
+    text = TOPK.format(b=b, n=n, k=k, s=s, op=op)
+    out = _check(text, expect={"all-gather": 2})
+    assert " sort(" in out
+
+
+DUS = """HloModule dus
+ENTRY main {{
+  x = f32[{n},{m}] parameter(0), sharding={sx}
+  u = f32[{un},{um}] parameter(1), sharding={su}
+  i = s32[] constant({i})
+  j = s32[] constant({j})
+  ROOT d = f32[{n},{m}] dynamic-update-slice(x, u, i, j), sharding={sx}
+}}
+"""
+
+
+@pytest.mark.parametrize("n,m,un,um,i,j,sx,su", [
+    (64, 32, 10, 32, 29, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # straddles two tiles
+    (64, 32, 10, 32, 60, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # clamped to 54
+    (64, 32, 10, 32, -5, 0, "{devices=[8,1]<=[8]}", "{replicated}"),          # clamped to 0
+    (60, 30, 13, 7, 17, 20, "{devices=[4,2]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}"),  # uneven, both dims
+])
+def test_dynamic_update_slice_keeps_a_sharded_operand_in_place(n, m, un, um, i, j, sx, su):
+    """A dynamic-update-slice into a sharded dim: every device writes the part of the update
+    that falls in its rows (XLA's clamped offset included) — the operand never moves."""
+    text = DUS.format(n=n, m=m, un=un, um=um, i=i, j=j, sx=sx, su=su)
+    out = _check(text, expect={"all-to-all": 0, "collective-permute": 0})
+    assert out.count(" all-gather(") <= 1  # at most the small update

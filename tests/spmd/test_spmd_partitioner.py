@@ -36,10 +36,10 @@ def collectives(module) -> dict[str, int]:
     return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
 
 
-def test_registered_with_num_partitions_and_cleanup_options():
+def test_registered_with_num_partitions_cleanup_and_cost_profile_options():
     cls = lookup("spmd-partition")
     assert cls is SpmdPartitioner
-    assert [f.name for f in cls.option_fields()] == ["num_partitions", "cleanup"]
+    assert [f.name for f in cls.option_fields()] == ["num_partitions", "cleanup", "cost_profile"]
 
 
 def test_ends_with_cse_like_xla_so_twin_psums_become_one_all_reduce():

@@ -97,8 +97,88 @@ class Halo:
         return tuple(min(max(self.left - (t * self.local - lo), 0), last) for t, lo in enumerate(self.rows.starts))
 
     def bytes(self, row_bytes: int) -> int:
-        """Bytes each device receives."""
-        return (self.left + self.right) * row_bytes
+        """Bytes each device receives (the cheaper of the two ways to exchange, see `exchange`)."""
+        return min(self.left + self.right, self.interval_rows) * row_bytes
+
+    @property
+    def permutes(self) -> int:
+        """Collective-permutes the exchange sends."""
+        if self.interval_rows < self.left + self.right:
+            return sum(1 for t in self.transfers if t.remote)
+        return -(-self.left // self.local) + -(-self.right // self.local)
+
+    @property
+    def transfers(self) -> tuple["Transfer", ...]:
+        return interval_transfers(self)
+
+    @property
+    def interval_rows(self) -> int:
+        """Rows a device receives when each takes only the rows its window needs."""
+        return sum(t.rows for t in self.transfers if t.remote)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One step of an interval exchange: tile `dst` takes up to `rows` rows from tile `src` for
+    each (src, dst) in `pairs` — by one collective-permute, or locally when src == dst (then
+    every pair is local) — from `src_start[src]` of the source buffer, landing at `dst_start[dst]`
+    of the window (tiles outside the step land in the scratch rows past the window)."""
+
+    pairs: tuple[tuple[int, int], ...]
+    rows: int
+    src_start: tuple[int, ...]
+    dst_start: tuple[int, ...]
+
+    @property
+    def remote(self) -> bool:
+        return any(s != d for s, d in self.pairs)
+
+
+def interval_transfers(h: "Halo") -> tuple[Transfer, ...]:
+    """The steps that give each tile exactly the rows its window needs: a window far from its
+    own tile (a slice from the middle of the array) takes them from one or two tiles, not from
+    every tile in between.  Pieces are packed into as few collective-permutes as the rule
+    "each device sends at most once and receives at most once per permute" allows, each
+    tile's pieces in increasing row order (see `_exchange_intervals`)."""
+    found = _TRANSFERS.get(h)
+    if found is not None:
+        return found
+    width, local, size = h.rows.width, h.local, h.size
+    pieces = []  # (dst tile, src tile, first global row, rows)
+    for t, lo in enumerate(h.rows.starts):
+        need_lo, need_hi = max(lo, 0), min(lo + width, size)
+        for src in range(h.tiles):
+            a, b = max(need_lo, src * local), min(need_hi, (src + 1) * local, size)
+            if a < b:
+                pieces.append((t, src, a, b - a))
+    steps: list[dict] = []  # {"local": bool, "senders": set, "receivers": set, "pieces": list}
+    last_step = {}
+    for t, src, a, n in sorted(pieces, key=lambda p: (p[2] - h.rows.starts[p[0]], p[0])):
+        is_local = src == t
+        first = last_step.get(t, -1) + 1
+        for i in range(first, len(steps) + 1):
+            if i == len(steps):
+                steps.append({"local": is_local, "senders": set(), "receivers": set(), "pieces": []})
+            step = steps[i]
+            if step["local"] == is_local and src not in step["senders"] and t not in step["receivers"]:
+                step["senders"].add(src)
+                step["receivers"].add(t)
+                step["pieces"].append((t, src, a, n))
+                last_step[t] = i
+                break
+    transfers = []
+    for step in steps:
+        src_start, dst_start = [0] * h.tiles, [width] * h.tiles
+        for t, src, a, _ in step["pieces"]:
+            src_start[src] = a - src * local
+            dst_start[t] = a - h.rows.starts[t]
+        transfers.append(Transfer(tuple((src, t) for t, src, _, _ in step["pieces"]),
+                                  max(n for *_, n in step["pieces"]), tuple(src_start), tuple(dst_start)))
+    found = _TRANSFERS[h] = tuple(transfers)
+    return found
+
+
+_TRANSFERS: dict["Halo", tuple[Transfer, ...]] = {}
 
 
 def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool, active=None) -> Halo:
@@ -118,7 +198,10 @@ def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool, 
 
 def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruction | None) -> Instruction:
     """This device's window rows of `x` (tiled along `halo.dim` by `tm`); rows outside the array
-    read `fill` (a scalar; None: zero)."""
+    read `fill` (a scalar; None: zero).  Neighbours' edge rows concatenated around the own tile,
+    or — when that would move more — only the rows each window needs (`interval_transfers`)."""
+    if halo.interval_rows < halo.left + halo.right:
+        return _masked(em, _exchange_intervals(em, x, tm, halo), tm, halo, fill, x.shape.element_type)
     k, local, tiles = halo.dim, halo.local, halo.tiles
     b = em.b()
     groups = groups_varying(tm, [k])
@@ -137,15 +220,54 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
     offsets = [[0] * em.n for _ in dims]
     offsets[k] = [halo.offsets[c] for c in coord]
     window = em.local_slice(ext, offsets, tuple(dims))
+    return _masked(em, window, tm, halo, fill, x.shape.element_type)
+
+
+def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) -> Instruction:
+    """Each tile's window assembled from exactly the rows it needs: per step one dynamic-slice
+    at a per-device offset, one collective-permute (none for a local step), one
+    dynamic-update-slice at a per-device offset, each tile's pieces in increasing row order (a
+    piece shorter than the message leaves don't-care rows that the next piece overwrites, or
+    that lie outside the array or past the window)."""
+    k, width = halo.dim, halo.rows.width
+    b = em.b()
+    groups = groups_varying(tm, [k])
+    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    transfers = halo.transfers
+    dims = list(x.shape.dims)
+    # dynamic-slice and dynamic-update-slice clamp their offsets: the source is padded by what
+    # the longest message reads past its end, the window by the scratch rows pieces land in
+    overflow = max(0, max(t.src_start[src] + t.rows - dims[k] for t in transfers for src, _ in t.pairs))
+    padded = em.pad_to(x, tuple(d + overflow if i == k else d for i, d in enumerate(dims)))
+    spare = max(t.dst_start[c] + t.rows for t in transfers for c in range(halo.tiles)) - width
+    buf_dims = tuple(width + max(0, spare) if i == k else d for i, d in enumerate(dims))
+    buf = em.broadcast_scalar(0, x.shape.element_type, buf_dims)
+    zero = b.constant(0)
+    for t in transfers:
+        piece_dims = tuple(t.rows if i == k else d for i, d in enumerate(dims))
+        starts = [em.device_scalar([t.src_start[c] for c in coord]) if i == k else zero for i in range(len(dims))]
+        piece = b.dynamic_slice(padded, starts, piece_dims)
+        if t.remote:
+            piece = em.collective_permute(piece, [(g[src], g[dst]) for g in groups for src, dst in t.pairs])
+        at = [em.device_scalar([t.dst_start[c] for c in coord]) if i == k else zero for i in range(len(dims))]
+        buf = b.dynamic_update_slice(buf, piece, at)
+    return b.slice(buf, [0] * len(dims), [width if i == k else d for i, d in enumerate(dims)])
+
+
+def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill, etype) -> Instruction:
+    """Rows of the window outside the array [0, size) set to `fill` (None: zero) when they matter."""
     if not halo.mask:
         return window
+    k = halo.dim
+    b = em.b()
+    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    dims = list(window.shape.dims)
     rows = ArrayShape(PrimitiveType.S32, (halo.rows.width,))
     pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar([halo.rows.starts[c] for c in coord]), rows))
     low = b.compare(pos, b.broadcast(b.constant(0), rows), "GE")
     high = b.compare(pos, b.broadcast(b.constant(halo.size), rows), "LT")
     inside = b.op(Opcode.AND, low.shape, [low, high])
     inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, tuple(dims)), [k])
-    etype = x.shape.element_type
     pad = b.broadcast(fill if fill is not None else b.constant(0, etype), window.shape)
     return b.select(inside, window, pad)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel
 from hlo_passes.ir.builder import Builder, reduction_computation
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -154,18 +155,15 @@ def identity_value(opcode: Opcode, etype: PrimitiveType):
 class PartitionContext:
     """Module-wide state of one partitioner run."""
 
-    def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass"):
-        from hlo_passes.ir.builder import next_channel_id
-
+    def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass",
+                 cost_model: CostModel = DEFAULT):
         self.module = module
         self.n = num_partitions
         self.owner = owner
-        self._channel = next_channel_id(module)
+        self.cost_model = cost_model
 
     def channel_id(self) -> int:
-        cid = self._channel
-        self._channel += 1
-        return cid
+        return self.module.new_channel_id()
 
     def remark(self, instr: Instruction, message: str, kind: str = "note") -> None:
         self.owner.remark(instr, message, kind)

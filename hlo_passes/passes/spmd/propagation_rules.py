@@ -166,6 +166,17 @@ class Elementwise(ArrayRule):
         return {d: d for d in range(instr.shape.rank)}
 
 
+class BitcastConvert(ArrayRule):
+    """Same shape, or — when the element width changes — one minor dim more or less (the
+    ratio of the widths): the dims both shapes share carry over, the minor one stays whole."""
+
+    def dim_map(self, instr, index):
+        shared = min(instr.shape.rank, instr.operands[0].shape.rank)
+        if instr.shape.dims[:shared] != instr.operands[0].shape.dims[:shared]:
+            return None
+        return {d: d for d in range(shared)}
+
+
 class KeepDims(ArrayRule):
     """Same rank in and out; only the dims `kept(instr, index)` carry their tiling."""
 
@@ -179,12 +190,12 @@ class KeepDims(ArrayRule):
 
 class Broadcast(ArrayRule):
     def dim_map(self, instr, index):
-        return {out: i for i, out in enumerate(instr.attr("dimensions", ()))}
+        return {out: i for i, out in enumerate(instr.dimensions)}
 
 
 class Transpose(ArrayRule):
     def dim_map(self, instr, index):
-        return {i: p for i, p in enumerate(instr.attr("dimensions", ()))}
+        return {i: p for i, p in enumerate(instr.dimensions)}
 
 
 class Reshape(ArrayRule):
@@ -210,8 +221,8 @@ class Dot(ArrayRule):
 
     def dim_map(self, instr, index):
         lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
-        lb, rb = instr.attr("lhs_batch_dims", ()), instr.attr("rhs_batch_dims", ())
-        lc, rc = instr.attr("lhs_contracting_dims", ()), instr.attr("rhs_contracting_dims", ())
+        dd = instr.dot_dimensions
+        lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
         lfree = [d for d in range(lhs.rank) if d not in lb and d not in lc]
         rfree = [d for d in range(rhs.rank) if d not in rb and d not in rc]
         if index == 0:
@@ -228,8 +239,9 @@ class Dot(ArrayRule):
         own = super().backward(instr, index, result, ctx)
         other = 1 - index
         other_leaves = ctx.current(instr.operands[other])
-        this_c = instr.attr("lhs_contracting_dims" if index == 0 else "rhs_contracting_dims", ())
-        other_c = instr.attr("lhs_contracting_dims" if other == 0 else "rhs_contracting_dims", ())
+        dd = instr.dot_dimensions
+        this_c = dd.lhs_contracting if index == 0 else dd.rhs_contracting
+        other_c = dd.lhs_contracting if other == 0 else dd.rhs_contracting
         contracting = None
         if other_leaves and other_leaves[0] is not None:
             contracting = _through(other_leaves[0], instr.operands[other].shape.rank,
@@ -243,7 +255,7 @@ class Convolution(ArrayRule):
     <-> output feature.  Grouped convolutions only carry the batch dim."""
 
     def dim_map(self, instr, index):
-        labels = instr.attr("dim_labels")
+        labels = instr.conv_labels
         if labels is None:
             return None
         grouped = instr.attr("feature_group_count", 1) != 1 or instr.attr("batch_group_count", 1) != 1
@@ -262,7 +274,7 @@ class Reduce(Rule):
 
     @staticmethod
     def _kept(instr) -> list[int]:
-        reduced = instr.attr("dimensions", ())
+        reduced = instr.dimensions
         return [d for d in range(instr.operands[0].shape.rank) if d not in reduced]
 
     def forward(self, instr, operands, ctx):
@@ -322,7 +334,7 @@ class Sort(Rule):
     """All operands and results share a shape; the sorted dimension loses its tiling."""
 
     def _kept_map(self, instr):
-        dim = instr.attr("dimensions", (0,))[0]
+        dim = (instr.dimensions or (0,))[0]
         return {d: d for d in range(instr.operands[0].shape.rank) if d != dim}
 
     def forward(self, instr, operands, ctx):
@@ -342,10 +354,11 @@ class Gather(ArrayRule):
 
     def dim_map(self, instr, index):
         operand, indices = instr.operands[0].shape, instr.operands[1].shape
-        offset_dims = instr.attr("offset_dims", ())
-        collapsed = instr.attr("collapsed_slice_dims", ())
-        batching = instr.attr("operand_batching_dims", ())
-        sizes = instr.attr("slice_sizes", ())
+        gd = instr.gather_dimensions
+        offset_dims = gd.offset_dims
+        collapsed = gd.collapsed_slice_dims
+        batching = gd.operand_batching_dims
+        sizes = gd.slice_sizes
         out_rank = instr.shape.rank
         if index == 0:
             window = [d for d in range(operand.rank) if d not in collapsed and d not in batching]
@@ -369,9 +382,8 @@ class Scatter(Rule):
         """{operand dim: update dim} for operand dims the updates span in full."""
         n, inputs, _, updates = self._split(instr)
         operand, update = inputs[0].shape, updates[0].shape
-        inserted = instr.attr("inserted_window_dims", ())
-        batching = instr.attr("input_batching_dims", ())
-        uwd = instr.attr("update_window_dims", ())
+        sd = instr.scatter_dimensions
+        inserted, batching, uwd = sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims
         window = [d for d in range(operand.rank) if d not in inserted and d not in batching]
         return {d: uwd[k] for k, d in enumerate(window)
                 if k < len(uwd) and update.dims[uwd[k]] == operand.dims[d]}
@@ -421,12 +433,12 @@ def _pad_kept(instr, index):
 
 
 def _concat_kept(instr, index):
-    dim = instr.attr("dimensions", (0,))[0]
+    dim = (instr.dimensions or (0,))[0]
     return [d for d in range(instr.shape.rank) if d != dim]
 
 
 def _reverse_kept(instr, index):
-    rev = instr.attr("dimensions", ())
+    rev = instr.dimensions
     return [d for d in range(instr.shape.rank) if d not in rev]
 
 
@@ -455,7 +467,7 @@ def _windowed_dims_kept(instr) -> list[int]:
     make it gather the dim, compute, and slice the result again for nothing."""
     operand = instr.operands[0].shape
     kept = []
-    for d, w in enumerate(instr.attr("window").dimensions):
+    for d, w in enumerate(instr.window.dimensions):
         extent = (w.size - 1) * w.rhs_dilation + 1
         if w.lhs_dilation == 1 and (w.size == 1 or 2 * extent <= operand.dims[d]):
             kept.append(d)
@@ -483,6 +495,7 @@ ELEMENTWISE = Elementwise()
 RULES: dict[Opcode, Rule] = {
     **{op: ELEMENTWISE for op in ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY},
     Opcode.MAP: ELEMENTWISE,
+    Opcode.BITCAST_CONVERT: BitcastConvert(),
     Opcode.ALL_REDUCE: ELEMENTWISE,
     Opcode.COLLECTIVE_PERMUTE: ELEMENTWISE,
     Opcode.BROADCAST: Broadcast(),

@@ -1,6 +1,6 @@
 """Resharding: turn a per-device value of one sharding into the same global value in another.
 
-Two planners propose step lists and the one whose devices receive fewer bytes wins:
+Two planners propose step lists and the one the cost model prices lower wins:
 
 *greedy* (one step at a time, then the rest is resharded again):
 
@@ -28,7 +28,8 @@ c_i leaves it (c_i -> c_i // g) and, for an all-to-all, becomes the minor factor
 j (c_j -> c_j * g + c_i % g).
 
 `plan` returns the steps without emitting anything, so handlers can compare
-the cost (bytes each device receives) of alternative operand shardings.
+the cost (cost_model.py: estimated time, and bytes each device receives) of alternative
+operand shardings.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
 from hlo_passes.passes.spmd.partition_context import (Emitter, PValue, groups_varying, is_manual,
                                                        same_placement, tile_map, tm_local_dims)
 from hlo_passes.passes.spmd.tile_map import TileMap
@@ -264,17 +266,36 @@ def _greedy_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) 
     raise AssertionError("resharding did not converge")
 
 
-def plan(src: TileMap, dst: TileMap, shape: ArrayShape) -> list[Step]:
+def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAULT) -> list[Step]:
     """The steps that reshard an array of `shape` from `src` to `dst`: the cheaper of the two
-    planners' (the greedy one on ties)."""
+    planners' by the cost model's time (each collective pays its latency, so one gather can
+    beat three small permutes; the greedy plan on ties)."""
     dims = tuple(shape.dims)
     esize = _elem_bytes(shape)
     best = _greedy_plan(src, dst, dims, esize)
+    best_cost = steps_estimate(best, dims, esize, model)
     for slice_first in (True, False):
         grid = _grid_plan(src, dst, dims, esize, slice_first)
-        if grid is not None and sum(s.bytes for s in grid) < sum(s.bytes for s in best):
-            best = grid
+        if grid is None:
+            continue
+        grid_cost = steps_estimate(grid, dims, esize, model)
+        if grid_cost < best_cost:
+            best, best_cost = grid, grid_cost
     return best
+
+
+def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: CostModel) -> Estimate:
+    """Time and bytes of a plan: a collective step pays latency + its received bytes over the
+    link (Step.bytes is each device's share of the algorithm's wire volume), a slice the copy
+    of its result tile."""
+    total = ZERO
+    for step in steps:
+        if step.kind == "slice":
+            local = math.prod(tm_local_dims(step.result, dims)) * esize if step.result is not None else 0
+            total = total + model.local_copy(local)
+        else:
+            total = total + model.transfer(step.bytes)
+    return total
 
 
 def _all_to_all_move(src: TileMap, dst: TileMap) -> tuple[int, int] | None:
@@ -296,11 +317,21 @@ def _elem_bytes(shape: ArrayShape) -> int:
     return shape.element_type.byte_size if shape.element_type.is_array else 0
 
 
-def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int) -> int:
-    """Bytes each device receives to reshard (0 for no-ops and local slices)."""
+def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int, model: CostModel = DEFAULT) -> Estimate:
+    """What resharding costs per device (ZERO for no-ops; local slices cost their copy)."""
     if is_manual(src) or is_manual(dst) or not shape.is_array:
-        return 0
-    return sum(s.bytes for s in plan(tile_map(src, shape.rank, n), tile_map(dst, shape.rank, n), shape))
+        return ZERO
+    key = (src, dst, shape, n, model.profile.name)
+    found = _COSTS.get(key)
+    if found is None:
+        steps = plan(tile_map(src, shape.rank, n), tile_map(dst, shape.rank, n), shape, model)
+        found = _COSTS[key] = steps_estimate(steps, tuple(shape.dims), _elem_bytes(shape), model)
+        if len(_COSTS) > 100_000:
+            _COSTS.clear()
+    return found
+
+
+_COSTS: dict[tuple, Estimate] = {}  # cost answers by value: (src, dst, shape, n, profile)
 
 
 # ------------------------------------------------------------- emitting --
@@ -321,7 +352,7 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     src_tm, dst_tm = tile_map(value.sharding, shape.rank, em.n), tile_map(dst, shape.rank, em.n)
     x = value.instr
     dims = tuple(shape.dims)
-    for step in plan(src_tm, dst_tm, shape):
+    for step in plan(src_tm, dst_tm, shape, em.ctx.cost_model):
         if step.kind == "slice":
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":

@@ -30,6 +30,7 @@ two psums of one value, and dce again for what the merges left dead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -39,6 +40,7 @@ from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
+from hlo_passes.passes.spmd.cost_model import CostModel
 from hlo_passes.passes.spmd.partition_context import (Emitter, PartitionContext, PValue, is_manual,
                                                        local_shape)
 from hlo_passes.passes.spmd.reshard import reshard
@@ -56,14 +58,17 @@ class SpmdPartitioner(ModulePass):
         num_partitions: int = option(0, "number of devices (0: the module's num_partitions)")
         cleanup: bool = option(True, "end with dce, tuple-simplifier, cse{layout-sensitive=false}, dce, "
                                             "as XLA's partitioner ends with its spmd-cleanup")
+        cost_profile: Literal["accelerator", "cpu"] = option("accelerator", "hardware profile the cost model prices every choice with "
+                                                  "(cost_model.PROFILES: accelerator, cpu)")
 
     def run(self, module: Module) -> bool:
         n = self.options.num_partitions or module.num_partitions
         if n <= 1:
             self.remark(None, "num_partitions is 1: nothing to partition", "missed")
             return False
+        model = CostModel.for_profile(self.options.cost_profile)
         _complete_shardings(module, self)
-        Partitioner(PartitionContext(module, n, self)).run()
+        Partitioner(PartitionContext(module, n, self, model)).run()
         if self.options.cleanup:
             _cleanup(module, self)
         _name_partitioned_entry(module)

@@ -36,11 +36,28 @@ def handles_custom_call(*targets: str):
     return register
 
 
+def _load_handlers() -> None:
+    """Import every module of this package (each registers its handlers), like passes are found:
+    a new handler family is a new module here, with no list to edit."""
+    if _LOADED:
+        return
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+    _LOADED.append(True)
+
+
+_LOADED: list[bool] = []
+
+
 def handler_for(instr: Instruction) -> Handler:
-    from hlo_passes.passes.spmd.handlers import (control_flow, convolution, dot, elementwise,  # noqa: F401
-                                                 fallback, gather, reduce, reduce_window, shape_ops, slicing,
-                                                 structural)
+    # function-local: the handler modules import this package (a cycle at import time)
+    from hlo_passes.passes.spmd.handlers import structural
     from hlo_passes.passes.spmd.partition_context import is_manual
+
+    _load_handlers()
 
     if is_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
             instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):

@@ -25,16 +25,20 @@ Candidate tilings are priced like dots (resharding, partial sums, result
 resharding) plus the halo rows; the variants with spatial dims untiled (the
 input all-gathered along them) stay in the race, so a halo wider than the
 tile is not forced.  Grouped convolutions (depthwise ones and their kernel
-gradients included) keep the dims their groups tie together untiled.
+gradients included) tile their output feature by whole groups: each device convolves its
+groups of the input feature (feature groups) or input batch (batch groups) with its part of
+the kernel, with the group count divided by the tiles.
 """
 
 from __future__ import annotations
 
-from hlo_passes.ir.attributes import Window
+import math
+
+from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
-from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_bytes, project_tiling, sum_partials
+from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -46,8 +50,8 @@ class _Space:
 
     def __init__(self, instr):
         self.instr = instr
-        labels = instr.attr("dim_labels")
-        self.window = instr.attr("window")
+        labels = instr.conv_labels
+        self.window = instr.window
         self.labels = labels
         self.out_rank = r = instr.shape.rank
         self.rank = r + 1 + len(labels.input_spatial)
@@ -57,14 +61,34 @@ class _Space:
         self.lhs_base = {labels.input_batch: labels.output_batch, labels.input_feature: r}
         self.rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: r}
         self.rhs_map |= {d: self.win[j] for j, d in enumerate(labels.kernel_spatial)}
-        # groups tie the output feature to the input feature (feature groups) or to the input
-        # batch (batch groups, e.g. a depthwise kernel gradient): those dims stay untiled
+        # Groups tie the output feature to the input feature (feature groups) or to the input
+        # batch (batch groups, e.g. a depthwise kernel gradient), group-major: tiling the output
+        # feature into t tiles with t dividing the group count gives every device whole groups
+        # of both, and a local convolution with count/t groups.  The dims inside a group (the
+        # kernel's input feature; the output batch of batch groups) stay untiled.
+        self.groups = instr.feature_group_count * instr.batch_group_count
         fixed = set()
-        if (instr.attr("feature_group_count") or 1) != 1:
-            fixed |= {labels.output_feature, r}
-        if (instr.attr("batch_group_count") or 1) != 1:
-            fixed |= {labels.output_feature, labels.output_batch}
+        if instr.feature_group_count != 1:
+            self.lhs_base[labels.input_feature] = labels.output_feature
+            fixed.add(r)
+        if instr.batch_group_count != 1:
+            self.lhs_base[labels.input_batch] = labels.output_feature
+            fixed.add(labels.output_batch)
         self.tileable = [d for d in range(self.rank) if d not in fixed]
+
+    def groups_fit(self, space) -> bool:
+        """Does the output feature's tiling give every device whole groups?"""
+        return self.groups == 1 or self.groups % space.dims[self.labels.output_feature] == 0
+
+    def local_groups(self, space) -> dict[str, int]:
+        """The group counts of the local convolution."""
+        t = space.dims[self.labels.output_feature]
+        out = {}
+        if self.instr.feature_group_count != 1:
+            out["feature_group_count"] = self.instr.feature_group_count // t
+        if self.instr.batch_group_count != 1:
+            out["batch_group_count"] = self.instr.batch_group_count // t
+        return out
 
     def lhs_map(self, space) -> dict[int, int] | None:
         """Input dim -> space dim: a spatial dim follows its window dim where that is tiled."""
@@ -147,24 +171,38 @@ def convolution(p, instr):
 
 
 def _price(p, sp: _Space, space, target) -> int | None:
-    if space is None or space.to_sharding() is None:
+    if space is None or space.to_sharding() is None or not sp.groups_fit(space):
         return None
     lhs_map = sp.lhs_map(space)
     exchanges = sp.halos(space) if lhs_map is not None else None
     if exchanges is None:
         return None
-    instr, n = sp.instr, p.n
+    instr, n, model = sp.instr, p.n, p.ctx.cost_model
     lhs, rhs = instr.operands
     tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
-    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
+    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
     tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
-    c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n)
+    c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model)
     local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
     esize = lhs.shape.element_type.byte_size
     for h in exchanges:
-        c += h.bytes(halos.row_bytes(local, h.dim, esize))
+        c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
         local[h.dim] = h.rows.width
-    return c + partial_sum_bytes(instr, space, sp.out_rank, sp.contracting, target, n)
+    c += model.compute(_local_flops(instr, space), sum(o.shape.byte_size() for o in instr.operands)
+                       // max(1, space.num_tiles), instr.shape.element_type)
+    return c + partial_sum_cost(instr, space, sp.out_rank, sp.contracting, target, n, model)
+
+
+def _local_flops(instr, space) -> int:
+    """A multiply-add per output element, kernel position and input feature of its group,
+    divided among the tiles of the iteration space (halo rows aside)."""
+    window = instr.window
+    kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
+    labels = instr.conv_labels
+    features = instr.operands[0].shape.dims[labels.input_feature] if labels is not None else 1
+    groups = instr.feature_group_count * instr.batch_group_count
+    total = 2 * math.prod(instr.shape.dims) * kernel * max(1, features // groups)
+    return total // max(1, space.num_tiles)
 
 
 def _emit(p, sp: _Space, space, target):
@@ -187,7 +225,10 @@ def _emit(p, sp: _Space, space, target):
         y = em.mask_padding(y, tm_r, tuple(rhs.shape.dims), pad_dims, 0)
     out_tm = space.remap(sp.out_rank, {i: i for i in range(sp.out_rank)})
     local = p.clone(instr, [x, y], local_shape(instr.shape, to_sharding(out_tm)))
-    local.set_attr("window", Window(tuple(window)))
+    if "window" in instr.attributes or any(w != WindowDimension(1) for w in window):
+        local.set_attr("window", Window(tuple(window)))
+    for key, count in sp.local_groups(space).items():
+        local.set_attr(key, count)
     return sum_partials(p, instr, local, space, sp.out_rank, sp.contracting, target)
 
 

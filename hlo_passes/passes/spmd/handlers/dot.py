@@ -3,9 +3,12 @@
 The iteration space of a dot has the output dims (batch, lhs free, rhs free) and
 the contracting dims.  Candidate space tilings come from the operands' current
 shardings (each alone, and both merged), and from the result's sharding; for
-each, the cost is what resharding the operands to its projections, summing the
-partial results (contracting dims tiled), and resharding the result to its
-sharding would move.  The cheapest wins.  This covers, by cost alone:
+each, the cost model (cost_model.py) prices resharding the operands to its
+projections, the local matmul (FLOPs on each device's tile of the iteration
+space), summing the partial results (contracting dims tiled) and resharding the
+result to its sharding, in estimated seconds.  The cheapest wins.  Compute counts: a
+tiling that gathers both operands moves fewer bytes at small batch but multiplies the
+whole matrix on every device.  This covers, by cost alone:
 
 * batch-parallel and matching non-contracting shardings: no communication;
 * contracting dims sharded: local dot of partial sums + all-reduce (or a
@@ -14,7 +17,7 @@ sharding would move.  The cheapest wins.  This covers, by cost alone:
 
 Padding of uneven contracting tiles is zeroed in both operands first.
 Convolutions (handlers/convolution.py) price their tilings the same way and share
-`partial_sum_bytes` and `sum_partials`.
+`local_compute`, `partial_sum_cost` and `sum_partials`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import math
 
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.handlers import handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import PValue, groups_varying, local_shape, tile_map, to_sharding
@@ -55,19 +59,43 @@ def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untile
     lifted_o = out_t.remap(space_rank, {i: i for i in range(out_rank) if i not in untiled})
     candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
+    model = p.ctx.cost_model
+    sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
     best, best_cost = None, None
     for space in candidates:
         if space is None or space.to_sharding() is None:
             continue
         tm_l, tm_r = project_tiling(space, lhs_map, lhs.shape.rank), project_tiling(space, rhs_map, rhs.shape.rank)
-        c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n)
-             + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n))
-        c += partial_sum_bytes(instr, space, out_rank, contracting, target, n)
+        c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
+             + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model))
+        c += local_compute(instr, space, sizes, model)
+        c += partial_sum_cost(instr, space, out_rank, contracting, target, n, model)
         if best_cost is None or c < best_cost:
             best, best_cost = space, c
     if best is None:
         return replicate(p, instr, "no consistent tiling of the dot's iteration space")
     return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+
+
+def space_sizes(instr, lhs_map, rhs_map, space_rank: int) -> list[int]:
+    """The extent of each iteration-space dim (output dims first, then the summed ones)."""
+    sizes = [1] * space_rank
+    for operand, mapping in zip(instr.operands, (lhs_map, rhs_map)):
+        for d, s in mapping.items():
+            if s is not None:
+                sizes[s] = operand.shape.dims[d]
+    return sizes
+
+
+def local_compute(instr, space: TileMap, sizes: list[int], model, flops_per_point: int = 2) -> Estimate:
+    """The local kernel of a space tiling: `flops_per_point` FLOPs per point of each device's
+    tile of the iteration space (a multiply-add for a dot), bounded by the bytes it touches."""
+    local = [-(-size // t) for size, t in zip(sizes, space.dims)]
+    points = math.prod(local)
+    total_points = max(1, math.prod(sizes))
+    touched = sum(op.shape.byte_size() for op in instr.operands) + instr.shape.byte_size()
+    return model.compute(flops_per_point * points, touched * points // total_points,
+                         instr.shape.element_type)
 
 
 def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> PValue:
@@ -85,17 +113,17 @@ def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> P
     return sum_partials(p, instr, local, space, out_rank, contracting, target)
 
 
-def partial_sum_bytes(instr, space: TileMap, out_rank: int, contracting, target, n: int) -> int:
-    """What summing the partial results (contracting dims tiled in `space`) and resharding the
-    result to `target` move per device."""
-    c = 0
+def partial_sum_cost(instr, space: TileMap, out_rank: int, contracting, target, n: int, model) -> Estimate:
+    """What summing the partial results (contracting dims tiled in `space`: an all-reduce over
+    the summing groups) and resharding the result to `target` cost per device."""
+    c = ZERO
     summed = [d for d in contracting if space.dims[d] > 1]
     if summed:
         g = math.prod(space.dims[d] for d in summed)
         local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
-        c += 2 * local * (g - 1) // g
+        c = c + model.collective("all-reduce", local, g)
     out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
-    return c + cost(to_sharding(out_tm), target, instr.shape, n)
+    return c + cost(to_sharding(out_tm), target, instr.shape, n, model)
 
 
 def sum_partials(p, instr, local, space: TileMap, out_rank: int, contracting, target) -> PValue:
@@ -141,8 +169,8 @@ def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
 
 @handles(Opcode.DOT)
 def dot(p, instr) -> PValue:
-    lb, rb = instr.attr("lhs_batch_dims") or (), instr.attr("rhs_batch_dims") or ()
-    lc, rc = instr.attr("lhs_contracting_dims") or (), instr.attr("rhs_contracting_dims") or ()
+    dd = instr.dot_dimensions
+    lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
     lhs, rhs = instr.operands
     lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
@@ -155,4 +183,5 @@ def dot(p, instr) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
 
 
-__all__ = ["dot", "lift_tiling", "partial_sum_bytes", "partition_dot_like", "project_tiling", "sum_partials"]
+__all__ = ["dot", "lift_tiling", "local_compute", "partial_sum_cost", "partition_dot_like", "project_tiling",
+           "space_sizes", "sum_partials"]

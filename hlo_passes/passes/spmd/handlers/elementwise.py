@@ -13,8 +13,8 @@ from __future__ import annotations
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.handlers import handles
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims
+from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 
 
 @handles(*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY, Opcode.MAP)
@@ -27,6 +27,24 @@ def elementwise(p, instr) -> PValue:
         want = Sharding.replicated() if op.shape.rank == 0 else target
         operands.append(p.operand_as(instr, i, want))
     return PValue(p.clone(instr, operands, local_shape(instr.shape, target)), target, instr.shape)
+
+
+@handles(Opcode.BITCAST_CONVERT)
+def bitcast_convert(p, instr) -> PValue:
+    """Elementwise, unless the element width changes: then the result has one minor dim more
+    (narrower type) or less (wider type).  The dims both shapes share keep the target's tiling;
+    the minor one is computed whole on every device (its elements are one element's bytes)."""
+    operand = instr.operands[0]
+    if operand.shape.rank == instr.shape.rank:
+        return elementwise(p, instr)
+    shared = min(operand.shape.rank, instr.shape.rank)
+    target = p.target(instr)
+    tm = tile_map(target, instr.shape.rank, p.n)
+    out_tm = tm.keep_dims(list(range(shared)))
+    op_tm = out_tm.remap(operand.shape.rank, {d: d for d in range(shared)})
+    x = p.operand_as(instr, 0, to_sharding(op_tm))
+    out = to_sharding(out_tm)
+    return p.reshard(PValue(p.clone(instr, [x], local_shape(instr.shape, out)), out, instr.shape), target)
 
 
 @handles(Opcode.CONSTANT)
@@ -52,3 +70,18 @@ def iota(p, instr) -> PValue:
             offset = em.b().convert(offset, etype)
         x = em.b().add(x, em.b().broadcast(offset, shape))
     return PValue(x, target, instr.shape)
+
+
+# Custom-calls that change where a value lives (host offloading) or only annotate it, not its
+# values: each device moves its own tile (XLA's partitioner passes them through the same way).
+PASSTHROUGH_CUSTOM_CALLS = ("MoveToHost", "MoveToDevice", "annotate_device_placement", "PinToDevice",
+                            "InspectSharding")
+
+
+@handles_custom_call(*PASSTHROUGH_CUSTOM_CALLS)
+def passthrough_custom_call(p, instr) -> PValue:
+    if len(instr.operands) != 1 or instr.shape.is_tuple or instr.operands[0].shape != instr.shape:
+        from hlo_passes.passes.spmd.handlers.fallback import replicate
+
+        return replicate(p, instr, f"{instr.custom_call_target} of a shape it changes")
+    return elementwise(p, instr)

@@ -14,11 +14,13 @@ whole operand (tiled only on its batching dims, like the matching index dims).
          offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2
   becomes  %g = f32[2,8,16] gather(f32[10,16] %embed, s32[2,8,1] %ids)   ({devices=[8,1,1]})
 
-scatter mirrors it: updates and indices tiled along the index batch dims scatter
-locally; where those dims are not batching dims, every device scatters its updates
-into the reducer's identity, the partial results are all-reduced and combined with
-the operand (reducers that are one binary op: add, max, ...).  Anything else is
-replicated.
+scatter mirrors both: operand passthrough dims (covered whole by the update windows,
+addressed by no index) tiled like the result scatter locally with all the indices;
+otherwise updates and indices tiled along the index batch dims scatter locally, and
+where those dims are not batching dims every device scatters its updates into the
+reducer's identity, the partial results are all-reduced and combined with the operand
+(reducers that are one binary op: add, max, ...).  Variadic scatters take the same
+paths except the partial sums.  Anything else is replicated.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[
 
 def _index_parallel_gather(p, instr) -> PValue | None:
     operand, indices = instr.operands
-    offset_dims = set(instr.attr("offset_dims") or ())
+    offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
     found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch)
     if found is None:
@@ -74,10 +76,11 @@ def gather(p, instr) -> PValue:
     if instr.attr("operand_batching_dims"):
         return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
     dims = operand.shape.dims
-    sizes = instr.attr("slice_sizes")
-    collapsed = set(instr.attr("collapsed_slice_dims") or ())
-    indexed = set(instr.attr("start_index_map") or ())
-    offset_dims = instr.attr("offset_dims") or ()
+    gd = instr.gather_dimensions
+    sizes = gd.slice_sizes
+    collapsed = set(gd.collapsed_slice_dims)
+    indexed = set(gd.start_index_map)
+    offset_dims = gd.offset_dims
     kept = [d for d in range(len(dims)) if d not in collapsed]
     passthrough = {d: offset_dims[k] for k, d in enumerate(kept) if sizes[d] == dims[d] and d not in indexed}
     op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
@@ -94,38 +97,75 @@ def gather(p, instr) -> PValue:
 
 @handles(Opcode.SCATTER)
 def scatter(p, instr) -> PValue:
-    if len(instr.operands) != 3:
-        return replicate(p, instr, "variadic scatter")
-    operand, indices, updates = instr.operands
-    window = set(instr.attr("update_window_dims") or ())
-    upd_scatter = [d for d in range(updates.shape.rank) if d not in window]
-    found = _index_batch_tiling(p, instr, indices, p.value(updates).sharding, updates.shape.rank, upd_scatter)
-    if found is None or instr.shape.is_tuple:
-        return replicate(p, instr, "scatter indices untiled")
+    n = (len(instr.operands) - 1) // 2
+    inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
+    passthrough = _scatter_passthrough(p, instr, inputs[0], updates[0])
+    if passthrough is not None:
+        return passthrough
+    window = set(instr.scatter_dimensions.update_window_dims)
+    upd_scatter = [d for d in range(updates[0].shape.rank) if d not in window]
+    found = _index_batch_tiling(p, instr, indices, p.value(updates[0]).sharding, updates[0].shape.rank,
+                                upd_scatter)
+    if found is None:
+        return replicate(p, instr, "scatter with neither passthrough dims nor index batch dims tiled")
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    op_batching = instr.attr("input_batching_dims") or ()
-    idx_batching = instr.attr("scatter_indices_batching_dims") or ()
+    sd = instr.scatter_dimensions
+    op_batching, idx_batching = sd.input_batching_dims, sd.scatter_indices_batching_dims
     partial = [d for d in batch if idx_tm.dims[d] > 1 and d not in idx_batching]
-    opcode = reducer_opcode(instr.called["to_apply"])
+    opcode = reducer_opcode(instr.called["to_apply"]) if n == 1 else None
     if partial and opcode is None:
-        return replicate(p, instr, "scatter over tiled indices with a reducer that is not one binary op")
-    op_tm = idx_tm.remap(operand.shape.rank, dict(zip(op_batching, idx_batching)))
-    upd_tm = idx_tm.remap(updates.shape.rank, {upd_scatter[pos[d]]: d for d in batch})
+        return replicate(p, instr, "scatter over tiled indices with a reducer that is not one binary op "
+                                   "(or several inputs)")
+    op_tm = idx_tm.remap(inputs[0].shape.rank, dict(zip(op_batching, idx_batching)))
+    upd_tm = idx_tm.remap(updates[0].shape.rank, {upd_scatter[pos[d]]: d for d in batch})
     out = to_sharding(op_tm)
-    x = p.operand_as(instr, 0, out)
-    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
-    upd = p.operand_as(instr, 2, to_sharding(upd_tm))
+    xs = [p.operand_as(instr, i, out) for i in range(n)]
+    idx = p.operand_as(instr, n, to_sharding(idx_tm))
+    upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
     em = p.em
+    result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
     if not partial:  # every tiled index dim is a batching dim: independent local scatters
-        new = p.clone(instr, [x, idx, upd], local_shape(instr.shape, out))
-        return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+        new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))
+        return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
+    x, upd = xs[0], upds[0]
     etype = instr.shape.element_type
     fill = identity_value(opcode, etype)
     # padded (don't-care) updates of uneven index tiles must add nothing
-    upd = em.mask_padding(upd, upd_tm, tuple(updates.shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
+    upd = em.mask_padding(upd, upd_tm, tuple(updates[0].shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
     base = em.broadcast_scalar(fill, etype, tuple(x.shape.dims))
     local = p.clone(instr, [base, idx, upd], local_shape(instr.shape, out))
     summed = em.all_reduce(local, groups_varying(idx_tm, partial), opcode)
     combined = em.b().op(opcode, summed.shape, [x, summed])
     return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
+
+
+def _scatter_passthrough(p, instr, operand, updates) -> PValue | None:
+    """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
+    tiled like the result: every device scatters into its own slice of them with all the
+    indices — no communication (variadic scatters too).  None when the result tiles no such dim."""
+    sd = instr.scatter_dimensions
+    n = (len(instr.operands) - 1) // 2
+    window_operand = [d for d in range(operand.shape.rank)
+                      if d not in sd.inserted_window_dims and d not in sd.input_batching_dims]
+    indexed = set(sd.scatter_dims_to_operand_dims)
+    to_update = {d: sd.update_window_dims[k] for k, d in enumerate(window_operand)
+                 if k < len(sd.update_window_dims) and d not in indexed
+                 and updates.shape.dims[sd.update_window_dims[k]] == operand.shape.dims[d]}
+    if not to_update:
+        return None
+    target = p.target(instr)
+    first = target.element(0) if target.is_tuple else target
+    tm = tile_map(first, operand.shape.rank, p.n).keep_dims(list(to_update))
+    if tm.num_tiles == 1:
+        tm = tile_map(p.value(operand).sharding, operand.shape.rank, p.n).keep_dims(list(to_update))
+    if tm.num_tiles == 1:
+        return None
+    out = to_sharding(tm)
+    upd_tm = tm.remap(updates.shape.rank, {u: d for d, u in to_update.items()})
+    xs = [p.operand_as(instr, i, out) for i in range(n)]
+    idx = p.operand_as(instr, n, Sharding.replicated())
+    upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
+    result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
+    new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))
+    return p.reshard(PValue(new, result_sharding, instr.shape), target)

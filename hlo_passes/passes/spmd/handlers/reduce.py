@@ -23,7 +23,7 @@ from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, id
 @handles(Opcode.REDUCE)
 def reduce(p, instr) -> PValue:
     target = p.target(instr)
-    reduced = list(instr.attr("dimensions"))
+    reduced = list(instr.dimensions)
     operand = instr.operands[0]
     rank = operand.shape.rank
     kept = [d for d in range(rank) if d not in reduced]

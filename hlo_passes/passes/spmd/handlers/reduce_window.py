@@ -38,7 +38,7 @@ from hlo_passes.passes.spmd.partition_context import (PValue, identity_value, lo
 
 @handles(Opcode.REDUCE_WINDOW)
 def reduce_window(p, instr) -> PValue:
-    window = instr.attr("window")
+    window = instr.window
     windowed = [d for d, w in enumerate(window.dimensions)
                 if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
                 != (1, 1, 0, 0, 1, 1)]
@@ -58,7 +58,7 @@ def reduce_window(p, instr) -> PValue:
         rows = halos.window_rows(w, t, [i * out_local for i in range(t)], out_local, [0] * t, w.size)
         active = [i * out_local < instr.shape.dims[d] for i in range(t)]
         h = rows and halos.plan(d, size, t, rows, zero_padding=False, active=active)
-        if h is None or h.left + h.right >= (t - 1) * h.local:  # gathering moves no more
+        if h is None or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
             fixed.append(d)
         else:
             exchanges.append(h)
@@ -81,7 +81,7 @@ def reduce_window(p, instr) -> PValue:
 
 @handles(Opcode.SELECT_AND_SCATTER)
 def select_and_scatter(p, instr) -> PValue:
-    window = instr.attr("window")
+    window = instr.window
     operand, source = instr.operands[0], instr.operands[1]
     target = p.target(instr)
     tm = tile_map(target, instr.shape.rank, p.n)
@@ -130,7 +130,7 @@ def _select_and_scatter_with_halos(p, instr, tm, target) -> PValue | None:
     XLA skips padding positions instead of comparing against them: a window whose real rows
     are all at the never-selected value (all -inf for a max-pool) scatters its gradient into
     the padding, where XLA would give it to the first of those rows."""
-    window = instr.attr("window")
+    window = instr.window
     operand, source = instr.operands[0], instr.operands[1]
     if reducer_opcode(instr.called["scatter"]) is not Opcode.ADD:
         return None
@@ -159,7 +159,7 @@ def _select_and_scatter_with_halos(p, instr, tm, target) -> PValue | None:
                                         WindowDimension(w.size, s))
         sh = halos.plan(d, out, t, source_rows, zero_padding=True)
         oh = halos.plan(d, size, t, operand_rows, zero_padding=False)
-        if oh.left + oh.right >= (t - 1) * L or sh.left + sh.right >= (t - 1) * sh.local:
+        if oh.bytes(1) >= (t - 1) * L or sh.bytes(1) >= (t - 1) * sh.local:
             return None  # gathering the operand and the source would move no more
         source_halos.append(sh)
         operand_halos.append(oh)

@@ -35,7 +35,7 @@ from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
 @handles(Opcode.BROADCAST)
 def broadcast(p, instr) -> PValue:
     target = p.target(instr)
-    dims = instr.attr("dimensions") or ()
+    dims = instr.dimensions
     tm = tile_map(target, instr.shape.rank, p.n)
     op_tm = tm.remap(len(dims), {k: d for k, d in enumerate(dims)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
@@ -46,7 +46,7 @@ def broadcast(p, instr) -> PValue:
 def transpose(p, instr) -> PValue:
     target = p.target(instr)
     rank = instr.shape.rank
-    perm = instr.attr("dimensions") if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
+    perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
     tm = tile_map(target, rank, p.n)
     op_tm = tm.remap(rank, {perm[i]: i for i in range(rank)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
@@ -79,13 +79,14 @@ def reshape(p, instr) -> PValue:
         if found is None:
             continue
         op_tm, out_tm = found
-        price = (cost(op_value.sharding, to_sharding(op_tm), element, n)
-                 + cost(to_sharding(out_tm), target, instr.shape, n))
+        model = p.ctx.cost_model
+        price = (cost(op_value.sharding, to_sharding(op_tm), element, n, model)
+                 + cost(to_sharding(out_tm), target, instr.shape, n, model))
         if best is None or price < best[0]:
             best = (price, op_tm, out_tm)
-        if price == 0:  # nothing moves: no candidate can beat it
+        if price.bytes == 0 and price.seconds == 0:  # nothing moves: no candidate can beat it
             break
-    full = cost(op_value.sharding, Sharding.replicated(), element, n)
+    full = cost(op_value.sharding, Sharding.replicated(), element, n, p.ctx.cost_model)
     if best is None or (full < best[0] and tm.num_tiles > 1):
         if tm.num_tiles > 1:
             p.remark(instr, "replicated: reshape splits or merges a sharded dimension unevenly", kind="missed")

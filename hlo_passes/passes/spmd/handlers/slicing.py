@@ -13,21 +13,32 @@ keep a tiled dim tiled instead when a halo exchange moves less (`_shifted`).
 
 from __future__ import annotations
 
+import math
+
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import handles
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.cost_model import ZERO
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
+from hlo_passes.passes.spmd.reshard import cost
 
 
 def local_except(p, instr, fixed) -> PValue:
-    """Run `instr` locally with every dim in `fixed` untiled in operands and result."""
+    """Run `instr` locally with every dim in `fixed` untiled in operands and result.
+
+    Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
+    XLA does for a sort along its sharded dim — the fixed dim's tiling moved onto a free dim
+    that has none (an all-to-all there and back, every device working on its share instead of
+    the whole array).  The cost model picks."""
     target = p.target(instr)
     first = instr.shape.elements[0] if instr.shape.is_tuple else instr.shape
     first_target = target.element(0) if target.is_tuple else target
     tm = tile_map(first_target, first.rank, p.n)
-    s = to_sharding(tm.keep_dims([d for d in range(first.rank) if d not in fixed]))
+    s = _cheapest_local_tiling(p, instr, first, first_target, tm, fixed)
     operands = []
     for i, op in enumerate(instr.operands):
         want = s if op.shape.is_array and op.shape.rank == first.rank else Sharding.replicated()
@@ -42,6 +53,46 @@ def local_except(p, instr, fixed) -> PValue:
     elif instr.opcode is Opcode.DYNAMIC_SLICE:
         new.set_attr("dynamic_slice_sizes", tuple(new.shape.dims))
     return p.reshard(PValue(new, out, instr.shape), target)
+
+
+def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
+    """The sharding `local_except` runs `instr` in (see there)."""
+    rank = first.rank
+    free = [d for d in range(rank) if d not in fixed]
+    candidates = [tm.keep_dims(free)]
+    sources = [tm]
+    data = instr.operands[0]
+    if data.shape.is_array and data.shape.rank == rank:
+        sources.append(tile_map(p.value(data).sharding, rank, p.n))
+    for source in sources:
+        base = source.keep_dims(free)
+        for f in fixed:
+            t = source.dims[f]
+            if t == 1:
+                continue
+            for g in free:
+                if base.dims[g] == 1 and first.dims[g] % t == 0 and first.dims[g] >= t:
+                    moved = source.remap(rank, {d: d for d in free if d != g} | {g: f})
+                    if moved.to_sharding() is not None:
+                        candidates.append(moved)
+    if len(candidates) == 1:
+        return to_sharding(candidates[0])
+    model, n = p.ctx.cost_model, p.n
+    best, best_cost = None, None
+    for cand in candidates:
+        s = to_sharding(cand)
+        c = ZERO
+        for i, op in enumerate(instr.operands):
+            if op.shape.is_array and op.shape.rank == rank:
+                c += cost(p.value(op).sharding, s, op.shape, n, model)
+        local_bytes = local_shape(first, s).byte_size()
+        flops = local_bytes // max(1, first.element_type.byte_size) * max(1, math.ceil(math.log2(
+            max(2, max(first.dims[d] for d in fixed) if fixed else 2)))) if instr.opcode is Opcode.SORT else 0
+        c += model.compute(flops, 2 * local_bytes, first.element_type)
+        c += cost(s, first_target, first, n, model)
+        if best_cost is None or c < best_cost:
+            best, best_cost = s, c
+    return best
 
 
 @handles(Opcode.SLICE)
@@ -86,7 +137,7 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
         rows = t > 1 and halos.window_rows(windows[d], t, [i * out_local for i in range(t)], out_local, [0] * t, 1)
         h = rows and halos.plan(d, size, t, rows, zero_padding,
                                 active=[i * out_local < out for i in range(t)])
-        if not h or h.left + h.right >= (t - 1) * h.local:  # gathering moves no more
+        if not h or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
             untiled.append(d)
         else:
             exchanges.append(h)
@@ -120,17 +171,17 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
 
 @handles(Opcode.CONCATENATE)
 def concatenate(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.REVERSE)
 def reverse(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.SORT)
 def sort(p, instr) -> PValue:
-    return local_except(p, instr, list(instr.attr("dimensions")))
+    return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.DYNAMIC_SLICE)
@@ -143,4 +194,63 @@ def dynamic_slice(p, instr) -> PValue:
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
 def dynamic_update_slice(p, instr) -> PValue:
     dims, upd = instr.shape.dims, instr.operands[1].shape.dims
-    return local_except(p, instr, [d for d in range(len(dims)) if upd[d] != dims[d]])
+    sliced = [d for d in range(len(dims)) if upd[d] != dims[d]]
+    target = p.target(instr)
+    tm = tile_map(target, len(dims), p.n)
+    if sliced and all(tm.dims[d] > 1 for d in sliced) and not target.is_tuple:
+        model, n = p.ctx.cost_model, p.n
+        update_sharding = to_sharding(tm.keep_dims([d for d in range(len(dims)) if d not in sliced]))
+        in_place = (cost(p.value(instr.operands[0]).sharding, target, instr.shape, n, model)
+                    + cost(p.value(instr.operands[1]).sharding, update_sharding, instr.operands[1].shape, n, model))
+        moved = _cheapest_local_tiling(p, instr, instr.shape, target, tm, sliced)
+        via = (cost(p.value(instr.operands[0]).sharding, moved, instr.shape, n, model)
+               + cost(moved, target, instr.shape, n, model))
+        if not via < in_place:
+            return _update_in_place(p, instr, tm, sliced, update_sharding)
+    return local_except(p, instr, sliced)
+
+
+def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
+    """A dynamic-update-slice that keeps the operand tiled along the dims it updates part of:
+    every device holds the whole update along those dims and writes the part that falls in its
+    rows, wherever the (clamped, dynamic) offset puts it — no communication for the operand.
+
+        local row j of tile t is global row s + j (s = t·L); it takes update row s + j - o
+        when 0 <= s + j - o < U: a dynamic-slice of the update padded by L rows each side at
+        L + s - o (clamped to the padding when the update misses the tile), and a select."""
+    em, b = p.em, p.em.b()
+    update = instr.operands[1]
+    dims, upd = tuple(instr.shape.dims), tuple(update.shape.dims)
+    out = to_sharding(tm)
+    x = p.operand_as(instr, 0, out)
+    u = p.operand_as(instr, 1, update_sharding)
+    local = tm_local_dims(tm, dims)
+    rank = len(dims)
+    s32 = PrimitiveType.S32
+    offsets = []
+    for d in range(rank):
+        o = p.operand_as(instr, 2 + d, Sharding.replicated())
+        if o.shape.element_type is not s32:
+            o = b.convert(o, s32)
+        # XLA clamps the start so that the update fits: 0 <= o <= N - U
+        offsets.append(b.op(Opcode.CLAMP, o.shape, [b.constant(0), o, b.constant(dims[d] - upd[d])]))
+    pad_cfg = [(local[d], local[d], 0) if d in sliced else (0, 0, 0) for d in range(rank)]
+    padded = b.pad(u, b.constant(0, update.shape.element_type), PaddingConfig(tuple(pad_cfg)))
+    starts, mask = [], None
+    for d in range(rank):
+        if d not in sliced:
+            starts.append(b.constant(0))
+            continue
+        first = em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
+        starts.append(b.add(b.constant(local[d]), b.subtract(first, offsets[d])))
+        # which local rows along d the update covers: a 1-D mask, broadcast once below
+        rows = ArrayShape(s32, (local[d],))
+        rel = b.add(b.iota(rows, 0), b.broadcast(b.subtract(first, offsets[d]), rows))
+        inside = b.op(Opcode.AND, ArrayShape(PrimitiveType.PRED, (local[d],)), [
+            b.compare(rel, b.broadcast(b.constant(0), rows), "GE"),
+            b.compare(rel, b.broadcast(b.constant(upd[d]), rows), "LT")])
+        inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, local), [d])
+        mask = inside if mask is None else b.op(Opcode.AND, inside.shape, [mask, inside])
+    window = b.dynamic_slice(padded, starts, tuple(local))
+    new = b.select(mask, window, x)
+    return p.reshard(PValue(new, out, instr.shape), p.target(instr))

@@ -1,0 +1,455 @@
+"""Random sharded HLO modules for differential testing of sharding-propagation + spmd-partition.
+
+A module is a short random program over a few parameters: every op family the partitioner
+handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
+dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window,
+convolution, sort, gather, scatter), random shapes (size-1 and uneven dims included), and
+random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
+partially replicated, replicated, maximal) on the parameters, on some intermediate values
+(as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
+their identity as init (XLA leaves a non-identity init undefined for a partitioned reduce).
+
+    text = draw(random_module())        # hypothesis strategy
+    text = module_from_seed(1234)       # the same generator driven by a seed (for `make fuzz-spmd`)
+
+The oracle is XLA's execution of the unpartitioned module (hlo_passes.runtime.verify_equivalent).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+DIMS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+UNARY = ("negate", "abs", "exponential", "tanh", "sine", "cosine", "floor", "sign")
+BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
+REDUCERS = {"add": "0", "maximum": "-inf", "minimum": "inf", "multiply": "1"}
+
+
+@dataclass
+class Value:
+    name: str
+    dims: tuple[int, ...]
+    etype: str = "f32"
+
+    @property
+    def shape(self) -> str:
+        return f"{self.etype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass
+class Program:
+    """A module under construction: parameters, instructions, reducer computations."""
+
+    devices: int
+    rng: random.Random
+    params: list[tuple[Value, str]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    reducers: set[str] = field(default_factory=set)
+    comparators: int = 0
+    counter: int = 0
+
+    # ---------------------------------------------------------------- names --
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}.{self.counter}"
+
+    def emit(self, hint: str, dims, text: str, etype: str = "f32", sharding: str | None = None) -> Value:
+        v = Value(self.fresh(hint), tuple(dims), etype)
+        attr = f", sharding={sharding}" if sharding else ""
+        self.lines.append(f"  {v.name} = {v.shape} {text}{attr}")
+        if etype == "f32":
+            self.values.append(v)
+        return v
+
+    def parameter(self, dims) -> Value:
+        v = Value(f"p{len(self.params)}", tuple(dims))
+        self.params.append((v, self.sharding(v.dims)))
+        self.values.append(v)
+        return v
+
+    def pick(self, rank: int | None = None) -> Value:
+        pool = [v for v in self.values if rank is None or len(v.dims) == rank]
+        return self.rng.choice(pool or self.values)
+
+    # ------------------------------------------------------------ shardings --
+    def sharding(self, dims: tuple[int, ...], *, allow_maximal: bool = True) -> str:
+        """A random sharding of an array of `dims` over this program's devices."""
+        r, n = self.rng, self.devices
+        roll = r.random()
+        if roll < 0.12:
+            return "{replicated}"
+        if roll < 0.17 and allow_maximal:
+            return f"{{maximal device={r.randrange(n)}}}"
+        tiles = [1] * len(dims)
+        left = n
+        for d in r.sample(range(len(dims)), len(dims)) if dims else []:
+            if left == 1 or r.random() < 0.3:
+                continue
+            choices = [f for f in (2, 4, 8) if left % f == 0]
+            f = r.choice(choices)
+            tiles[d] = f
+            left //= f
+        if math.prod(tiles) == 1:
+            return "{replicated}"
+        order = list(range(n))
+        if r.random() < 0.5:
+            r.shuffle(order)
+        if left > 1:
+            return f"{{devices=[{','.join(map(str, tiles + [left]))}]{','.join(map(str, order))} last_tile_dim_replicate}}"
+        return f"{{devices=[{','.join(map(str, tiles))}]{','.join(map(str, order))}}}"
+
+    def maybe_sharding(self, dims) -> str | None:
+        return self.sharding(dims) if self.rng.random() < 0.35 else None
+
+    # -------------------------------------------------------------- reducers --
+    def reducer(self, op: str) -> str:
+        name = f"r_{op}"
+        self.reducers.add(op)
+        return name
+
+    def unused(self) -> list[Value]:
+        """Values nothing reads (the program's results), newest first."""
+        body = "\n".join(self.lines)
+        return [v for v in reversed(self.values)
+                if f"({v.name}," not in body and f"({v.name})" not in body and f" {v.name}," not in body
+                and f" {v.name})" not in body]
+
+    def module_text(self) -> str:
+        results = self.unused()[:4] or [self.values[-1]]
+        comps = []
+        for op in sorted(self.reducers):
+            comps.append(f"r_{op} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                         f"  ROOT c = f32[] {op}(a, b)\n}}\n")
+        for i in range(self.comparators):
+            comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                         f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
+        params = [f"  {v.name} = {v.shape} parameter({i}), sharding={s}" for i, (v, s) in enumerate(self.params)]
+        body = params + self.lines
+        shardings = [self.sharding(v.dims, allow_maximal=False) for v in results]
+        if len(results) == 1:
+            body.append(f"  ROOT out = {results[0].shape} copy({results[0].name}), sharding={shardings[0]}")
+        else:
+            shape = "(" + ", ".join(v.shape for v in results) + ")"
+            body.append(f"  ROOT out = {shape} tuple({', '.join(v.name for v in results)}), "
+                        f"sharding={{{', '.join(shardings)}}}")
+        return (f"HloModule random, num_partitions={self.devices}\n\n" + "\n".join(comps)
+                + "\nENTRY main {\n" + "\n".join(body) + "\n}\n")
+
+
+# ------------------------------------------------------------------- ops --
+def op_unary(p: Program) -> None:
+    x = p.pick()
+    p.emit(p.rng.choice(UNARY), x.dims, f"{p.rng.choice(UNARY)}({x.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_binary(p: Program) -> None:
+    x = p.pick()
+    same = [v for v in p.values if v.dims == x.dims]
+    y = p.rng.choice(same)
+    op = p.rng.choice(BINARY)
+    p.emit(op, x.dims, f"{op}({x.name}, {y.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_select(p: Program) -> None:
+    x = p.pick()
+    y = p.rng.choice([v for v in p.values if v.dims == x.dims])
+    c = p.emit("cmp", x.dims, f"compare({x.name}, {y.name}), direction={p.rng.choice(['LT', 'GE', 'EQ'])}",
+               etype="pred")
+    p.emit("select", x.dims, f"select({c.name}, {x.name}, {y.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_broadcast(p: Program) -> None:
+    x = p.pick()
+    if len(x.dims) >= 3:
+        return
+    new = p.rng.choice(DIMS)
+    at = p.rng.randrange(len(x.dims) + 1)
+    dims = x.dims[:at] + (new,) + x.dims[at:]
+    kept = [d for d in range(len(dims)) if d != at]
+    p.emit("broadcast", dims, f"broadcast({x.name}), dimensions={{{','.join(map(str, kept))}}}",
+           sharding=p.maybe_sharding(dims))
+
+
+def op_transpose(p: Program) -> None:
+    x = p.pick()
+    if len(x.dims) < 2:
+        return
+    perm = list(range(len(x.dims)))
+    p.rng.shuffle(perm)
+    dims = tuple(x.dims[i] for i in perm)
+    p.emit("transpose", dims, f"transpose({x.name}), dimensions={{{','.join(map(str, perm))}}}",
+           sharding=p.maybe_sharding(dims))
+
+
+def op_reshape(p: Program) -> None:
+    x = p.pick()
+    total = math.prod(x.dims)
+    r = p.rng.random()
+    if r < 0.4 and len(x.dims) >= 2:  # merge two adjacent dims
+        i = p.rng.randrange(len(x.dims) - 1)
+        dims = x.dims[:i] + (x.dims[i] * x.dims[i + 1],) + x.dims[i + 2:]
+    elif r < 0.8:  # split a dim
+        i = p.rng.randrange(len(x.dims)) if x.dims else 0
+        if not x.dims:
+            return
+        d = x.dims[i]
+        factors = [f for f in range(2, d) if d % f == 0]
+        if not factors:
+            return
+        f = p.rng.choice(factors)
+        dims = x.dims[:i] + (f, d // f) + x.dims[i + 1:]
+    else:  # add or drop a size-1 dim
+        if 1 in x.dims and p.rng.random() < 0.5:
+            i = x.dims.index(1)
+            dims = x.dims[:i] + x.dims[i + 1:]
+        else:
+            i = p.rng.randrange(len(x.dims) + 1)
+            dims = x.dims[:i] + (1,) + x.dims[i:]
+    if len(dims) > 4 or math.prod(dims) != total:
+        return
+    p.emit("reshape", dims, f"reshape({x.name})", sharding=p.maybe_sharding(dims))
+
+
+def op_reduce(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    k = p.rng.randint(1, len(x.dims))
+    rdims = sorted(p.rng.sample(range(len(x.dims)), k))
+    op = p.rng.choice(list(REDUCERS))
+    init = p.emit("init", (), f"constant({REDUCERS[op]})", etype="f32")
+    p.values.remove(init)
+    dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
+    p.emit("reduce", dims, f"reduce({x.name}, {init.name}), dimensions={{{','.join(map(str, rdims))}}}, "
+                           f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
+
+
+def op_dot(p: Program) -> None:
+    x = p.pick()
+    if not 1 <= len(x.dims) <= 3:
+        return
+    r = p.rng
+    batch = [0] if len(x.dims) == 3 and r.random() < 0.6 else []
+    free_candidates = [d for d in range(len(x.dims)) if d not in batch]
+    contract = r.choice(free_candidates)
+    lhs_free = [d for d in free_candidates if d != contract]
+    other = r.choice(DIMS[1:])
+    rhs_dims = tuple([x.dims[b] for b in batch] + [x.dims[contract], other])
+    y = next((v for v in p.values if v.dims == rhs_dims), None)
+    if y is None:
+        y = p.parameter(rhs_dims)
+    rb = list(range(len(batch)))
+    out = tuple([x.dims[b] for b in batch] + [x.dims[d] for d in lhs_free] + [other])
+    attrs = (f"lhs_contracting_dims={{{contract}}}, rhs_contracting_dims={{{len(batch)}}}"
+             + (f", lhs_batch_dims={{{','.join(map(str, batch))}}}, rhs_batch_dims={{{','.join(map(str, rb))}}}"
+                if batch else ""))
+    p.emit("dot", out, f"dot({x.name}, {y.name}), {attrs}", sharding=p.maybe_sharding(out))
+
+
+def op_slice(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    spec, dims = [], []
+    for d in x.dims:
+        lo = p.rng.randrange(d)
+        hi = p.rng.randint(lo + 1, d)
+        stride = p.rng.choice([1, 1, 2]) if hi - lo > 2 else 1
+        spec.append(f"[{lo}:{hi}" + (f":{stride}]" if stride > 1 else "]"))
+        dims.append(-(-(hi - lo) // stride))
+    p.emit("slice", dims, f"slice({x.name}), slice={{{', '.join(spec)}}}", sharding=p.maybe_sharding(dims))
+
+
+def op_pad(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    zero = p.emit("zero", (), "constant(0)")
+    p.values.remove(zero)
+    cfg, dims = [], []
+    for d in x.dims:
+        lo, hi = p.rng.randint(-min(1, d - 1), 2), p.rng.randint(0, 2)
+        interior = p.rng.choice([0, 0, 1]) if d > 1 else 0
+        cfg.append(f"{lo}_{hi}" + (f"_{interior}" if interior else ""))
+        dims.append(lo + hi + d + (d - 1) * interior)
+    if min(dims) < 1:
+        return
+    p.emit("pad", dims, f"pad({x.name}, {zero.name}), padding={'x'.join(cfg)}", sharding=p.maybe_sharding(dims))
+
+
+def op_concatenate(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    axis = p.rng.randrange(len(x.dims))
+    others = [v for v in p.values if len(v.dims) == len(x.dims) and all(
+        a == b for i, (a, b) in enumerate(zip(v.dims, x.dims)) if i != axis)]
+    parts = [x] + p.rng.sample(others, min(len(others), p.rng.randint(1, 2)))
+    dims = list(x.dims)
+    dims[axis] = sum(v.dims[axis] for v in parts)
+    p.emit("concatenate", dims, f"concatenate({', '.join(v.name for v in parts)}), dimensions={{{axis}}}",
+           sharding=p.maybe_sharding(dims))
+
+
+def op_reverse(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    rd = sorted(p.rng.sample(range(len(x.dims)), p.rng.randint(1, len(x.dims))))
+    p.emit("reverse", x.dims, f"reverse({x.name}), dimensions={{{','.join(map(str, rd))}}}",
+           sharding=p.maybe_sharding(x.dims))
+
+
+def op_dynamic_slice(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    sizes = [p.rng.randint(1, d) for d in x.dims]
+    idx = []
+    for d, s in zip(x.dims, sizes):
+        c = p.emit("i", (), f"constant({p.rng.randint(-1, d - s + 1)})", etype="s32")
+        idx.append(c.name)
+    if p.rng.random() < 0.5:
+        p.emit("dynamic-slice", sizes, f"dynamic-slice({x.name}, {', '.join(idx)}), "
+                                       f"dynamic_slice_sizes={{{','.join(map(str, sizes))}}}",
+               sharding=p.maybe_sharding(sizes))
+        return
+    update = next((v for v in p.values if list(v.dims) == sizes), None)
+    if update is None:
+        return
+    p.emit("dynamic-update-slice", x.dims, f"dynamic-update-slice({x.name}, {update.name}, {', '.join(idx)})",
+           sharding=p.maybe_sharding(x.dims))
+
+
+def op_iota(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    d = p.rng.randrange(len(x.dims))
+    io = p.emit("iota", x.dims, f"iota(), iota_dimension={d}", sharding=p.maybe_sharding(x.dims))
+    p.emit("add", x.dims, f"add({x.name}, {io.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_convert(p: Program) -> None:
+    x = p.pick()
+    i = p.emit("convert", x.dims, f"convert({x.name})", etype="s32")
+    p.emit("convert", x.dims, f"convert({i.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_reduce_window(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    op = p.rng.choice(["add", "maximum"])
+    init = p.emit("init", (), f"constant({REDUCERS[op]})")
+    p.values.remove(init)
+    sizes, strides, pads, dims = [], [], [], []
+    for d in x.dims:
+        k = p.rng.randint(1, min(d, 3))
+        s = p.rng.randint(1, 2)
+        lo, hi = (p.rng.randint(0, k - 1), p.rng.randint(0, k - 1)) if k > 1 else (0, 0)
+        sizes.append(k), strides.append(s), pads.append(f"{lo}_{hi}")
+        dims.append((d + lo + hi - k) // s + 1)
+    window = f"size={'x'.join(map(str, sizes))} stride={'x'.join(map(str, strides))} pad={'x'.join(pads)}"
+    p.emit("reduce-window", dims, f"reduce-window({x.name}, {init.name}), window={{{window}}}, "
+                                  f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
+
+
+def op_convolution(p: Program) -> None:
+    x = p.pick(3)
+    if len(x.dims) != 3:
+        return
+    b, w, f = x.dims  # batch, spatial, feature (b0f)
+    k = p.rng.randint(1, min(w, 3))
+    out_f = p.rng.choice([1, 2, 4])
+    kernel = p.parameter((k, f, out_f))
+    lo = p.rng.randint(0, k - 1) if k > 1 else 0
+    hi = p.rng.randint(0, k - 1) if k > 1 else 0
+    stride = p.rng.choice([1, 1, 2])
+    ow = (w + lo + hi - k) // stride + 1
+    if ow < 1:
+        return
+    dims = (b, ow, out_f)
+    p.emit("convolution", dims, f"convolution({x.name}, {kernel.name}), window={{size={k} stride={stride} "
+                                f"pad={lo}_{hi}}}, dim_labels=b0f_0io->b0f", sharding=p.maybe_sharding(dims))
+
+
+def op_sort(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    d = p.rng.randrange(len(x.dims))
+    name = f"cmp{p.comparators}"
+    p.comparators += 1
+    p.emit("sort", x.dims, f"sort({x.name}), dimensions={{{d}}}, to_apply={name}", sharding=p.maybe_sharding(x.dims))
+
+
+def op_gather(p: Program) -> None:
+    x = p.pick(2)
+    if len(x.dims) != 2:
+        return
+    rows, cols = x.dims
+    count = p.rng.randint(1, 6)
+    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randrange(rows)}}}" for _ in range(count))
+                 + "})", etype="s32")
+    p.emit("gather", (count, cols), f"gather({x.name}, {idx.name}), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
+                                    f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{cols}}}",
+           sharding=p.maybe_sharding((count, cols)))
+
+
+def op_scatter(p: Program) -> None:
+    x = p.pick(2)
+    if len(x.dims) != 2:
+        return
+    rows, cols = x.dims
+    count = p.rng.randint(1, 4)
+    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randrange(rows)}}}" for _ in range(count))
+                 + "})", etype="s32")
+    upd = next((v for v in p.values if v.dims == (count, cols)), None) or p.parameter((count, cols))
+    p.emit("scatter", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{1}}, "
+                              f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, "
+                              f"to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
+
+
+def op_annotate(p: Program) -> None:
+    """A `with_sharding_constraint`: a Sharding custom-call on a value."""
+    x = p.pick()
+    p.emit("constraint", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"',
+           sharding=p.sharding(x.dims, allow_maximal=False))
+
+
+OPS = {
+    "unary": op_unary, "binary": op_binary, "select": op_select, "broadcast": op_broadcast,
+    "transpose": op_transpose, "reshape": op_reshape, "reduce": op_reduce, "dot": op_dot,
+    "slice": op_slice, "pad": op_pad, "concatenate": op_concatenate, "reverse": op_reverse,
+    "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
+    "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
+    "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate,
+}
+
+
+def build(rng: random.Random, *, families: tuple[str, ...] | None = None, length: int | None = None) -> str:
+    """One random module (see the module docstring)."""
+    p = Program(devices=rng.choice((2, 4, 8, 8)), rng=rng)
+    for _ in range(rng.randint(1, 3)):
+        rank = rng.randint(1, 3)
+        p.parameter(tuple(rng.choice(DIMS) for _ in range(rank)))
+    names = list(families or OPS)
+    for _ in range(length or rng.randint(2, 10)):
+        OPS[rng.choice(names)](p)
+    return p.module_text()
+
+
+def module_from_seed(seed: int, **kwargs) -> str:
+    return build(random.Random(seed), **kwargs)
+
+
+@st.composite
+def random_module(draw, families: tuple[str, ...] | None = None) -> str:
+    """A hypothesis strategy: the generator driven by a drawn seed (shrinks towards small seeds)."""
+    return module_from_seed(draw(st.integers(0, 2**32 - 1)), families=families)
