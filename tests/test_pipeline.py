@@ -127,12 +127,12 @@ def test_values_are_converted_by_the_field_type(test_passes):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("typed-options{count=1.5}", "count expects an integer, got '1.5'"),
+    ("typed-options{count=1.5}", "count expects a whole number, 0 or more, got '1.5'"),
     ("typed-options{ratio=half}", "ratio expects a number"),
     ("typed-options{flag=yes}", "flag expects true or false"),
     ("typed-options{mode=slow}", "mode expects one of fast|careful, got 'slow'"),
     ("typed-options{form=tuple}", "form expects one of packed|variadic"),
-    ("typed-options{limit=lots}", "limit expects an integer"),
+    ("typed-options{limit=lots}", "limit expects a whole number"),
     ("typed-options{count=1,count=2}", "'count' is given twice"),
     ("typed-options{cuont=1}", "did you mean 'count'?"),
 ])

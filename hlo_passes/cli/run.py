@@ -51,15 +51,21 @@ def main(args) -> int:
         pipeline = parse_pipeline(args.passes)
     except PipelineError as e:
         raise UserError(str(e)) from None
+    partitions_used = False
     if args.num_partitions is not None:
         if args.num_partitions < 1:
             raise UserError(f"--num-partitions must be at least 1, got {args.num_partitions}")
-        if not set_option_everywhere(pipeline, "num_partitions", args.num_partitions):
+        partitions_used = set_option_everywhere(pipeline, "num_partitions", args.num_partitions)
+        if not partitions_used:
             print(f"hlo-passes: warning: --num-partitions {args.num_partitions} is ignored: no pass in "
                   f"{pipeline} has a num-partitions option", file=sys.stderr)
+    if args.output == "":
+        raise UserError("-o: the output file name is empty (use - for standard output)")
     text, display = read_text(args.input, args.module, args.stage)  # read once: `-` is a stream
     source = display
     module = parse_module(text, display)
+    if partitions_used:
+        check_device_counts(module, args.num_partitions)
     before_stats = module_stats(module) if args.stats else None
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
@@ -120,8 +126,33 @@ def main(args) -> int:
         print(report.format(), file=sys.stderr)
         if not report.ok:
             return 1
-    write_text(args.output or "-", out)
+    write_text(args.output if args.output is not None else "-", out)
     return 0
+
+
+def check_device_counts(module, num_partitions: int) -> None:
+    """`--num-partitions N` must fit the module: every tiled sharding is over N devices (a pass
+    cannot cut an 8-device tiling into 3 parts) and every named device is below N."""
+    from hlo_passes.ir.sharding import ShardingKind
+
+    for instr in module.all_instructions():
+        if not instr.has_attr("sharding"):
+            continue
+        try:
+            stack = [instr.sharding]
+        except ValueError:
+            continue  # read (and reported) by the passes that need it
+        while stack:
+            s = stack.pop()
+            if s is None:
+                continue
+            stack.extend(s.elements)
+            if s.kind is ShardingKind.TILED and s.num_devices != num_partitions:
+                raise UserError(f"--num-partitions {num_partitions}: {instr.parent.name}/{instr.name} is sharded over "
+                                f"{s.num_devices} devices ({s.to_hlo()}); use --num-partitions {s.num_devices}")
+            if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= num_partitions:
+                raise UserError(f"--num-partitions {num_partitions}: {instr.parent.name}/{instr.name} is placed on "
+                                f"device {s.device}")
 
 
 def _print_remarks(manager, wanted: bool) -> None:
