@@ -58,17 +58,21 @@ def iota(p, instr) -> PValue:
     """A local iota plus this device's offset along the iota dimension."""
     target = p.target(instr)
     shape = local_shape(instr.shape, target)
-    x = p.clone(instr, [], shape)
     dim = instr.attr("iota_dimension")
     tm = tile_map(target, instr.shape.rank, p.n)
-    if tm.dims[dim] > 1:
-        em = p.em
-        size = tm_local_dims(tm, instr.shape.dims)[dim]
-        etype = instr.shape.element_type
-        offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
-        if etype is not PrimitiveType.S32:
-            offset = em.b().convert(offset, etype)
-        x = em.b().add(x, em.b().broadcast(offset, shape))
+    if tm.dims[dim] == 1:
+        return PValue(p.clone(instr, [], shape), target, instr.shape)
+    # the offset is added along the iota dim only, then broadcast: one add per row, not per element
+    em, b = p.em, p.em.b()
+    size = shape.dims[dim]
+    etype = instr.shape.element_type
+    rows = shape.with_dims((size,))
+    line = b.iota(rows, 0)
+    offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
+    if etype is not PrimitiveType.S32:
+        offset = b.convert(offset, etype)
+    line = b.add(line, b.broadcast(offset, rows))
+    x = b.broadcast(line, shape, [dim]) if shape.rank > 1 else line
     return PValue(x, target, instr.shape)
 
 

@@ -215,10 +215,10 @@ def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
     every device holds the whole update along those dims and writes the part that falls in its
     rows, wherever the (clamped, dynamic) offset puts it — no communication for the operand.
 
-        local row j of tile t is global row s + j (s = t·L); it takes update row s + j - o
-        when 0 <= s + j - o < U: a dynamic-slice of the update padded by L rows each side at
-        L + s - o (clamped to the padding when the update misses the tile), and a select."""
-    em, b = p.em, p.em.b()
+        local tile t holds global rows [s, s + L); the update covers [o, o + U).  The tile,
+        padded by U rows on each side, takes the whole update at U + o - s: an update that
+        misses the tile lands (clamped) in the padding, which is cut off again."""
+    b = p.em.b()
     update = instr.operands[1]
     dims, upd = tuple(instr.shape.dims), tuple(update.shape.dims)
     out = to_sharding(tm)
@@ -227,30 +227,25 @@ def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
     local = tm_local_dims(tm, dims)
     rank = len(dims)
     s32 = PrimitiveType.S32
-    offsets = []
+    zero = b.constant(0)
+    pad_cfg, starts = [], []
     for d in range(rank):
+        if d not in sliced:
+            pad_cfg.append((0, 0, 0))
+            starts.append(zero)
+            continue
         o = p.operand_as(instr, 2 + d, Sharding.replicated())
         if o.shape.element_type is not s32:
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
-        offsets.append(b.op(Opcode.CLAMP, o.shape, [b.constant(0), o, b.constant(dims[d] - upd[d])]))
-    pad_cfg = [(local[d], local[d], 0) if d in sliced else (0, 0, 0) for d in range(rank)]
-    padded = b.pad(u, b.constant(0, update.shape.element_type), PaddingConfig(tuple(pad_cfg)))
-    starts, mask = [], None
-    for d in range(rank):
-        if d not in sliced:
-            starts.append(b.constant(0))
-            continue
-        first = em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
-        starts.append(b.add(b.constant(local[d]), b.subtract(first, offsets[d])))
-        # which local rows along d the update covers: a 1-D mask, broadcast once below
-        rows = ArrayShape(s32, (local[d],))
-        rel = b.add(b.iota(rows, 0), b.broadcast(b.subtract(first, offsets[d]), rows))
-        inside = b.op(Opcode.AND, ArrayShape(PrimitiveType.PRED, (local[d],)), [
-            b.compare(rel, b.broadcast(b.constant(0), rows), "GE"),
-            b.compare(rel, b.broadcast(b.constant(upd[d]), rows), "LT")])
-        inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, local), [d])
-        mask = inside if mask is None else b.op(Opcode.AND, inside.shape, [mask, inside])
-    window = b.dynamic_slice(padded, starts, tuple(local))
-    new = b.select(mask, window, x)
+        o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
+        first = p.em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
+        pad_cfg.append((upd[d], upd[d], 0))
+        starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
+    padded = b.pad(x, b.constant(0, x.shape.element_type), PaddingConfig(tuple(pad_cfg)))
+    written = b.dynamic_update_slice(padded, u, starts)
+    lows = [c[0] for c in pad_cfg]
+    new = b.slice(written, lows, [lo + n for lo, n in zip(lows, local)])
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+
+
