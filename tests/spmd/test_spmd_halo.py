@@ -425,3 +425,17 @@ def test_embedding_sharded_by_vocabulary_gathers_and_scatters_locally(v, st, si,
     text = EMBEDDING.format(v=v, st=st, si=si, sg=sg, si3=si3)
     out = _check(text, expect={})
     assert f"all-gather(table" not in out
+
+
+def test_take_along_a_sharded_axis_with_batching_dims():
+    """take_along_axis over a vocabulary-sharded dim (explicit batching dims, batch over data):
+    masked local gathers and one small all-reduce — the logits never move."""
+    text = """HloModule tal
+ENTRY main {
+  logits = f32[8,6,40] parameter(0), sharding={devices=[2,1,4]<=[8]}
+  labels = s32[8,6,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[8,6,1] gather(logits, labels), offset_dims={}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, start_indices_batching_dims={0,1}, index_vector_dim=3, slice_sizes={1,1,1}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    out = _check(text, expect={"all-gather": 0, "all-reduce": 1})
+    assert "f32[4,6,10] parameter(0)" in out

@@ -25,9 +25,11 @@ paths except the partial sums.  Anything else is replicated.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
@@ -37,7 +39,7 @@ from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[int]):
+def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, out_batch: list[int]):
     """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
     `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
     result, the scatter's updates) if it has one, else the indices' own.  Returns
@@ -54,7 +56,7 @@ def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[
     return (idx_tm, batch) if idx_tm.num_tiles > 1 else None
 
 
-def _index_parallel_gather(p, instr) -> PValue | None:
+def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
@@ -74,7 +76,7 @@ def _index_parallel_gather(p, instr) -> PValue | None:
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
-def _index_offsets(p, indices, ivd: int, components: list[int]):
+def _index_offsets(p: HandlerContext, indices, ivd: int, components: list[int]):
     """An array shaped like `indices` holding, along the index vector dim, each component's
     per-device value (`components[k]` is a device table for component k, or None for 0)."""
     em, b = p.em, p.em.b()
@@ -106,7 +108,7 @@ def _component(b, idx, ivd: int, k: int):
     return b.reshape(part, shape.with_dims(batch))
 
 
-def _sharded_index_dims(p, instr, operand, index_map, slice_sizes_one,
+def _sharded_index_dims(p: HandlerContext, instr, operand, index_map, slice_sizes_one,
                         like: Sharding | None = None) -> tuple[TileMap, list[int]] | None:
     """A tiling of the operand on the dims the indices address (only where a window takes one
     element there) — `like`'s (the result's, for a scatter) if it has one, else the operand's
@@ -119,7 +121,7 @@ def _sharded_index_dims(p, instr, operand, index_map, slice_sizes_one,
     return None
 
 
-def _gather_from_sharded_rows(p, instr) -> PValue | None:
+def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
     """A gather whose operand is tiled along dims its indices address (an embedding table
     sharded by vocabulary, `take_along_axis` over a sharded dim), as GSPMD does it: every device
     gathers with its indices shifted into its own rows, zeroes the results whose index lies in
@@ -127,27 +129,29 @@ def _gather_from_sharded_rows(p, instr) -> PValue | None:
     summed over the devices of those dims — each element comes from exactly one device."""
     operand, indices = instr.operands
     gd = instr.gather_dimensions
-    if gd.operand_batching_dims:
-        return None
     found = _sharded_index_dims(p, instr, operand, gd.start_index_map, lambda d: gd.slice_sizes[d] == 1)
     if found is None:
         return None
-    op_tm, index_dims = found
+    index_dims = found[1]
     em, b = p.em, p.em.b()
-    # The indices keep a tiling of their batch dims over the other devices (a data-parallel
-    # batch of token ids): one iteration space of the output dims and the sharded index dims.
+    # One iteration space of the output dims and the sharded index dims.  The indices keep a
+    # tiling of their batch dims over the other devices (a data-parallel batch of token ids),
+    # and explicit batching dims (take-along-axis) carry the operand's tiling to the indices.
     out_rank = instr.shape.rank
     out_batch = [d for d in range(out_rank) if d not in set(gd.offset_dims)]
     idx_batch = [d for d in range(indices.shape.rank) if d != gd.index_vector_dim]
     extra = {out_rank + j: d for j, d in enumerate(index_dims)}
-    space = op_tm.remap(out_rank + len(index_dims), extra)
+    batching = {out_batch[idx_batch.index(i)]: o
+                for o, i in zip(gd.operand_batching_dims, gd.start_indices_batching_dims)}
+    op_cur = tile_map(p.value(operand).sharding, operand.shape.rank, p.n)
+    space = op_cur.remap(out_rank + len(index_dims), extra | batching)
     idx_cur = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
     if len(idx_batch) == len(out_batch):
         lifted = idx_cur.remap(out_rank + len(index_dims), dict(zip(out_batch, idx_batch)))
         merged = space.merge(lifted) if lifted.num_tiles > 1 else None
         if merged is not None:
             space = merged
-    op_tm = space.remap(operand.shape.rank, {d: s for s, d in extra.items()})
+    op_tm = space.remap(operand.shape.rank, {d: s for s, d in (extra | batching).items()})
     idx_tm = space.remap(indices.shape.rank, dict(zip(idx_batch, out_batch)))
     out_tm = space.remap(out_rank, {d: d for d in out_batch})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
@@ -176,7 +180,7 @@ def _gather_from_sharded_rows(p, instr) -> PValue | None:
 
 
 @handles(Opcode.GATHER)
-def gather(p, instr) -> PValue:
+def gather(p: HandlerContext, instr: Instruction) -> PValue:
     operand = instr.operands[0]
     if instr.shape.element_type is not PrimitiveType.PRED and not instr.shape.element_type.is_complex:
         done = _gather_from_sharded_rows(p, instr)
@@ -204,7 +208,7 @@ def gather(p, instr) -> PValue:
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
-def _scatter_into_sharded_rows(p, instr) -> PValue | None:
+def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
     """A scatter whose operands are tiled along dims its indices address (where an update
     window covers one element: the gradient of an embedding sharded by vocabulary): every
     device scatters all the updates with the indices shifted into its own rows; those that
@@ -244,7 +248,7 @@ def _scatter_into_sharded_rows(p, instr) -> PValue | None:
 
 
 @handles(Opcode.SCATTER)
-def scatter(p, instr) -> PValue:
+def scatter(p: HandlerContext, instr: Instruction) -> PValue:
     n = (len(instr.operands) - 1) // 2
     inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
     rows = _scatter_into_sharded_rows(p, instr)
@@ -291,7 +295,7 @@ def scatter(p, instr) -> PValue:
     return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
 
 
-def _scatter_passthrough(p, instr, operand, updates) -> PValue | None:
+def _scatter_passthrough(p: HandlerContext, instr, operand, updates) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
     indices — no communication (variadic scatters too).  None when the result tiles no such dim."""

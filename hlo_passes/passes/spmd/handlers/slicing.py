@@ -13,6 +13,8 @@ keep a tiled dim tiled instead when a halo exchange moves less (`_shifted`).
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 import math
 
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
@@ -21,13 +23,13 @@ from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.cost_model import ZERO
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
 
 
-def local_except(p, instr, fixed) -> PValue:
+def local_except(p: HandlerContext, instr, fixed) -> PValue:
     """Run `instr` locally with every dim in `fixed` untiled in operands and result.
 
     Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
@@ -55,7 +57,7 @@ def local_except(p, instr, fixed) -> PValue:
     return p.reshard(PValue(new, out, instr.shape), target)
 
 
-def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
+def _cheapest_local_tiling(p: HandlerContext, instr, first, first_target, tm, fixed):
     """The sharding `local_except` runs `instr` in (see there)."""
     rank = first.rank
     free = [d for d in range(rank) if d not in fixed]
@@ -96,7 +98,7 @@ def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
 
 
 @handles(Opcode.SLICE)
-def slice_(p, instr) -> PValue:
+def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     spec = instr.attr("slice")
     dims = instr.operands[0].shape.dims
     fixed = [d for d in range(len(dims))
@@ -108,7 +110,7 @@ def slice_(p, instr) -> PValue:
 
 
 @handles(Opcode.PAD)
-def pad(p, instr) -> PValue:
+def pad(p: HandlerContext, instr: Instruction) -> PValue:
     cfg: PaddingConfig = instr.attr("padding")
     fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
     # output row r reads input row (r - low) / (interior + 1) where that is whole
@@ -117,7 +119,7 @@ def pad(p, instr) -> PValue:
     return done if done is not None else local_except(p, instr, fixed)
 
 
-def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
+def _shifted(p: HandlerContext, instr, fixed, windows, zero_padding: bool) -> PValue | None:
     """Slice or pad with the result's tiling kept on the dims it tiles among `fixed`: each device
     takes the input rows its output tile reads from its neighbours (halo exchange, as a
     reduce-window of size 1 would), then slices or pads them locally.  None when no dim gains
@@ -170,29 +172,29 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
 
 
 @handles(Opcode.CONCATENATE)
-def concatenate(p, instr) -> PValue:
+def concatenate(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.REVERSE)
-def reverse(p, instr) -> PValue:
+def reverse(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.SORT)
-def sort(p, instr) -> PValue:
+def sort(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.DYNAMIC_SLICE)
-def dynamic_slice(p, instr) -> PValue:
+def dynamic_slice(p: HandlerContext, instr: Instruction) -> PValue:
     sizes = instr.attr("dynamic_slice_sizes")
     dims = instr.operands[0].shape.dims
     return local_except(p, instr, [d for d in range(len(dims)) if sizes[d] != dims[d]])
 
 
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
-def dynamic_update_slice(p, instr) -> PValue:
+def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
     dims, upd = instr.shape.dims, instr.operands[1].shape.dims
     sliced = [d for d in range(len(dims)) if upd[d] != dims[d]]
     target = p.target(instr)
@@ -210,7 +212,7 @@ def dynamic_update_slice(p, instr) -> PValue:
     return local_except(p, instr, sliced)
 
 
-def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
+def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> PValue:
     """A dynamic-update-slice that keeps the operand tiled along the dims it updates part of:
     every device holds the whole update along those dims and writes the part that falls in its
     rows, wherever the (clamped, dynamic) offset puts it — no communication for the operand.
