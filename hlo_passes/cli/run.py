@@ -30,7 +30,10 @@ def add_arguments(p) -> None:
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
     p.add_argument("--verify-each", action="store_true", help="structural verifier after every pass")
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
-    p.add_argument("--stats", action="store_true", help="instructions, collectives and FLOPs before/after")
+    p.add_argument("--stats", action="store_true",
+                   help="instructions, collectives and FLOPs before/after; each pass's time and peak memory")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line (it appears only on a terminal, for passes over a second)")
     p.add_argument("--remarks", action="store_true", help="what each pass decided and why")
     p.add_argument("--report", metavar="OUT.html",
                    help="an HTML page: per pass its time, remarks, diff and before/after charts, and the "
@@ -71,7 +74,9 @@ def main(args) -> int:
     # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
     module_number = Path(source).name.split(".")[0].removeprefix("module_") \
         if Path(source).name.startswith("module_") else "0000"
-    tty = sys.stderr.isatty()
+    from hlo_passes.cli.progress import Progress
+
+    progress = Progress(len(pipeline.passes), enabled=False if args.quiet else None)
     pass_report = None
     if args.report:
         from hlo_passes.view.report_data import PassReport
@@ -81,8 +86,10 @@ def main(args) -> int:
     def dump(index, p, mod, when):
         if pass_report is not None:
             pass_report.observe(index, p, mod, when)
-        if tty and when == "before":
-            print(f"[{index + 1}/{len(pipeline.passes)}] {p.name}", file=sys.stderr)
+        if when == "before":
+            progress.pass_started(index, p.name)
+        else:
+            progress.pass_finished()
         if dump_dir is None:
             return
         dump_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +104,10 @@ def main(args) -> int:
 
     manager = PassManager(pipeline.passes, verify_each=args.verify_each, dump=dump)
     try:
-        manager.run(module)
+        try:
+            manager.run(module)
+        finally:
+            progress.close()
     except PassFailed as e:
         if e.pass_name == "input":
             raise UserError(f"{display}: {e}") from None
