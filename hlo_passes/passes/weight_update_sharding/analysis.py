@@ -32,131 +32,15 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import participant_groups, reduction_of
+from hlo_passes.passes.collectives.common import reduction_of
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
+from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
                       Opcode.MINIMUM: math.inf}
 REDUCTION_NAME = {Opcode.ADD: "add", Opcode.MULTIPLY: "multiply", Opcode.MAXIMUM: "maximum",
                   Opcode.MINIMUM: "minimum"}
-
-# Ops whose result may differ from device to device even when their operands agree.
-_DEVICE_DEPENDENT = frozenset({
-    Opcode.REPLICA_ID, Opcode.PARTITION_ID, Opcode.RNG, Opcode.RNG_BIT_GENERATOR,
-    Opcode.RNG_GET_AND_UPDATE_STATE, Opcode.CUSTOM_CALL, Opcode.INFEED, Opcode.RECV, Opcode.RECV_DONE,
-    Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
-    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.ALL_REDUCE_START, Opcode.ALL_REDUCE_DONE,
-    Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ASYNC_START, Opcode.ASYNC_DONE,
-})
-
-
-def device_groups(instr: Instruction, module: Module) -> tuple[tuple[int, ...], ...] | None:
-    groups = participant_groups(instr, module)
-    return tuple(tuple(g) for g in groups) if groups else None
-
-
-# ------------------------------------------------------------ replication --
-class Replication:
-    """Is a value identical on every device of each group in `groups`?
-
-    Constants and iotas are; so are results of all-reduces and all-gathers whose groups
-    contain ours, parameters declared replicated (`parameter_replication={true}`, a
-    replicated `sharding=`, or, under `assume_parameters`, every ENTRY parameter whose
-    sharding does not say it is tiled), the
-    parameters of a computation called once by a `call` whose operand is, and any
-    deterministic op of such values.  `extra` holds values known to be replicated
-    for other reasons (the reductions the rewrite all-reduces)."""
-
-    def __init__(self, module: Module, groups: tuple[tuple[int, ...], ...], *,
-                 assume_parameters: bool = False, extra: set[Instruction] | None = None):
-        self.module = module
-        self.groups = groups
-        self.assume_parameters = assume_parameters
-        self.extra = extra if extra is not None else set()
-        self.assumed: set[Instruction] = set()  # ENTRY parameters taken as replicated by assumption
-        self._memo: dict[Instruction, bool] = {}
-        self._callers = _call_sites(module)
-
-    def __call__(self, instr: Instruction) -> bool:
-        stack = [instr]
-        while stack:  # operands first, without recursion (long chains)
-            top = stack[-1]
-            if top in self._memo:
-                stack.pop()
-                continue
-            pending = [o for o in self._inputs(top) if o not in self._memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            self._memo[top] = self._decide(top)
-            stack.pop()
-        return self._memo[instr]
-
-    def _inputs(self, instr: Instruction) -> list[Instruction]:
-        if instr in self.extra or instr.opcode in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
-            return []
-        if instr.opcode is Opcode.PARAMETER:
-            caller = self._caller_operand(instr)
-            return [caller] if caller is not None else []
-        return list(instr.operands)
-
-    def _caller_operand(self, param: Instruction) -> Instruction | None:
-        comp = param.parent
-        if comp is None or comp.is_entry:
-            return None
-        sites = self._callers.get(comp, [])
-        if len(sites) == 1 and sites[0].opcode is Opcode.CALL:
-            return sites[0].operands[param.parameter_number]
-        return None
-
-    def _decide(self, instr: Instruction) -> bool:
-        if instr in self.extra:
-            return True
-        op = instr.opcode
-        if op in (Opcode.CONSTANT, Opcode.IOTA):
-            return True
-        if op in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
-            theirs = device_groups(instr, self.module)
-            return theirs is not None and all(any(set(g) <= set(t) for t in theirs) for g in self.groups)
-        if op is Opcode.PARAMETER:
-            caller = self._caller_operand(instr)
-            if caller is not None:
-                return self._memo[caller]
-            return self._parameter(instr)
-        if op in _DEVICE_DEPENDENT or instr.has_side_effect:
-            return False
-        if any(_device_dependent_callee(c) for c in instr.called_computations()):
-            return False
-        return all(self._memo[o] for o in instr.operands)
-
-    def _parameter(self, param: Instruction) -> bool:
-        if "parameter_replication" in param.attributes:
-            flags = param.attr("parameter_replication")
-            if flags and all(flags):
-                return True
-        if "sharding" in param.attributes and param.sharding is not None and param.sharding.is_replicated:
-            return True
-        tiled = "sharding" in param.attributes and param.sharding is not None and param.sharding.is_tiled
-        if param.parent is not None and param.parent.is_entry and self.assume_parameters and not tiled:
-            self.assumed.add(param)
-            return True
-        return False
-
-
-def _device_dependent_callee(comp: Computation) -> bool:
-    return any(i.opcode in _DEVICE_DEPENDENT or i.opcode.is_collective or i.has_side_effect
-               or any(_device_dependent_callee(c) for c in i.called_computations())
-               for i in comp.instructions)
-
-
-def _call_sites(module: Module) -> dict[Computation, list[Instruction]]:
-    sites: dict[Computation, list[Instruction]] = {}
-    for instr in module.all_instructions():
-        for callee in instr.called_computations():
-            sites.setdefault(callee, []).append(instr)
-    return sites
-
 
 # ------------------------------------------------------------------ plan --
 @dataclass
