@@ -61,8 +61,9 @@ class Component:
 
     stems: list[Stem]
     groups: tuple[tuple[int, ...], ...]
-    dims: tuple[int, ...]  # canonical shape of every shard value
+    dims: tuple[int, ...]  # canonical shape: the first gradient's, after its stem
     shard_values: list[Instruction] = field(default_factory=list)  # post-order, stem ends excluded
+    reshapes: set[Instruction] = field(default_factory=set)  # shard values that only regroup dims
     reductions: list[Instruction] = field(default_factory=list)
     exits: list[Instruction] = field(default_factory=list)
     tails: list[Instruction] = field(default_factory=list)  # layout ops between an exit and the ROOT
@@ -100,6 +101,12 @@ def _is_layout_op(instr: Instruction) -> bool:
     if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE):
         return True
     return is_row_major_bitcast(instr) or _is_degenerate_reduce(instr)
+
+
+def _is_regroup(instr: Instruction) -> bool:
+    """A reshape that keeps row-major order: a reshape, a row-major bitcast, a sum over size-1 dims."""
+    return (instr.shape.is_array and instr.shape.rank > 0 and
+            (instr.opcode is Opcode.RESHAPE or is_row_major_bitcast(instr) or _is_degenerate_reduce(instr)))
 
 
 def is_elementwise(instr: Instruction) -> bool:
@@ -204,6 +211,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     origin: dict[Instruction, Instruction] = {}  # shard value -> a candidate it derives from
     problems: dict[Instruction, tuple[Instruction, str]] = {}
     reductions: dict[Instruction, Instruction] = {}
+    regroups: set[Instruction] = set()
     exits: dict[Instruction, Instruction] = {}
     tails: dict[Instruction, Instruction] = {}
     for c, s in stems.items():
@@ -229,6 +237,15 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                 and all(u.is_root and u.opcode is Opcode.TUPLE for u in instr.users)):
             tails[instr] = first  # a new weight reshaped on its way out: done on the full value
             exits[instr.operands[0]] = first
+            continue
+        if (_is_regroup(instr) and instr.operands[0] in origin
+                and instr.shape.element_count == instr.operands[0].shape.element_count):
+            # a reshape inside the update (BatchNorm's [16] -> [1,1,1,16] -> [16]): the same
+            # elements in the same row-major order, so the same shard
+            origin[instr] = first
+            regroups.add(instr)
+            if instr.is_root:
+                exits[instr] = first
             continue
         dims = shard_ops[0].shape.dims
         if is_elementwise(instr) and instr.shape.is_array and instr.shape.dims == dims:
@@ -274,11 +291,15 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         comp_ = by_root[find(c)]
         if device_groups(c, module) != comp_.groups:
             comp_.decline(c, "its gradients are reduced over different device groups")
-        if stems[c].end.shape.dims != comp_.dims:
-            comp_.decline(c, "its gradients have different shapes")
+        if stems[c].end.shape.element_count != comp_.size:
+            comp_.decline(c, "its gradients have different sizes")
+    ends = {s.end for s in stems.values()}
     for instr in comp.post_order():
-        if instr in origin and instr not in {s.end for s in stems.values()}:
-            by_root[find(origin[instr])].shard_values.append(instr)
+        if instr in origin and instr not in ends:
+            member = by_root[find(origin[instr])]
+            member.shard_values.append(instr)
+            if instr in regroups:
+                member.reshapes.add(instr)
     for instr, c in reductions.items():
         by_root[find(c)].reductions.append(instr)
     for instr, c in exits.items():
@@ -299,12 +320,13 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
     """Sort the outside operands of the shard values into pulled and sliced ones and check
     that everything the shards read is identical across the group."""
     members = set(component.shard_values) | {s.end for s in component.stems}
-    dims = component.dims
+    size = component.size
 
     def pullable(x: Instruction) -> bool:
         return (x not in members and x not in origin and is_elementwise(x) and x.shape.is_array
-                and x.shape.dims == dims and not x.has_side_effect
-                and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == dims) for o in x.operands))
+                and x.shape.rank > 0 and x.shape.element_count == size and not x.has_side_effect
+                and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == x.shape.dims)
+                        for o in x.operands))
 
     # Largest set of elementwise outside expressions used only by the region (a fixpoint).
     pulled: set[Instruction] = set()
