@@ -68,6 +68,18 @@ class DeviceIndex:
         return dev
 
 
+def _replace_root_operand(root: Instruction, old: Instruction, new: Instruction, sharding: Sharding | None,
+                          out_shardings: dict[int, Sharding]) -> None:
+    """`old` becomes `new` where the ROOT reads it (only there: `replace_operand` would list the
+    ROOT as a user of `new` even where `old` is not an operand)."""
+    if not any(o is old for o in root.operands):
+        return
+    for i, o in enumerate(root.operands):
+        if o is old and sharding is not None:
+            out_shardings[i] = sharding
+    root.replace_operand(old, new)
+
+
 def place_before(module: Module, callee: Computation, comp: Computation) -> Computation:
     """XLA's parser wants callees defined before their callers."""
     comps = module.computations
@@ -98,6 +110,8 @@ class ComponentRewriter:
         self._offset: Instruction | None = None
         self.state_params: dict[Instruction, Sharding] = {}  # kept-sharded parameter -> its new sharding
         self.kept_outputs: list[Instruction] = []
+        self.gathered_state: list[Instruction] = []  # optimizer state returned whole (all-gathered)
+        self.weights: set[Instruction] = set()
         self.gathered: list[Instruction] = []  # the all-gathers made (the pass may pack them)
         self.scattered: list[Instruction] = []  # the reduce-scatters made
 
@@ -152,6 +166,7 @@ class ComponentRewriter:
     # ------------------------------------------------------------ rewrite --
     def apply(self) -> None:
         c = self.c
+        self.weights = self.weight_exits()  # before anything here reads the inputs
         if self.keep_state:
             self._choose_state_params()
         for stem in c.stems:
@@ -217,6 +232,7 @@ class ComponentRewriter:
     def _exits(self) -> None:
         root = self.comp.root
         kept = self._kept_outputs() if self.keep_state else {}
+        self.gathered_state = [v for v in self.c.exits if v not in kept and v not in self.weights]
         out_shardings: dict[int, Sharding] = {}
         for value in self.c.exits:
             b = self.builder(value)
@@ -236,18 +252,17 @@ class ComponentRewriter:
             for tail in self.c.tails:
                 if tail.operands[0] is value:
                     b = self.builder(tail)
-                    if tail.opcode is Opcode.TRANSPOSE:
+                    if value in kept:  # a reshape that only changes the layout: the same tile
+                        shaped = b.reshape(out, ArrayShape(out.shape.element_type, out.shape.dims, layout=tail.shape.layout))
+                    elif tail.opcode is Opcode.TRANSPOSE:
                         shaped = b.op(Opcode.TRANSPOSE, tail.shape, [out], dimensions=tail.attr("dimensions"))
                     else:
                         shaped = b.reshape(out, tail.shape)
-                    root.replace_operand(tail, shaped)
-            for i, o in enumerate(root.operands):
-                if o is value:
-                    out_shardings[i] = kept.get(value, Sharding.replicated())
-            root.replace_operand(value, out)
+                    _replace_root_operand(root, tail, shaped, kept.get(value), out_shardings)
+            _replace_root_operand(root, value, out, kept.get(value), out_shardings)
         if root.opcode is Opcode.TUPLE:
             root.shape = TupleShape(tuple(o.shape for o in root.operands))
-        if self.state_params or kept:
+        if kept:
             self._record_shardings(out_shardings)
 
     # ------------------------------------------------------ optimizer state --
@@ -286,8 +301,10 @@ class ComponentRewriter:
                     or not all(u in inside for u in p.users)):
                 continue
             new = self._refined(p.sharding if p.has_attr("sharding") else None, p.shape.dims)
-            if new is not None:
+            if new is not None:  # the parameter takes its tile from now on
                 self.state_params[p] = new
+                p.shape = ArrayShape(p.shape.element_type, self._tile_dims(p.shape.dims), layout=p.shape.layout)
+                p.sharding = new
 
     def _kept_outputs(self) -> dict[Instruction, Sharding]:
         """Exits that read no weight (only gradients and state), returned as tiles, with their new
@@ -306,18 +323,18 @@ class ComponentRewriter:
                 self.remark(self.c.stems[0].all_reduce, "optimizer state all-gathered: the entry's result "
                             "has no sharding and not every output is provably replicated", "missed")
                 return {}
-        reads_weight: dict[Instruction, bool] = {}
-        inside = set(self.c.shard_values) | set(self.c.pulled)
-        for instr in self.c.pulled + self.c.shard_values:
-            reads_weight[instr] = any(
-                reads_weight.get(o, False) if o in inside else
-                (o in self.c.sliced and o not in self.state_params) for o in instr.operands)
-        tailed = {t.operands[0] for t in self.c.tails}
+        weights = self.weights
+        tails: dict[Instruction, list[Instruction]] = {}
+        for t in self.c.tails:
+            tails.setdefault(t.operands[0], []).append(t)
         kept: dict[Instruction, Sharding] = {}
         for value in self.c.exits:
-            if reads_weight.get(value, False) or value in tailed or value.is_root:
+            if value in weights or value.is_root:
                 continue
-            positions = [i for i, o in enumerate(root.operands) if o is value]
+            if any(t.opcode is Opcode.TRANSPOSE or t.shape.dims != value.shape.dims for t in tails.get(value, ())):
+                continue  # its tile would be a tile of another shape: gathered
+            outs = {value, *tails.get(value, ())}
+            positions = [i for i, o in enumerate(root.operands) if o in outs]
             if not positions:
                 continue
             olds = {current.elements[i] if current is not None and current.is_tuple else None for i in positions}
@@ -327,6 +344,30 @@ class ComponentRewriter:
             if new is not None:
                 kept[value] = new
         return kept
+
+    def weight_exits(self) -> set[Instruction]:
+        """Exits computed from a weight: from a parameter (or a slice of one) that something
+        outside the update reads too (the forward pass reads the weight; only the update reads
+        its optimizer state).  The other exits are optimizer state.  Other values the update
+        reads (BatchNorm's 1/sigma, which scales the gradient of its scale) say neither."""
+        inside = set(self.c.shard_values) | set(self.c.pulled)
+        slicing = (Opcode.DYNAMIC_SLICE, Opcode.SLICE, Opcode.RESHAPE, Opcode.BITCAST, Opcode.COPY)
+
+        def shared(value: Instruction) -> bool:
+            chain, x = [value], value
+            while x.opcode in slicing:
+                x = x.operands[0]
+                chain.append(x)
+            if x.opcode is not Opcode.PARAMETER or x in self.state_params:
+                return False
+            members = set(chain)
+            return any(u not in inside and u not in members for y in chain for u in y.users)
+
+        reads: dict[Instruction, bool] = {}
+        for instr in self.c.pulled + self.c.shard_values:
+            reads[instr] = any(reads.get(o, False) if o in inside else (o in self.c.sliced and shared(o))
+                               for o in instr.operands)
+        return {v for v in self.c.exits if reads.get(v, False)}
 
     def _record_shardings(self, out_shardings: dict[int, Sharding]) -> None:
         root = self.comp.root
@@ -340,10 +381,6 @@ class ComponentRewriter:
             else:
                 elements.append(Sharding.replicated())
         root.sharding = Sharding.tuple_of(elements)
-        for p, sharding in self.state_params.items():
-            p.shape = ArrayShape(p.shape.element_type, self._tile_dims(p.shape.dims),
-                                 layout=p.shape.layout)
-            p.sharding = sharding
 
     # ------------------------------------------------------------ cleanup --
     def _cleanup(self) -> None:

@@ -150,16 +150,26 @@ class WeightUpdateSharding(ModulePass):
                 summary = self._summary(component, rewriter)
                 rewriter.apply()
                 if trial:
+                    # The paper's rewrite moves the bytes of the all-reduce it replaces and saves
+                    # (N-1)/N of the update: it is priced only where it moves more, when the
+                    # signature returns optimizer state whole (all-gathered) or the formatting pads.
+                    gathered, padded = len(rewriter.gathered_state), rewriter.fmt.padded > rewriter.fmt.size
                     cost = Price(rewriter.removed_cost,
                                  _sum(price(i) for i in comp.instructions if i not in before))
-                    if cost.pays or not self.options.only_when_it_pays:
+                    if not (gathered or padded) or cost.pays or not self.options.only_when_it_pays:
                         pays.add(first.name)
                     else:
-                        why = "not sharded: the rewrite costs more than it saves: " + \
-                            cost.describe(self.options.cost_profile)
-                        self.remarks.extend(replace(r, message=why) for r in stems)
+                        why = ([f"{gathered} optimizer-state output(s) all-gathered (the signature returns them "
+                                "whole; keep-state-sharded=true keeps them sharded)"] if gathered else []) + \
+                              ([f"the gradient padded from {rewriter.fmt.size} to {rewriter.fmt.padded} elements"]
+                               if padded else [])
+                        message = (f"not sharded: the rewrite costs more than it saves ({'; '.join(why)}): "
+                                   + cost.describe(self.options.cost_profile))
+                        self.remarks.extend(replace(r, message=message) for r in stems)
                     continue
-                self.remark(first, summary, kind="applied")
+                kept, gathered = len(rewriter.kept_outputs), len(rewriter.gathered)
+                self.remarks.append(replace(stems[0], kind="applied", message=f"{summary}; {gathered} output(s) "
+                                            "all-gathered" + (f", {kept} kept sharded" if kept else "")))
                 made += rewriter.scattered + rewriter.gathered
                 for x in rewriter.scattered + rewriter.gathered:
                     sizes[x] = component.group_size
