@@ -92,10 +92,9 @@ def inline_gradient_calls(module: Module, comp: Computation) -> bool:
         if not calls:
             return changed
         for call in calls:
-            callee = call.called["to_apply"]
+            # The callee stays (as call-inliner leaves it, for dce): removing it would release
+            # instruction names that parsed modules reuse across computations.
             inline_call(call)
-            if not any(callee in i.called_computations() for i in module.all_instructions()):
-                module.remove_computation(callee)
         changed = True
 
 

@@ -31,7 +31,7 @@ from hlo_passes.passes.weight_update_sharding.analysis import (REDUCTION_NAME, C
 from hlo_passes.passes.weight_update_sharding.formatting import Formatting
 from hlo_passes.passes.weight_update_sharding.fused import shard_fused_computation
 from hlo_passes.passes.weight_update_sharding.replication import Replication
-from hlo_passes.passes.weight_update_sharding.state import refined_sharding
+from hlo_passes.passes.weight_update_sharding.state import Signature, refined_sharding
 
 S32 = PrimitiveType.S32
 Remark = Callable[[Instruction | None, str, str], None]
@@ -112,6 +112,7 @@ class ComponentRewriter:
         self.kept_outputs: list[Instruction] = []
         self.gathered_state: list[Instruction] = []  # optimizer state returned whole (all-gathered)
         self.weights: set[Instruction] = set()
+        self.signature: Signature | None = None
         self.gathered: list[Instruction] = []  # the all-gathers made (the pass may pack them)
         self.scattered: list[Instruction] = []  # the reduce-scatters made
 
@@ -282,17 +283,14 @@ class ComponentRewriter:
         return refined_sharding(sharding, len(dims), k, dims[k], self.c.groups, self.module.num_partitions)
 
     def can_keep_state(self) -> str | None:
-        """Why state cannot stay sharded in this computation (None: it can)."""
-        if not self.comp.is_entry:
-            return "the update is not in the entry computation"
-        if self.module.replica_count != 1:
-            return "the program is replica-style (state tiles are shardings of partitions)"
-        if self.comp.root.opcode is not Opcode.TUPLE:
-            return "the entry's result is not a tuple"
-        return None
+        """Why state cannot stay sharded here (None: it can)."""
+        if self.signature is None:
+            self.signature = Signature(self.module, self.comp)
+        return self.signature.why
 
     def _choose_state_params(self) -> None:
-        """ENTRY parameters read only by the update whose tiles the new sharding describes."""
+        """Parameters read only by the update, standing for ENTRY parameters read only here,
+        whose tiles the refined sharding describes: from now on they take their tile."""
         if self.can_keep_state() is not None:
             return
         inside = set(self.c.shard_values) | set(self.c.pulled)
@@ -300,41 +298,48 @@ class ComponentRewriter:
             if (p.opcode is not Opcode.PARAMETER or p.parent is not self.comp or not p.shape.is_array
                     or not all(u in inside for u in p.users)):
                 continue
-            new = self._refined(p.sharding if p.has_attr("sharding") else None, p.shape.dims)
-            if new is not None:  # the parameter takes its tile from now on
-                self.state_params[p] = new
-                p.shape = ArrayShape(p.shape.element_type, self._tile_dims(p.shape.dims), layout=p.shape.layout)
-                p.sharding = new
+            outer = self.signature.entry_parameter(p)
+            if outer is None:
+                continue
+            new = self._refined(outer.sharding if outer.has_attr("sharding") else None, p.shape.dims)
+            if new is None:
+                continue
+            self.state_params[p] = new
+            tile = self._tile_dims(p.shape.dims)
+            for x in {p, outer}:
+                x.shape = ArrayShape(x.shape.element_type, tile, layout=x.shape.layout)
+            outer.sharding = new
 
     def _kept_outputs(self) -> dict[Instruction, Sharding]:
-        """Exits that read no weight (only gradients and state), returned as tiles, with their new
-        sharding.  An exit that leaves through a reshape or transpose is gathered: its tile would
-        be a tile of another shape."""
+        """Optimizer-state exits, returned as tiles, with their new sharding.  An exit that leaves
+        through a reshape to another shape or a transpose is gathered: its tile would be a tile of
+        another shape."""
         why = self.can_keep_state()
         if why is not None:
             self.remark(self.c.stems[0].all_reduce, f"optimizer state all-gathered: {why}", "missed")
             return {}
+        sig = self.signature
         root = self.comp.root
-        current = root.sharding if root.has_attr("sharding") else None
+        holder = sig.holder
+        current = holder.sharding if holder.has_attr("sharding") else None
         if current is None:
             replicated = Replication(self.module, self.c.groups, extra=set(self.c.reductions),
                                      assume_parameters=self.assume_parameters)
             if not all(o in self.c.exits or replicated(o) for o in root.operands):
-                self.remark(self.c.stems[0].all_reduce, "optimizer state all-gathered: the entry's result "
+                self.remark(self.c.stems[0].all_reduce, "optimizer state all-gathered: the program's result "
                             "has no sharding and not every output is provably replicated", "missed")
                 return {}
-        weights = self.weights
         tails: dict[Instruction, list[Instruction]] = {}
         for t in self.c.tails:
             tails.setdefault(t.operands[0], []).append(t)
         kept: dict[Instruction, Sharding] = {}
         for value in self.c.exits:
-            if value in weights or value.is_root:
+            if value in self.weights or value.is_root:
                 continue
             if any(t.opcode is Opcode.TRANSPOSE or t.shape.dims != value.shape.dims for t in tails.get(value, ())):
                 continue  # its tile would be a tile of another shape: gathered
             outs = {value, *tails.get(value, ())}
-            positions = [i for i, o in enumerate(root.operands) if o in outs]
+            positions = [i for j, o in enumerate(root.operands) if o in outs for i in sig.output_positions(j)]
             if not positions:
                 continue
             olds = {current.elements[i] if current is not None and current.is_tuple else None for i in positions}
@@ -370,17 +375,21 @@ class ComponentRewriter:
         return {v for v in self.c.exits if reads.get(v, False)}
 
     def _record_shardings(self, out_shardings: dict[int, Sharding]) -> None:
-        root = self.comp.root
-        current = root.sharding if root.has_attr("sharding") else None
+        """`out_shardings`: by position in the update's result; recorded on the program's result."""
+        sig = self.signature
+        holder = sig.holder
+        current = holder.sharding if holder.has_attr("sharding") else None
+        by_output = {i: sharding for j, sharding in out_shardings.items() for i in sig.output_positions(j)}
         elements = []
-        for i in range(len(root.operands)):
-            if i in out_shardings:
-                elements.append(out_shardings[i])
+        for i in range(sig.output_count()):
+            if i in by_output:
+                elements.append(by_output[i])
             elif current is not None and current.is_tuple:
                 elements.append(current.elements[i])
             else:
                 elements.append(Sharding.replicated())
-        root.sharding = Sharding.tuple_of(elements)
+        sig.update_shapes()
+        holder.sharding = Sharding.tuple_of(elements)
 
     # ------------------------------------------------------------ cleanup --
     def _cleanup(self) -> None:

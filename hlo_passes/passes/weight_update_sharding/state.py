@@ -26,6 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 
 Groups = tuple[tuple[int, ...], ...]
@@ -71,3 +76,77 @@ def refined_sharding(old: Sharding | None, rank: int, tile_dim: int, local_dim: 
             grid[idx] = devices[0]
     subgroups = (SubgroupKind.REPLICATED,) if replicas > 1 else ()
     return Sharding.tiled(grid, subgroups)
+
+
+class Signature:
+    """Where the state of an update computation enters and leaves the program.
+
+    In the entry computation its parameters and ROOT tuple are the program's.  In the body of a
+    manual region (shard_map, pmap: a computation the entry `call`s once) a body parameter
+    stands for the ENTRY parameter the call passes it, when only that call reads it, and a body
+    output for the program output the call's result reaches directly (the entry's ROOT is the
+    call, or a tuple of its get-tuple-elements).  `why` says what else stops state from staying
+    sharded (None: it can)."""
+
+    def __init__(self, module: Module, comp: Computation):
+        self.module, self.comp = module, comp
+        self.call: Instruction | None = None
+        self.why: str | None = None
+        entry = module.entry
+        if module.replica_count != 1:
+            self.why = "the program is replica-style (state tiles are shardings of partitions)"
+        elif comp.root.opcode is not Opcode.TUPLE:
+            self.why = "the update's result is not a tuple"
+        elif comp is not entry:
+            calls = [i for c in module.computations for i in c.instructions if comp in i.called_computations()]
+            if len(calls) != 1 or calls[0].opcode is not Opcode.CALL or calls[0].parent is not entry:
+                self.why = "the update is in a computation the entry does not call exactly once"
+            else:
+                self.call = calls[0]
+                root = entry.root
+                if root is not self.call and not (root.opcode is Opcode.TUPLE and all(
+                        o.opcode is not Opcode.GET_TUPLE_ELEMENT or o.operands[0] is self.call
+                        for o in root.operands)):
+                    self.why = "the manual region's results reach the program's outputs through other ops"
+
+    @property
+    def holder(self) -> Instruction:
+        """The instruction whose sharding describes the program's outputs."""
+        return self.module.entry.root
+
+    def entry_parameter(self, param: Instruction) -> Instruction | None:
+        """The ENTRY parameter `param` stands for, or None."""
+        if self.call is None:
+            return param if param.parent is self.module.entry else None
+        outer = self.call.operands[param.parameter_number]
+        if outer.opcode is not Opcode.PARAMETER or any(u is not self.call for u in outer.users) \
+                or sum(o is outer for o in self.call.operands) != 1:
+            return None
+        return outer
+
+    def output_positions(self, index: int) -> list[int]:
+        """Positions of the program's outputs that are the update's result element `index`."""
+        if self.call is None:
+            return [index]
+        root = self.module.entry.root
+        if root is self.call:
+            return [index]
+        return [i for i, o in enumerate(root.operands)
+                if o.opcode is Opcode.GET_TUPLE_ELEMENT and o.attr("index") == index]
+
+    def output_count(self) -> int:
+        root = self.module.entry.root
+        return len(root.shape.elements) if root.shape.is_tuple else 1
+
+    def update_shapes(self) -> None:
+        """After the update's result changed shape: the call, its get-tuple-elements and the
+        entry's ROOT follow."""
+        if self.call is None:
+            return
+        self.call.shape = self.comp.root.shape
+        for user in self.call.users:
+            if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                user.shape = self.call.shape.elements[user.attr("index")]
+        root = self.module.entry.root
+        if root is not self.call and root.opcode is Opcode.TUPLE:
+            root.shape = TupleShape(tuple(o.shape for o in root.operands))
