@@ -181,11 +181,10 @@ class WeightUpdateSharding(ModulePass):
     def _rewriter(self, module: Module, comp: Computation, component: Component, index: DeviceIndex,
                   price, quiet: bool) -> ComponentRewriter:
         keep = self.options.keep_state_sharded
-        fmt = Formatting.flat(component.group_size, component.dims)
-        if keep and not component.reshapes:
-            tiled = Formatting.best_tiled(component.group_size, component.dims)
-            if tiled.tile_dim != 0 or tiled.padded == tiled.size or tiled.padded <= fmt.padded:
-                fmt = tiled
+        # State kept sharded needs chunks that are tiles (a reshape inside the update leaves
+        # only the flat layout, whose chunks are tiles when nothing is padded).
+        fmt = (Formatting.best_tiled if keep and not component.reshapes else Formatting.flat)(
+            component.group_size, component.dims)
         remark = (lambda *a: None) if quiet else (lambda instr, msg, kind: self.remark(instr, msg, kind=kind))
         return ComponentRewriter(module, comp, component, fmt, keep_state=keep,
                                  assume_parameters=self.options.assume_replicated_parameters, index=index,
