@@ -42,7 +42,7 @@ def main() -> None:
     for src, name in ((partitioned, "partitioned"), (global_, "global")):
         assert cli(["view", str(src), "-o", str(tmp / f"{name}.html")]) == 0
     report = tmp / "report.html"
-    assert cli(["run", "examples/dp_mlp_step.hlo", "--passes=collective-fusion{threshold-bytes=16384},dce",
+    assert cli(["run", "examples/dp_mlp_step.hlo", "--passes=collective-fusion{combine-threshold-in-bytes=16384},dce",
                 "--report", str(report), "-o", str(tmp / "fused.hlo")]) == 0
     # A dot of layer 3's MLP, sharded over both mesh axes, for the sharding picture.
     module = parse_module(global_.read_text())

@@ -204,20 +204,20 @@ def test_a_while_body_opens_in_place(browser, pages):
 def test_pass_report(browser, tmp_path):
     src = str(ROOT / FILES["dp_mlp_step"])
     out, report = tmp_path / "fused.hlo", tmp_path / "report.html"
-    assert cli(["run", src, "--passes=collective-fusion{threshold-bytes=16384},dce", "--report", str(report),
+    assert cli(["run", src, "--passes=collective-fusion{combine-threshold-in-bytes=16384},dce", "--report", str(report),
                 "-o", str(out)]) == 0
     before, after = module_stats(_module("dp_mlp_step")), module_stats(parse_module(out.read_text()))
     page = _open(browser, report)
     rows = page.evaluate("[...document.querySelectorAll('#passes tr[data-pass]')].map(r => [r.dataset.pass, r.dataset.changed])")
-    assert rows == [["collective-fusion{threshold-bytes=16384}", "yes"], ["dce", "yes"]]
+    assert rows == [["collective-fusion{combine-threshold-in-bytes=16384}", "yes"], ["dce", "yes"]]
     # Before/after charts of the first pass carry the stats' numbers.
     bar = lambda sec, chart, series: page.evaluate(  # noqa: E731
         f"+document.querySelector('#pass-{sec} [data-chart={chart}] rect[data-series={series}][data-category=\"all-reduce\"]').dataset.value")
     assert bar(0, "collective-count", "before") == before.collective_count["all-reduce"] == 6
-    assert bar(0, "collective-count", "after") == after.collective_count["all-reduce"] == 2
+    assert bar(0, "collective-count", "after") == after.collective_count["all-reduce"] == 3
     assert bar(0, "collective-bytes", "after") == after.collective_bytes["all-reduce"]
     remark = page.evaluate("[...document.querySelectorAll('#pass-0 .remark')].map(r => r.textContent)")
-    assert any("combined 5 all-reduces" in r and "make_dp_mlp_step.py:31" in r for r in remark)
+    assert any("combined 3 all-reduces" in r and "make_dp_mlp_step.py:31" in r for r in remark)
     assert page.evaluate("document.querySelector('#pass-0 [data-diff]').dataset.diff") == "different"
     # The remark's instruction is a link into the final module's view.
     page.click("#pass-0 .remark a")
