@@ -242,3 +242,19 @@ def test_stats_report_each_pass_time_and_peak_memory(dead, capsys):
         assert " ms  cpu " in line and " MiB" in line
         peak = float(line.split("peak")[1].split("MiB")[0])
         assert 10 < peak < 100_000  # a Python process with the parser loaded: tens of MiB at least
+
+
+def test_final_module_is_always_checked_and_a_malformed_one_never_written(test_passes, dead, tmp_path, capsys):
+    """Without --verify-each the final module still goes through the structural verifier: a
+    pass that leaves a malformed module (and says it changed nothing) gets exit code 1 and no
+    output, to a file or to stdout."""
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(dead), "--passes=dce,break-shape", "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: the final module is malformed (structural verifier), nothing written:")
+    assert "e/%r: shape should be f32[4] (from its operands), got f32[5]" in captured.err
+    assert "--verify-each" in captured.err
+    assert not out.exists()
+    assert cli(["run", str(dead), "--passes=break-shape"]) == 1
+    assert capsys.readouterr().out == ""
+    assert cli(["run", str(dead), "--passes=dce", "-o", str(out)]) == 0 and out.exists()

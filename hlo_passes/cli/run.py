@@ -4,9 +4,10 @@ IN is a file, `-`, a binary HLO proto (`.pb`), or an XLA dump directory with
 `--module NAME|NUMBER` and `--stage` (default: the module's `before_optimizations`
 file; the file used is named on stderr).
 
-Exit codes: 0 done; 1 a check failed (--verify-each: a pass left a malformed module,
---verify: the result computes something else); 2 bad usage or input.  Nothing is
-written to OUT unless the command succeeds."""
+Exit codes: 0 done; 1 a check failed (the final module fails the structural verifier,
+which always runs; --verify-each: a pass left a malformed module; --verify: the result
+computes something else); 2 bad usage or input.  Nothing is written to OUT unless the
+command succeeds."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from hlo_passes.passes.manager import PassFailed, PassManager
+    from hlo_passes.passes.manager import PassFailed, PassManager, structural_problems
     from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
     from hlo_passes.parse.module_parser import parse_module
     from hlo_passes.printer import print_module
@@ -118,6 +119,13 @@ def main(args) -> int:
             where += f"\n(the pass report is {args.report})"
         print(f"error: {e}{where}", file=sys.stderr)
         return 1
+    if not args.verify_each:  # (--verify-each has checked every pass's output already)
+        problems = structural_problems(module)
+        if problems:  # cheap, and never write a module XLA's parser would reject
+            _print_remarks(manager, args.remarks)
+            print(f"error: the final module is malformed (structural verifier), nothing written:\n{problems}\n"
+                  "(run with --verify-each to find the pass that broke it)", file=sys.stderr)
+            return 1
     out = print_module(module)
     if pass_report is not None:  # a diagnostic, like --dump-dir: written before --verify judges
         write_text(args.report, pass_report.html(manager, module))
