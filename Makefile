@@ -48,6 +48,12 @@ bench-view: venv
 	test -d bench-data/gpt24.dump || $(PY) benchmarks/gpt_dump.py
 	$(PY) benchmarks/view_speed.py
 
+# Our pass times beside XLA's own on generated JAX training steps (12-96 layers, 8-4096 devices); long.
+# ARGS=--quick for a few minutes' run, or e.g. ARGS="--layers 24 --devices 8,256 --only gspmd".
+.PHONY: bench-speed
+bench-speed: venv
+	$(PY) benchmarks/pass_speed.py $(ARGS)
+
 # The README's pictures (docs/*.png), with headless Chromium.
 screenshots: venv
 	$(PY) docs/make_screenshots.py
