@@ -224,24 +224,11 @@ def next_channel_id(module: Module) -> int:
 
 
 def reduction_computation(module: Module, kind: str, element_type: PrimitiveType) -> Computation:
-    """A scalar reduction computation (`add`, `maximum`, `minimum`, `multiply`, `and`, `or`) for
-    all-reduce / reduce-scatter / reduce, shared by name within the module."""
-    opcode = {"add": Opcode.ADD, "maximum": Opcode.MAXIMUM, "minimum": Opcode.MINIMUM,
-              "multiply": Opcode.MULTIPLY, "and": Opcode.AND, "or": Opcode.OR}[kind]
-    name = f"{kind}.{element_type.value}.reduction"
-    for comp in module.computations:
-        if comp.name == name:
-            return comp
-    comp = Computation(name)
-    scalar = ArrayShape(element_type, ())
-    a = Instruction(Opcode.PARAMETER, scalar, name="lhs", parameter_number=0)
-    b = Instruction(Opcode.PARAMETER, scalar, name="rhs", parameter_number=1)
-    comp.add(a)
-    comp.add(b)
-    root = comp.add(Instruction(opcode, scalar, [a, b], name=kind))
-    comp.root = root
-    module.add_computation(comp, before=module.entry)
-    return comp
+    """The module's scalar reducer `kind` (`add`, `maximum`, ...) over `element_type`:
+    `Reduction(...).computation(module)` for callers that hold the name."""
+    from hlo_passes.ir.reduction import Reduction  # reduction builds on this module's imports
+
+    return Reduction(Opcode(kind), element_type).computation(module)
 
 
 __all__ = ["Builder", "next_channel_id", "quote", "reduction_computation"]
