@@ -460,6 +460,13 @@ class _Builder(ShapeBuilder):
                 or (op is Opcode.ALL_TO_ALL and "dimensions" in attr):
             if len(instr.attr("dimensions", ())) != 1:
                 raise SemanticError(f"{op.value} needs dimensions={{d}} naming exactly one dimension", tok)
+            if op is Opcode.SCAN and ops:
+                comp = cast("Computation | None", instr.called.get("to_apply"))
+                if comp is not None and len(comp.parameters) != len(ops):
+                    raise SemanticError(f"expects {len(ops)} operands to match the number of parameters of "
+                                        f"to_apply, but to_apply has {len(comp.parameters)} parameters", tok)
+                if len(ops) < instr.attr("num_carries", 0):
+                    raise SemanticError("a scan has fewer operands than num_carries", tok)
         elif op in (Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE) and ops:
             lead = 1 if op is Opcode.DYNAMIC_SLICE else 2
             if len(ops) < lead:
@@ -479,13 +486,6 @@ class _Builder(ShapeBuilder):
             source = ops[0]
             if source.opcode in (Opcode.RECV, Opcode.SEND) and instr.attr("channel_id") != source.attr("channel_id"):
                 raise SemanticError(f"channel_id must match the channel_id of {source.name}", tok)
-        elif op is Opcode.SCAN and ops:  # type: ignore[comparison-overlap]  # unreachable: SCAN is caught above
-            comp = cast("Computation | None", instr.called.get("to_apply"))
-            if comp is not None and len(comp.parameters) != len(ops):
-                raise SemanticError(f"expects {len(ops)} operands to match the number of parameters of "
-                                    f"to_apply, but to_apply has {len(comp.parameters)} parameters", tok)
-            if len(ops) < instr.attr("num_carries", 0):
-                raise SemanticError("a scan has fewer operands than num_carries", tok)
         elif op in (Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
             self._async_link(instr, tok, wrapped)
         elif op is Opcode.ASYNC_START and wrapped is None:
