@@ -445,12 +445,12 @@ _INT_KEYS = (
     "index", "index_vector_dim", "channel_id", "iota_dimension", "feature_index", "k",
     "exponent_bits", "mantissa_bits", "feature_group_count", "batch_group_count",
     "split_dimension", "concat_dimension", "all_gather_dimension", "replica_count",
-    "num_partitions", "parameter_number", "num_carries",
+    "num_partitions", "parameter_number", "num_carries", "delta", "inferred_dimension",
 )
 _BOOL_KEYS = (
     "use_global_device_ids", "constrain_layout", "indices_are_sorted", "unique_indices", "is_stable",
     "largest", "custom_call_has_side_effect", "is_host_transfer", "is_scheduled", "is_reverse",
-    "is_associative",
+    "is_associative", "left_side", "lower", "unit_diagonal", "is_composite", "has_dynamic_root",
 )
 _STRING_KEYS = ("custom_call_target", "execution_thread", "async_execution_thread", "opaque")
 
