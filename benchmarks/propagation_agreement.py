@@ -1,12 +1,16 @@
 """How often does our sharding-propagation give an instruction the sharding XLA's gives it?
 
-For each module (HLO files in GSPMD form, or the generated models of spmd_models.py), XLA's
-ShardingPropagation runs inside a compile for the module's device count and its result is read
-from the `after_sharding-propagation` dump; ours runs on the same text.  Instructions are
-matched by name (propagation renames nothing) and compared by meaning (Sharding equality: the
-same device for every tile).  Prints per module the agreement and the first disagreements.
+For each module (HLO files in GSPMD form, a folder of them, or the generated models of
+spmd_models.py), XLA's ShardingPropagation runs inside a compile for the module's device
+count and its result is read from the `after_sharding-propagation` dump; ours runs on the
+same text.  XLA's import renames some instructions (`param0` -> `param0.1`, keeping the old
+name as `op_name` metadata), so instructions are matched by name, else by that op_name, else
+by name without XLA's `.N` suffix — always of the same opcode and shape — and compared by
+meaning (Sharding equality: the same device for every tile).  An instruction both leave
+without a sharding is not counted.  Prints per module the agreement and the first
+disagreements.
 
-    .venv/bin/python benchmarks/propagation_agreement.py FILE.hlo ... [--models gpt_tp,...] [--show 10]
+    .venv/bin/python benchmarks/propagation_agreement.py FILE.hlo DIR ... [--models gpt_tp,...] [--show 10]
 """
 
 from __future__ import annotations
@@ -32,27 +36,56 @@ def _sharding(instr):
     return instr.sharding if "sharding" in instr.attributes else None
 
 
-def agreement(text: str, show: int = 0) -> tuple[int, int, list[str]]:
-    """(instructions agreeing, instructions compared, disagreement lines)."""
+def xla_propagation(text: str):
+    """XLA's module right after its sharding propagation, compiled as the module's header says."""
     module = parse_module(text)
     n = read_program(module).num_devices
-    header = module.attributes
     flags = {}
     for key, arg in (("allow_spmd_sharding_propagation_to_output", "propagate_to_output"),
                      ("allow_spmd_sharding_propagation_to_parameters", "propagate_to_parameters")):
-        if key in header:
-            flags[arg] = tuple(module.header_attr(key))
-    xla = parse_module(pass_dump(text, "sharding-propagation", num_partitions=n, **flags))
+        if key in module.attributes:
+            value = module.header_attr(key)
+            flags[arg] = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    return parse_module(pass_dump(text, "sharding-propagation", num_partitions=n, **flags))
+
+
+def match(ours, theirs):
+    """Pairs (our instruction, XLA's) of the same opcode and shape (see the module docstring)."""
+    by_name, by_op_name, by_stem = {}, {}, {}
+    for i in theirs.all_instructions():
+        by_name.setdefault(i.name, []).append(i)
+        md = i.metadata
+        if md is not None and md.op_name:
+            by_op_name.setdefault(md.op_name, []).append(i)
+        stem, dot, suffix = i.name.rpartition(".")
+        if dot and suffix.isdigit():
+            by_stem.setdefault(stem, []).append(i)
+    pairs = []
+    taken = set()
+    for instr in ours.all_instructions():
+        md = instr.metadata
+        keys = [(by_name, instr.name)]
+        if md is None or not md.op_name:
+            keys.append((by_op_name, instr.name))
+        keys.append((by_stem, instr.name))
+        for table, key in keys:
+            found = [o for o in table.get(key, ()) if o.opcode is instr.opcode and o.shape.to_hlo(False) == instr.shape.to_hlo(False)
+                     and id(o) not in taken]
+            if len(found) == 1:
+                taken.add(id(found[0]))
+                pairs.append((instr, found[0]))
+                break
+    return pairs
+
+
+def agreement(text: str, show: int = 0) -> tuple[int, int, list[str]]:
+    """(instructions agreeing, instructions compared, disagreement lines)."""
+    xla = xla_propagation(text)
+    module = parse_module(text)
     ShardingPropagation().run(module)
-    theirs = {i.name: i for i in xla.all_instructions()}
     agree = total = 0
     lines = []
-    for instr in module.all_instructions():
-        other = theirs.get(instr.name)
-        # XLA's passes before propagation (call inlining, simplification) can reuse a name for
-        # another instruction: only same-named instructions of the same opcode and shape count
-        if other is None or other.opcode is not instr.opcode or other.shape != instr.shape:
-            continue
+    for instr, other in match(module, xla):
         a, b = _sharding(instr), _sharding(other)
         if b is None and a is None:
             continue
@@ -67,13 +100,16 @@ def agreement(text: str, show: int = 0) -> tuple[int, int, list[str]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="*", type=Path)
+    ap.add_argument("files", nargs="*", type=Path, help="HLO files, or folders of *.hlo files")
     ap.add_argument("--models", help="comma-separated models of benchmarks/spmd_models.py (GSPMD lowering)")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--show", type=int, default=8)
     args = ap.parse_args(argv)
     quiet_cpp_logs()
-    inputs = [(f.name, f.read_text()) for f in args.files]
+    inputs = []
+    for f in args.files:
+        for path in (sorted(f.glob("*.hlo")) if f.is_dir() else [f]):
+            inputs.append((path.name, path.read_text()))
     if args.models:
         import jax
 
@@ -83,15 +119,21 @@ def main(argv=None) -> int:
         for name in args.models.split(","):
             fn, fargs = spmd_models.MODELS[name](args.width)
             inputs.append((name, fn.lower(*fargs).as_text(dialect="hlo")))
-    total_agree = total = 0
+    total_agree = total = full = 0
     for name, text in inputs:
-        a, t, lines = agreement(text, args.show)
+        try:
+            a, t, lines = agreement(text, args.show)
+        except Exception as e:  # noqa: BLE001 - a module either side cannot propagate is reported, not fatal
+            print(f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            continue
         total_agree += a
         total += t
+        full += a == t
         print(f"{name}: {a}/{t} instructions agree ({100 * a / max(t, 1):.0f}%)")
         for line in lines:
             print(line)
-    print(f"\noverall: {total_agree}/{total} ({100 * total_agree / max(total, 1):.1f}%)")
+    print(f"\noverall: {total_agree}/{total} ({100 * total_agree / max(total, 1):.1f}%), "
+          f"{full}/{len(inputs)} modules agree fully")
     return 0
 
 
