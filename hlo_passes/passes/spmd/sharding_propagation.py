@@ -58,6 +58,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
@@ -65,6 +66,7 @@ from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, 
                                                       SHARDING, forward_rule, is_custom_call, passes_at_level,
                                                       supports_spatial_partitioning, user_rule)
 from hlo_passes.passes.spmd.shardy_import import SDY_PREFIX, import_shardy
+from hlo_passes.printer import print_module
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
@@ -101,10 +103,12 @@ class ShardingPropagation(ModulePass):
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
             return changed
-        params = self._allowed(module, "parameters")
-        output = self._allowed(module, "output")
-        walk = _Walk(module, params, output, self)
-        changed |= walk.run()
+        changed |= _detach_shard_alike(module)
+        flat = _Flat(module)
+        walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
+        walk.run()
+        changed |= flat.transfer(walk.state, self)
+        changed |= _remove_barriers(module)
         if not self.options.keep_sharding_custom_calls:
             changed |= _sharding_calls_to_copies(module)
         return changed
@@ -169,6 +173,140 @@ def unspecified_dims(instr: Instruction) -> list[int] | None:
     return dims or None
 
 
+class _Flat:
+    """The module as XLA's pipeline hands it to propagation: calls inlined (CallInliner) and
+    every conditional returning a tuple (ConditionalCanonicalizer).  Both change where
+    shardings flow: a call body's values belong to its caller's graph (propagation reaches
+    them in the caller's order and crosses the call both ways), and a branch's result is
+    linked to the conditional only through the tuple wrapping it.
+
+    The walk runs on a copy so built; `transfer` writes its shardings back onto the module,
+    which keeps its calls: a call takes its inlined result's sharding, a call body's
+    parameter its argument's, and a body inlined at several call sites the first site's (a
+    remark names bodies whose sites disagree)."""
+
+    def __init__(self, module: Module):
+        self.original = module
+        self.copies: dict[Instruction, list[Instruction]] = {}
+        comps = propagated_computations(module)
+        needed = any(i.opcode is Opcode.CALL or (i.opcode is Opcode.CONDITIONAL and not i.shape.is_tuple)
+                     for c in comps for i in c.instructions)
+        if not needed:
+            self.module = module
+            return
+        self.module = parse_module(print_module(module), "<sharding-propagation copy>")
+        by_key = {(c.name, i.name): i for c in module.computations for i in c.instructions}
+        self.origin: dict[Instruction, Instruction] = {}
+        for c in self.module.computations:
+            for i in c.instructions:
+                o = by_key.get((c.name, i.name))
+                if o is not None:
+                    self.origin[i] = o
+        self.replaced: dict[Instruction, Instruction] = {}
+        values: dict[Instruction, list[Instruction]] = {}
+        for comp in propagated_computations(self.module):
+            self._inline_calls(comp, values)
+        for comp in propagated_computations(self.module):
+            self._canonicalize_conditionals(comp)
+        for flat_instr, orig in self.origin.items():
+            if flat_instr.parent is not None and flat_instr.parent.module is self.module:
+                values.setdefault(orig, []).append(flat_instr)
+        self.copies = {orig: [self._resolve(v) for v in vs] for orig, vs in values.items()}
+
+    def _resolve(self, instr: Instruction) -> Instruction:
+        while instr in self.replaced:
+            instr = self.replaced[instr]
+        return instr
+
+    def _inline_calls(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        work = [i for i in comp.post_order() if i.opcode is Opcode.CALL]
+        while work:
+            call = work.pop(0)
+            callee = call.called_computations()[0]
+            mapping: dict[Instruction, Instruction] = {}
+            for instr in callee.post_order():
+                if instr.opcode is Opcode.PARAMETER:
+                    value = call.operands[instr.parameter_number]
+                    mapping[instr] = value
+                    if instr in self.origin:
+                        values.setdefault(self.origin[instr], []).append(value)
+                    continue
+                copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
+                                   attributes=dict(instr.attributes), called=dict(instr.called),
+                                   literal=instr.literal)
+                comp.add(copy, name_hint=instr.name, before=call)
+                if instr in self.origin:
+                    self.origin[copy] = self.origin[instr]
+                mapping[instr] = copy
+                if copy.opcode is Opcode.CALL:
+                    work.append(copy)
+            root = mapping[callee.root]
+            if call in self.origin:
+                values.setdefault(self.origin.pop(call), []).append(root)
+            self.replaced[call] = root
+            was_root = comp.root is call
+            call.replace_all_uses_with(root)
+            if was_root:
+                comp.root = root
+            for succ in list(call.control_successors or ()):
+                succ.control_predecessors.remove(call)
+                call.control_successors.remove(succ)
+            call.control_predecessors = []
+            comp.remove(call)
+
+    def _canonicalize_conditionals(self, comp: Computation) -> None:
+        for instr in list(comp.instructions):
+            if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
+                continue
+            for branch in instr.called_computations():
+                branch.root = Builder(branch).tuple([branch.root])
+            users = list(instr.users)
+            was_root = comp.root is instr
+            shape = instr.shape
+            instr.shape = TupleShape((shape,))
+            gte = Builder(comp).get_tuple_element(instr, 0)
+            for user in users:
+                user.replace_operand(instr, gte)
+            if was_root:
+                comp.root = gte
+            s = instr.sharding if "sharding" in instr.attributes else None
+            if s is not None and s.kind is not ShardingKind.TUPLE:
+                gte.sharding = s
+                instr.sharding = su.single(instr.shape, s)
+            orig = self.origin.pop(instr, None)
+            if orig is not None:
+                self.origin[gte] = orig
+
+    def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
+        """Write the walk's shardings onto the module (see the class docstring)."""
+        changed = False
+        for comp in propagated_computations(self.original):
+            for instr in comp.instructions:
+                twins = self.copies.get(instr, []) if self.module is not self.original else [instr]
+                if not twins:
+                    continue
+                found = [state[t] for t in twins if t in state]
+                new = found[0] if found else None
+                if any(f != new for f in found[1:]):
+                    owner.remark(instr, "inlined at several call sites that disagree on its sharding: "
+                                        "the first site's is kept", "missed")
+                if new is not None and instr.shape.is_tuple != (new.kind is ShardingKind.TUPLE):
+                    new = su.single(instr.shape, new) if instr.shape.is_tuple else None
+                old = instr.sharding if "sharding" in instr.attributes else None
+                if new is None:
+                    if old is not None:
+                        instr.sharding = None
+                        changed = True
+                    continue
+                if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
+                        old == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
+                                       and su.single(instr.shape, su.canon(old)) == new)):
+                    continue
+                instr.sharding = new
+                changed = True
+        return changed
+
+
 class _Walk:
     """One run of the algorithm (see the module docstring); implements PropagationContext."""
 
@@ -191,7 +329,6 @@ class _Walk:
         self.caller: dict[Computation, Instruction] = {}
         self.aggressiveness = 0
         self._overlay: dict[Instruction, Sharding] | None = None
-        self.changed_structure = False
 
     # ------------------------------------------------------ context (rules) --
     @property
@@ -314,8 +451,7 @@ class _Walk:
             self._overlay = outer
 
     # ----------------------------------------------------------------- run --
-    def run(self) -> bool:
-        self._canonicalize_conditionals()
+    def run(self) -> None:
         self._load()
         self._process_annotations()
         self._link_computations()
@@ -327,59 +463,6 @@ class _Walk:
         self._to_fixed_point(3, shard_groups=False)
         self._relay_barrier_from()
         self._restore_entry()
-        self._restore_conditionals()
-        return self._write()
-
-    def _canonicalize_conditionals(self) -> None:
-        """XLA's pipeline makes every conditional return a tuple before propagating
-        (ConditionalCanonicalizer): each branch root is wrapped in a one-element tuple and the
-        conditional's users read element 0.  Propagation then links the wrapping tuples, not the
-        branch values themselves, so branches keep their own shardings.  We do the same for the
-        walk and undo it afterwards (`_restore_conditionals`)."""
-        self._canonical = []
-        for comp in self.comps:
-            for instr in list(comp.instructions):
-                if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
-                    continue
-                wrapped = []
-                for branch in instr.called_computations():
-                    root = branch.root
-                    wrapper = Builder(branch).tuple([root])
-                    branch.root = wrapper
-                    wrapped.append((branch, root, wrapper))
-                users = list(instr.users)
-                was_root = comp.root is instr
-                old_shape = instr.shape
-                instr.shape = TupleShape((old_shape,))
-                gte = Builder(comp).get_tuple_element(instr, 0)
-                for user in users:
-                    user.replace_operand(instr, gte)
-                if was_root:
-                    comp.root = gte
-                s = instr.sharding if "sharding" in instr.attributes else None
-                if s is not None and s.kind is not ShardingKind.TUPLE:
-                    gte.sharding = s
-                self._canonical.append((comp, instr, old_shape, gte, wrapped, was_root))
-
-    def _restore_conditionals(self) -> None:
-        for comp, instr, old_shape, gte, wrapped, was_root in self._canonical:
-            s = self.state.pop(gte, None)
-            cs = self.state.get(instr)
-            if s is None and cs is not None:
-                s = su.sub_sharding(instr.shape, cs, 0)
-            gte.replace_all_uses_with(instr)
-            if was_root:
-                comp.root = instr
-            comp.remove(gte)
-            instr.shape = old_shape
-            if s is not None:
-                self.state[instr] = s
-            else:
-                self.state.pop(instr, None)
-            for branch, root, wrapper in wrapped:
-                branch.root = root
-                branch.remove(wrapper)
-                self.state.pop(wrapper, None)
 
     def _load(self) -> None:
         for comp in self.comps:
@@ -416,14 +499,6 @@ class _Walk:
                     if s is None:
                         raise PropagationError(f"{instr.name}: a Sharding custom-call needs a sharding attribute")
                     operand = instr.operands[0]
-                    group = _shard_group(s)
-                    if (group is not None and s.kind is ShardingKind.UNKNOWN
-                            and operand.opcode is not Opcode.PARAMETER):
-                        # shard_alike: the annotation only names a group; its operand joins it.
-                        cur = self.state.get(operand) or Sharding.unknown()
-                        self.state[operand] = replace(cur, shard_group=group)
-                        self._remove(instr, operand)
-                        continue
                     self._join_group(instr)
                     dims = unspecified_dims(instr)
                     if dims:
@@ -456,15 +531,6 @@ class _Walk:
         members.append(instr)
         self.group_of[instr] = group
         self.state[instr] = _without_group(s)
-
-    def _remove(self, instr: Instruction, replacement: Instruction) -> None:
-        comp = instr.parent
-        if comp.root is instr:
-            comp.root = replacement
-        instr.replace_all_uses_with(replacement)
-        comp.remove(instr)
-        self.state.pop(instr, None)
-        self.changed_structure = True
 
     def _related(self, instr: Instruction) -> list[Instruction]:
         """Instructions that must share `instr`'s sharding (a while with its body's parameter and
@@ -856,31 +922,6 @@ class _Walk:
                         p.shape, self.state[p]):
                     self.state[p] = su.single(p.shape, su.replicated())
 
-    # -------------------------------------------------------------- write --
-    def _write(self) -> bool:
-        changed = self.changed_structure
-        for comp in self.comps:
-            for instr in list(comp.instructions):
-                if is_custom_call(instr, BARRIER_FROM, BARRIER_TO):
-                    self._remove(instr, instr.operands[0])
-                    changed = True
-                    continue
-                old = self.original.get(instr)
-                new = self.state.get(instr)
-                if new is None:
-                    if old is not None:
-                        instr.sharding = None
-                        changed = True
-                    continue
-                if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
-                        old == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
-                                       and su.single(instr.shape, su.canon(old)) == new)):
-                    continue
-                instr.sharding = _printable(new, instr.shape)
-                changed = True
-        return changed
-
-
 # ------------------------------------------------------------------ helpers --
 def _strictly_better(lhs: Sharding, rhs: Sharding) -> bool:
     """Manual over tile-maximal (XLA's IsShardingStrictlyBetter)."""
@@ -939,12 +980,6 @@ def _unknown_to_replicated(s: Sharding) -> Sharding:
     if s.kind is ShardingKind.TUPLE:
         return su.tuple_sharding(_unknown_to_replicated(e) for e in s.elements)
     return su.replicated(s.metadata) if s.kind is ShardingKind.UNKNOWN else s
-
-
-def _printable(s: Sharding, shape: Shape) -> Sharding:
-    """A tuple value whose leaves all share one sharding prints as that one sharding only when
-    XLA would; we always print the per-leaf form, which XLA reads the same way."""
-    return s
 
 
 def _check_devices(instr: Instruction, s: Sharding) -> None:
@@ -1023,4 +1058,43 @@ def _sharding_calls_to_copies(module: Module) -> bool:
                 copy.attributes["metadata"] = instr.attributes["metadata"]
             comp.replace(instr, copy)
             changed = True
+    return changed
+
+
+def _detach_shard_alike(module: Module) -> bool:
+    """A `Sharding` custom-call whose sharding is only `{unknown shard_as N}` (JAX's
+    shard_alike) names a group and nothing else: its operand joins the group and the call goes
+    (XLA's ProcessShardingInstruction).  On a parameter it stays, as a copy would in XLA."""
+    changed = False
+    for comp in propagated_computations(module):
+        for instr in list(comp.post_order()):
+            if not is_custom_call(instr, SHARDING) or "sharding" not in instr.attributes:
+                continue
+            s = instr.sharding
+            group = _shard_group(s)
+            if group is None or s.kind is not ShardingKind.UNKNOWN or instr.operands[0].opcode is Opcode.PARAMETER:
+                continue
+            operand = instr.operands[0]
+            cur = operand.sharding if "sharding" in operand.attributes else Sharding.unknown()
+            operand.sharding = replace(cur, shard_group=group) if cur.kind is not ShardingKind.TUPLE else cur
+            if comp.root is instr:
+                comp.root = operand
+            instr.replace_all_uses_with(operand)
+            comp.remove(instr)
+            changed = True
+    return changed
+
+
+def _remove_barriers(module: Module) -> bool:
+    """ShardBarrierFrom / ShardBarrierTo only steer propagation: they go once it is done."""
+    changed = False
+    for comp in propagated_computations(module):
+        for instr in list(comp.instructions):
+            if is_custom_call(instr, BARRIER_FROM, BARRIER_TO):
+                operand = instr.operands[0]
+                if comp.root is instr:
+                    comp.root = operand
+                instr.replace_all_uses_with(operand)
+                comp.remove(instr)
+                changed = True
     return changed
