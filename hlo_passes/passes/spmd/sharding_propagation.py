@@ -241,6 +241,8 @@ class _Flat:
                 if copy.opcode is Opcode.CALL:
                     work.append(copy)
             root = mapping[callee.root]
+            if "sharding" in call.attributes and "sharding" not in root.attributes:
+                root.sharding = call.sharding  # XLA's ReplaceInstruction keeps the old sharding
             if call in self.origin:
                 values.setdefault(self.origin.pop(call), []).append(root)
             self.replaced[call] = root
@@ -1086,12 +1088,15 @@ def _detach_shard_alike(module: Module) -> bool:
 
 
 def _remove_barriers(module: Module) -> bool:
-    """ShardBarrierFrom / ShardBarrierTo only steer propagation: they go once it is done."""
+    """ShardBarrierFrom / ShardBarrierTo only steer propagation: they go once it is done (an
+    operand without a sharding takes the barrier's, as XLA's instruction replacement does)."""
     changed = False
     for comp in propagated_computations(module):
         for instr in list(comp.instructions):
             if is_custom_call(instr, BARRIER_FROM, BARRIER_TO):
                 operand = instr.operands[0]
+                if "sharding" in instr.attributes and "sharding" not in operand.attributes:
+                    operand.sharding = instr.sharding  # XLA's ReplaceInstruction keeps the old sharding
                 if comp.root is instr:
                     comp.root = operand
                 instr.replace_all_uses_with(operand)
