@@ -67,6 +67,7 @@ class PropagationContext(Protocol):
     def non_root_users(self, instr: Instruction) -> int: ...
     def caller_of(self, instr: Instruction) -> Instruction | None: ...
     def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None: ...
+    def remark(self, instr: Instruction, message: str) -> None: ...  # a deliberate difference from XLA
 
 
 # ------------------------------------------------------------------ traits --
@@ -318,6 +319,31 @@ def _transpose_forward(ctx, instr):
                        aggressive=_single_user(ctx, instr))
 
 
+def wide_window_dims(instr: Instruction, operand: Instruction) -> list[int]:
+    """Dims whose window spans more than half of the dim (JAX's cumsum on the CPU is a
+    reduce-window as wide as the dim).
+
+    Deliberate difference from XLA, which carries such a dim's tiling into the op: our
+    partitioner (handlers/reduce_window.py, halo.py) would then gather the dim, compute, and
+    slice the result for nothing; a halo exchange only beats a gather when the window spans
+    at most half the dim, so the tiling of these dims stays behind (a remark says so)."""
+    window = instr.window
+    if window is None:
+        return []
+    dims = operand.shape.dims
+    return [d for d, w in enumerate(window.dimensions)
+            if w.size > 1 and 2 * ((w.size - 1) * w.rhs_dilation + 1) > dims[d]]
+
+
+def _windowed(ctx, instr: Instruction, operand: Instruction, s: Sharding) -> Sharding:
+    wide = [d for d in wide_window_dims(instr, operand) if s.kind is ShardingKind.TILED and s.tile_dims[d] > 1]
+    if not wide:
+        return s
+    ctx.remark(instr, f"dims {wide} keep no tiling: their window spans more than half the dim, where "
+                      "the partitioner's halo exchange cannot beat a gather (XLA would carry it)")
+    return su.replicate_dims(s, wide)
+
+
 @forward(Opcode.REDUCE_WINDOW)
 def _reduce_window_forward(ctx, instr):
     """Inputs' shardings carry over whole (the partitioner exchanges halos); not with dilation."""
@@ -327,8 +353,8 @@ def _reduce_window_forward(ctx, instr):
     changed = False
     for operand in instr.operands[:len(instr.operands) // 2]:
         if is_spatial(ctx, operand):
-            changed |= ctx.improve(_maybe_tuple(instr, ctx.sharding(operand)), instr,
-                                   aggressive=_single_user(ctx, instr))
+            s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+            changed |= ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
     return changed
 
 
@@ -340,7 +366,8 @@ def _select_and_scatter_forward(ctx, instr):
     window = instr.window
     if window is not None and any(w.lhs_dilation > 1 for w in window.dimensions):
         return False
-    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+    s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+    return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
 
 
 @forward(Opcode.RESHAPE)

@@ -331,6 +331,7 @@ class _Walk:
         self.caller: dict[Computation, Instruction] = {}
         self.aggressiveness = 0
         self._overlay: dict[Instruction, Sharding] | None = None
+        self._remarked: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------ context (rules) --
     @property
@@ -356,6 +357,12 @@ class _Walk:
     def non_root_users(self, instr: Instruction) -> int:
         root = instr.parent.root
         return sum(1 for u in instr.users if u is not root)
+
+    def remark(self, instr: Instruction, message: str) -> None:
+        key = (instr.name, message)
+        if key not in self._remarked:
+            self._remarked.add(key)
+            self.owner.remark(instr, message, "note")
 
     def caller_of(self, instr: Instruction) -> Instruction | None:
         return self.caller.get(instr.parent)
