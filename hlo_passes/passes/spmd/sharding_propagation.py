@@ -301,8 +301,9 @@ class _Flat:
                         changed = True
                     continue
                 if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
-                        old == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
-                                       and su.single(instr.shape, su.canon(old)) == new)):
+                        su.canon(old) == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
+                                                 and su.single(instr.shape, su.canon(old)) == new)) and (
+                        not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
                     continue
                 instr.sharding = new
                 changed = True
@@ -951,6 +952,10 @@ def _strip(s: Sharding) -> Sharding:
     if s.kind is ShardingKind.TUPLE:
         return s if not any(e.metadata for e in s.elements) else su.tuple_sharding(_strip(e) for e in s.elements)
     return replace(s, metadata="") if s.metadata else s
+
+
+def _metadata_of(s: Sharding) -> tuple[str, ...]:
+    return tuple(e.metadata for e in s.elements) if s.kind is ShardingKind.TUPLE else (s.metadata,)
 
 
 def _first_metadata(s: Sharding) -> str:

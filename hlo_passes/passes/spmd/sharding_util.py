@@ -310,7 +310,7 @@ def replicate_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     if s.kind is not ShardingKind.TILED:
         return s
     r = s.data_rank
-    valid = [d for d in dims if d < r]
+    valid = list(dict.fromkeys(d for d in dims if d < r))
     group = math.prod(s.tile_dims[d] for d in valid)
     if group == 1:
         return s
