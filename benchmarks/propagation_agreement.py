@@ -11,13 +11,18 @@ without a sharding is not counted.  Prints per module the agreement and the firs
 disagreements.
 
     .venv/bin/python benchmarks/propagation_agreement.py FILE.hlo DIR ... [--models gpt_tp,...] [--show 10]
+
+XLA runs in a child process per module (`--in-process` to skip that): XLA's partitioner, which
+runs after propagation, aborts the process (a CHECK) on some modules its propagation handles.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -36,17 +41,52 @@ def _sharding(instr):
     return instr.sharding if "sharding" in instr.attributes else None
 
 
-def xla_propagation(text: str):
-    """XLA's module right after its sharding propagation, compiled as the module's header says."""
-    module = parse_module(text)
-    n = read_program(module).num_devices
+def _flags(module) -> dict[str, tuple[bool, ...]]:
     flags = {}
     for key, arg in (("allow_spmd_sharding_propagation_to_output", "propagate_to_output"),
                      ("allow_spmd_sharding_propagation_to_parameters", "propagate_to_parameters")):
         if key in module.attributes:
             value = module.header_attr(key)
             flags[arg] = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    return parse_module(pass_dump(text, "sharding-propagation", num_partitions=n, **flags))
+    return flags
+
+
+def xla_propagation(text: str, isolate: bool = False):
+    """XLA's module right after its sharding propagation, compiled as the module's header says."""
+    module = parse_module(text)
+    n = read_program(module).num_devices
+    flags = _flags(module)
+    if not isolate:
+        return parse_module(pass_dump(text, "sharding-propagation", num_partitions=n, **flags))
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "in.hlo"
+        src.write_text(text)
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={d}/dump --xla_dump_hlo_as_text"
+                            " --xla_dump_hlo_pass_re=sharding-propagation")
+        args = [sys.executable, __file__, "--child", str(src), str(n),
+                ",".join(map(str, flags.get("propagate_to_output", ()))),
+                ",".join(map(str, flags.get("propagate_to_parameters", ())))]
+        run = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        found = sorted(Path(d).glob("dump/*after_sharding-propagation*.txt"))
+        if not found:
+            lines = [l for l in (run.stdout + run.stderr).splitlines() if "Error" in l or "error" in l]
+            raise RuntimeError(lines[-1] if lines else f"XLA wrote no dump (exit {run.returncode})")
+        return parse_module(found[-1].read_text())
+
+
+def _child(src: str, n: str, output: str, parameters: str) -> int:
+    from hlo_passes.runtime.xla_backend import compile_hlo
+
+    def bools(text):
+        return tuple(v == "True" for v in text.split(",") if v)
+
+    try:
+        compile_hlo(Path(src).read_text(), num_partitions=int(n), spmd=True, propagate_to_output=bools(output),
+                    propagate_to_parameters=bools(parameters))
+    except Exception as e:  # noqa: BLE001 - the dump written before the error is what the parent reads
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    return 0
 
 
 def match(ours, theirs):
@@ -78,9 +118,9 @@ def match(ours, theirs):
     return pairs
 
 
-def agreement(text: str, show: int = 0) -> tuple[int, int, list[str]]:
+def agreement(text: str, show: int = 0, isolate: bool = False) -> tuple[int, int, list[str]]:
     """(instructions agreeing, instructions compared, disagreement lines)."""
-    xla = xla_propagation(text)
+    xla = xla_propagation(text, isolate)
     module = parse_module(text)
     ShardingPropagation().run(module)
     agree = total = 0
@@ -104,6 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", help="comma-separated models of benchmarks/spmd_models.py (GSPMD lowering)")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--show", type=int, default=8)
+    ap.add_argument("--in-process", action="store_true", help="run XLA in this process (faster; a CHECK kills it)")
     args = ap.parse_args(argv)
     quiet_cpp_logs()
     inputs = []
@@ -122,7 +163,7 @@ def main(argv=None) -> int:
     total_agree = total = full = 0
     for name, text in inputs:
         try:
-            a, t, lines = agreement(text, args.show)
+            a, t, lines = agreement(text, args.show, isolate=not args.in_process)
         except Exception as e:  # noqa: BLE001 - a module either side cannot propagate is reported, not fatal
             print(f"{name}: FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             continue
@@ -138,4 +179,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        sys.exit(_child(*sys.argv[2:6]))
     sys.exit(main())

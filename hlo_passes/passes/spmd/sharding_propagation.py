@@ -189,8 +189,7 @@ class _Flat:
         self.original = module
         self.copies: dict[Instruction, list[Instruction]] = {}
         comps = propagated_computations(module)
-        needed = any(i.opcode is Opcode.CALL or (i.opcode is Opcode.CONDITIONAL and not i.shape.is_tuple)
-                     for c in comps for i in c.instructions)
+        needed = any(_reshaped_by_import(i) for c in comps for i in c.instructions)
         if not needed:
             self.module = module
             return
@@ -208,10 +207,17 @@ class _Flat:
             self._inline_calls(comp, values)
         for comp in propagated_computations(self.module):
             self._canonicalize_conditionals(comp)
+        for comp in propagated_computations(self.module):
+            self._fold_tuples(comp, values)
+            self._tuple_root(comp)
         for flat_instr, orig in self.origin.items():
             if flat_instr.parent is not None and flat_instr.parent.module is self.module:
                 values.setdefault(orig, []).append(flat_instr)
-        self.copies = {orig: [self._resolve(v) for v in vs] for orig, vs in values.items()}
+        self.copies = {}
+        for orig, vs in values.items():
+            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None]
+            if live:
+                self.copies[orig] = live
 
     def _resolve(self, instr: Instruction) -> Instruction:
         while instr in self.replaced:
@@ -255,6 +261,49 @@ class _Flat:
                 call.control_successors.remove(succ)
             call.control_predecessors = []
             comp.remove(call)
+
+    def _fold_tuples(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """What the HLO -> StableHLO -> HLO import that XLA's compile of HLO text goes through
+        does to tuples: an element read from a tuple built in the same computation is the
+        element itself, and values nothing uses disappear (with their annotations)."""
+        for instr in comp.post_order():
+            if (instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE
+                    and instr.parent is comp):
+                value = instr.operands[0].operands[instr.attr("index")]
+                was_root = comp.root is instr
+                instr.replace_all_uses_with(value)
+                if was_root:
+                    comp.root = value
+                self.replaced[instr] = value
+                orig = self.origin.pop(instr, None)
+                if orig is not None:
+                    values.setdefault(orig, []).append(instr)
+        dead = True
+        while dead:
+            dead = False
+            for instr in list(comp.instructions):
+                if (instr.users or comp.root is instr or instr.opcode is Opcode.PARAMETER or instr.has_side_effect
+                        or instr.control_successors):
+                    continue
+                self.origin.pop(instr, None)
+                comp.remove(instr)
+                dead = True
+
+    def _tuple_root(self, comp: Computation) -> None:
+        """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
+        that made the value is then an ordinary instruction that may take a sharding, and the
+        computation's result is the new tuple (whose sharding the original root gets back)."""
+        root = comp.root
+        if not root.shape.is_tuple or root.opcode is Opcode.TUPLE:
+            return
+        b = Builder(comp)
+        parts = [b.get_tuple_element(root, i) for i in range(len(root.shape.elements))]
+        comp.root = b.tuple(parts)
+        orig = self.origin.pop(root, None)
+        if orig is not None:
+            self.origin[comp.root] = orig
+            if "sharding" in root.attributes:
+                comp.root.sharding = root.sharding
 
     def _canonicalize_conditionals(self, comp: Computation) -> None:
         for instr in list(comp.instructions):
@@ -1073,6 +1122,19 @@ def _sharding_calls_to_copies(module: Module) -> bool:
             comp.replace(instr, copy)
             changed = True
     return changed
+
+
+def _reshaped_by_import(instr: Instruction) -> bool:
+    """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
+    around `instr` before propagating (see _Flat)?"""
+    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and not instr.shape.is_tuple):
+        return True
+    if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
+        return True
+    if instr.parent.root is instr and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+        return True
+    return (not instr.users and instr.parent.root is not instr and instr.opcode is not Opcode.PARAMETER
+            and not instr.has_side_effect)
 
 
 def _detach_shard_alike(module: Module) -> bool:
