@@ -5,6 +5,7 @@ unpartitioned module.  Unannotated corpus programs are sharded on their float pa
 
 import importlib.util
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -55,6 +56,22 @@ def test_ends_with_cse_like_xla_so_twin_psums_become_one_all_reduce():
     assert collectives(cleaned) == collectives(xla)
 
 
+def lowered(program: str, form: str) -> str:
+    """A corpus program's lowered text with the propagation flags JAX compiled it with.
+
+    `.lower().as_text()` does not record `allow_spmd_sharding_propagation_to_parameters/output`
+    (JAX passes them to the compiler), and sharding-propagation reads their absence as XLA
+    does: no propagation to parameters and outputs.  The compiled module beside it has them."""
+    text = (CORPUS / program / f"{program}.lowered.{form}.hlo").read_text()
+    compiled = CORPUS / program / f"{program}.compiled.hlo"
+    if not compiled.exists():
+        return text
+    header = compiled.read_text().split("\n", 1)[0]
+    flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
+    first, rest = text.split("\n", 1)
+    return ", ".join([first] + [f for f in flags if f.split("=")[0] not in first]) + "\n" + rest
+
+
 def _meta(program: str) -> dict:
     return json.loads((CORPUS / program / "meta.json").read_text())
 
@@ -77,7 +94,7 @@ def test_sharded_corpus_program_verifies(program, form):
     """Global-view programs are run against the unpartitioned module at their own device count;
     programs with manual regions (shard_map, pmap) cannot run unpartitioned, so they are compared
     device by device with XLA's partitioned program."""
-    text = (CORPUS / program / f"{program}.lowered.{form}.hlo").read_text()
+    text = lowered(program, form)
     n = _meta(program)["num_devices"]
     module, out, remarks = partition(text, n)
     assert module.num_partitions == n
@@ -98,7 +115,7 @@ def test_shard_map_2d_result_kept_in_its_annotated_sharding():
     allow_spmd_sharding_propagation_to_output) tiles it over 'y', ours keeps the annotation.  The
     comparison accepts that only because each XLA tile is a block of our value."""
     program = "shard_map_collectives_2d"
-    module, out, _ = partition((CORPUS / program / f"{program}.lowered.shardy.hlo").read_text())
+    module, out, _ = partition(lowered(program, "shardy"))
     assert module.entry.root.sharding.element(2).is_replicated
     xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
@@ -108,7 +125,7 @@ def test_shard_map_2d_result_kept_in_its_annotated_sharding():
 def test_megatron_output_contract_and_collectives():
     """Layer 1: rows over 4, w1 columns over 2 -> local.  Layer 2: contracting dim over 2 ->
     one all-reduce in pairs {0,1},{2,3},... (the same as XLA's partitioner)."""
-    text = (CORPUS / "sharded_megatron_mlp" / "sharded_megatron_mlp.lowered.shardy.hlo").read_text()
+    text = lowered("sharded_megatron_mlp", "shardy")
     module, out, _ = partition(text)
     assert module.num_partitions == 8
     assert collectives(module) == {"all-reduce": 1}
