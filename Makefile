@@ -6,7 +6,7 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench corpus clean check-dumps fuzz-spmd
+.PHONY: venv demo test bench bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
@@ -37,6 +37,24 @@ fuzz-spmd: venv
 
 bench: venv
 	$(PY) benchmarks/parse_speed.py
+
+# `hlo-passes view` on a GPT-24 training step (8 devices): page writing and Chromium open times.
+bench-view: venv
+	test -d bench-data/gpt24.dump || $(PY) benchmarks/gpt_dump.py
+	$(PY) benchmarks/view_speed.py
+
+# The README's pictures (docs/*.png), with headless Chromium.
+screenshots: venv
+	$(PY) docs/make_screenshots.py
+
+# The front-end fuzz test at length (CI runs 400 mutants), then how often XLA's parser agrees.
+fuzz: venv
+	$(PY) -m pytest -q tests/frontend/test_fuzz.py --fuzz=20000 --fuzz-seed=$${SEED:-1}
+	$(PY) benchmarks/fuzz_agreement.py --count 2000 --seed $${SEED:-1}
+
+# Start-up of `hlo-passes fmt` on a tiny module.
+startup: venv
+	$(PY) benchmarks/startup.py
 
 corpus: venv
 	$(PY) golden/corpus/make_corpus.py

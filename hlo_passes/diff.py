@@ -92,9 +92,16 @@ def _signature(c: Computation) -> tuple:
 def _match_computations(a: Module, b: Module) -> list[tuple[Computation, Computation]]:
     by_name = {c.name: c for c in b.computations}
     pairs, used = [], set()
+    # The entries are each other's whatever their names (a partitioner renames main to main_spmd).
+    if a.entry is not None and b.entry is not None and a.entry.name != b.entry.name \
+            and a.entry.name not in by_name:
+        pairs.append((a.entry, b.entry))
+        used.add(id(b.entry))
     for ca in a.computations:
+        if any(ca is p for p, _ in pairs):
+            continue
         cb = by_name.get(ca.name)
-        if cb is not None:
+        if cb is not None and id(cb) not in used:
             pairs.append((ca, cb))
             used.add(id(cb))
     rest_a = [c for c in a.computations if all(c is not p for p, _ in pairs)]

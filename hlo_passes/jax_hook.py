@@ -121,7 +121,7 @@ _counter = 0
 class Installation:
     """One pipeline registered with XLA's compiler; `uninstall()` removes it.
 
-    pipeline: a pipeline string (`weight-update-sharding,collective-fusion{threshold-bytes=1048576}`),
+    pipeline: a pipeline string (`weight-update-sharding,collective-fusion{combine-threshold-in-bytes=1048576}`),
         parsed now so that unknown passes or options fail here and not inside XLA.
     stage: "pre-scheduler" (partitioned, fused, laid out) or "post-scheduler" (also scheduled).
     platforms: XLA platforms whose compiler runs the pipeline.

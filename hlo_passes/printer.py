@@ -1,6 +1,7 @@
 """IR → HLO text that XLA's parser accepts.
 
-Deterministic: print → parse → print gives the same bytes.  Attributes parsed
+Deterministic: print → parse → print gives the same bytes.  Computations print
+callees first, as XLA's parser needs them.  Attributes parsed
 from text print their original text; attributes set by passes print from their
 typed values.  Called computations and control predecessors print from the IR
 objects, so renaming a computation needs no text edits.  Instructions print in
@@ -58,9 +59,10 @@ class _Printer:
             header.append(f"{key}={attr}")
         w(", ".join(header) + "\n\n")
         self.tables()
-        for i, comp in enumerate(m.computations):
+        order = callees_first(m.computations)
+        for i, comp in enumerate(order):
             self.computation(comp)
-            w("\n" if i < len(m.computations) - 1 else "")
+            w("\n" if i < len(order) - 1 else "")
 
     def _header_attrs(self):
         from hlo_passes.parse.module_parser import entry_signature
@@ -139,6 +141,40 @@ class _Printer:
         if isinstance(callee, tuple):
             return "{" + ", ".join(self.pct + c.name for c in callee) + "}"
         return self.pct + callee.name
+
+
+def callees_first(computations: list[Computation]) -> list[Computation]:
+    """`computations` with every callee before its callers (XLA's parser reads a computation
+    only after the ones it calls); the stored order where it already is so.  Iterative: call
+    chains may be long."""
+    order: list[Computation] = []
+    done: set[int] = set()
+    for root in computations:
+        if id(root) in done:
+            continue
+        stack = [(root, iter(_callees(root)))]
+        active = {id(root)}
+        while stack:
+            comp, callees = stack[-1]
+            nxt = next(callees, None)
+            if nxt is None:
+                stack.pop()
+                active.discard(id(comp))
+                if id(comp) not in done:
+                    done.add(id(comp))
+                    order.append(comp)
+            elif id(nxt) not in done and id(nxt) not in active:
+                active.add(id(nxt))
+                stack.append((nxt, iter(_callees(nxt))))
+    return order
+
+
+def _callees(comp: Computation) -> list[Computation]:
+    out = []
+    for instr in comp._instructions:
+        if instr.called:
+            out.extend(instr.called_computations())
+    return out
 
 
 def entry_computation_layout(module: Module) -> str:

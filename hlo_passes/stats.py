@@ -44,7 +44,16 @@ class ModuleStats:
         return "\n".join(lines)
 
 
-def _operand_bytes(instr: Instruction) -> int:
+def collective_kind(instr: Instruction) -> str | None:
+    """`all-reduce`, `all-gather`, ... for a collective (an async `-start` counts as its
+    kind, its `-done` not at all); None for anything else."""
+    if instr.opcode.is_collective and instr.opcode not in _DONE:
+        return instr.opcode.value.removesuffix("-start")
+    return None
+
+
+def collective_bytes(instr: Instruction) -> int:
+    """Bytes each device sends into a collective: the size of its operands."""
     return sum(o.shape.byte_size() for o in instr.operands)
 
 
@@ -70,10 +79,10 @@ def module_stats(module: Module) -> ModuleStats:
     stats = ModuleStats()
     for instr in module.all_instructions():
         stats.opcodes[instr.opcode.value] += 1
-        if instr.opcode.is_collective and instr.opcode not in _DONE:
-            kind = instr.opcode.value.removesuffix("-start")
+        kind = collective_kind(instr)
+        if kind is not None:
             stats.collective_count[kind] += 1
-            stats.collective_bytes[kind] += _operand_bytes(instr)
+            stats.collective_bytes[kind] += collective_bytes(instr)
     stats.flops = _entry_flops(module.entry, set())
     return stats
 

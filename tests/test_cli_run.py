@@ -110,21 +110,26 @@ def test_verify_each_failure_names_the_pass_and_writes_nothing(test_passes, dead
 
 def test_malformed_input_is_a_usage_error_under_verify_each(tmp_path, capsys):
     bad = tmp_path / "bad.hlo"
-    # the parser checks operand counts and shapes; channel pairing is a module-level check
+    # the parser checks what XLA's parser checks; a channel shared by a send and an all-reduce
+    # is a module-level check of the verifier (XLA's VerifyChannels)
     bad.write_text("""HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
 ENTRY e {
   p = f32[4] parameter(0)
   t = token[] after-all()
   s = (f32[4], u32[], token[]) send(p, t), channel_id=5
-  sd = token[] send-done(s), channel_id=6
-  ROOT r = f32[4] copy(p)
+  sd = token[] send-done(s), channel_id=5
+  ROOT r = f32[4] all-reduce(p), channel_id=5, replica_groups={}, to_apply=add
 }
 """)
     assert cli(["run", str(bad), "--passes=dce", "--verify-each"]) == 2
     err = capsys.readouterr().err
     assert f"error: {bad}: the input module is malformed (before any pass ran):" in err
-    assert "e/%sd: channel_id=6 differs from channel_id=5 of its send s" in err
-    assert cli(["run", str(bad), "--passes=dce"]) == 0  # without --verify-each nothing checks it
+    assert "e/%r: channel_id=5 is also used by send s" in err
 
 
 def test_verify_mismatch_exits_1_and_writes_nothing(test_passes, dead, tmp_path, capsys):

@@ -120,3 +120,60 @@ def test_fresh_names_are_never_element_types():
 
     table = NameTable()
     assert [table.unique(h) for h in ("s1", "f32", "token", "add")] == ["s1.1", "f32.1", "token.1", "add"]
+
+
+def test_module_clone_is_deep_and_prints_the_same():
+    """Module.clone copies computations, instructions, use-def and control edges and callees; a
+    change to the copy never shows in the original, and both print the same text until then."""
+    from hlo_passes import parse_module, print_module
+    from hlo_passes.ir.opcode import Opcode
+
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] negate(p)
+  z = f32[] constant(0)
+  r = f32[] reduce(n, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[8], f32[]) tuple(n, r), control-predecessors={r}
+}
+"""
+    original = parse_module(text)
+    copy = original.clone()
+    assert print_module(copy) == print_module(original)
+    reduce_ = next(i for i in copy.all_instructions() if i.opcode is Opcode.REDUCE)
+    assert reduce_.called["to_apply"] in copy.computations
+    assert reduce_.called["to_apply"] not in original.computations
+    assert copy.entry.root.control_predecessors[0] is reduce_
+    negate = next(i for i in copy.all_instructions() if i.opcode is Opcode.NEGATE)
+    negate.opcode = Opcode.ABS
+    assert "negate(p)" in print_module(original) and "abs(p)" in print_module(copy)
+    assert copy.names.unique("n") != "n"  # the copy's name table knows its names
+
+
+def test_replace_moves_users_root_and_control_edges_both_ways():
+    from hlo_passes import parse_module
+    from hlo_passes.ir.instruction import Instruction
+    from hlo_passes.ir.opcode import Opcode
+
+    module = parse_module("""HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  a = f32[4] exponential(p)
+  b = f32[4] negate(p), control-predecessors={a}
+  c = f32[4] abs(p), control-predecessors={b}
+  ROOT t = (f32[4], f32[4]) tuple(b, c)
+}
+""")
+    comp = module.entry
+    a, b, c = (next(i for i in comp.instructions if i.name == n) for n in "abc")
+    new = Instruction(Opcode.SIN, b.shape, [b.operands[0]], name="s")
+    comp.replace(b, new)
+    assert b.parent is None and new in comp
+    assert list(new.control_predecessors) == [a] and list(a.control_successors) == [new]
+    assert list(c.control_predecessors) == [new]
+    assert comp.root.operands[0] is new

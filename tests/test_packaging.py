@@ -64,3 +64,20 @@ def test_installed_wheel_parses_and_prints_outside_the_checkout(wheel, tmp_path)
                           "from hlo_passes.parse import sdy; print(sdy.GRAMMAR_PATH.read_text()[:1])"],
                          cwd=work, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_wheel_ships_the_view_pages_assets(wheel, tmp_path):
+    """`hlo-passes view` inlines its scripts, styles and the vendored dagre from package data."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ("view/assets/app.js", "view/assets/graph.js", "view/assets/app.css", "view/vendor/dagre.min.js",
+                 "view/vendor/dagre.LICENSE"):
+        assert f"hlo_passes/{name}" in names
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True, text=True)
+    (tmp_path / "tiny.hlo").write_text(TINY)
+    run = subprocess.run([sys.executable, "-m", "hlo_passes", "view", "tiny.hlo", "-o", "tiny.html"], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    html = (tmp_path / "tiny.html").read_text()
+    assert "dagre" in html and "mountModuleView" in html

@@ -98,18 +98,18 @@ ENTRY e {
 @pytest.mark.parametrize("text", [
     "dce",
     "dce{remove-dead-computations=false},cse{layout-sensitive=false},call-inliner{single-call-site=true}",
-    "collective-fusion{threshold-bytes=1048576}",
-    "all-reduce-combiner{threshold-bytes=64,threshold-count=2},sharding-propagation",
+    "collective-fusion{combine-threshold-in-bytes=1048576}",
+    "all-reduce-combiner{combine-threshold-in-bytes=64,combine-threshold-count=2},sharding-propagation",
     "collective-fusion{reduce-scatter-form=variadic,reassociate=false}",
     "sharding-propagation{propagate-to-parameters=true,propagate-to-output=false}",
-    "spmd-partition{num-partitions=8},weight-update-sharding,collective-fusion{threshold-bytes=1048576}",
+    "spmd-partition{num-partitions=8},weight-update-sharding,collective-fusion{combine-threshold-in-bytes=1048576}",
 ])
 def test_pipeline_prints_back_to_the_same_string(text):
     assert str(parse_pipeline(text)) == text
 
 
 def test_default_valued_options_and_spaces_are_not_printed():
-    assert str(parse_pipeline("all-reduce-combiner{threshold-count=256}")) == "all-reduce-combiner"
+    assert str(parse_pipeline("all-reduce-combiner{combine-threshold-count=256}")) == "all-reduce-combiner"
     assert str(parse_pipeline(" dce { remove-dead-computations = false } , cse ")) == \
         "dce{remove-dead-computations=false},cse"
 
@@ -127,12 +127,12 @@ def test_values_are_converted_by_the_field_type(test_passes):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("typed-options{count=1.5}", "count expects an integer, got '1.5'"),
+    ("typed-options{count=1.5}", "count expects a whole number, 0 or more, got '1.5'"),
     ("typed-options{ratio=half}", "ratio expects a number"),
     ("typed-options{flag=yes}", "flag expects true or false"),
     ("typed-options{mode=slow}", "mode expects one of fast|careful, got 'slow'"),
     ("typed-options{form=tuple}", "form expects one of packed|variadic"),
-    ("typed-options{limit=lots}", "limit expects an integer"),
+    ("typed-options{limit=lots}", "limit expects a whole number"),
     ("typed-options{count=1,count=2}", "'count' is given twice"),
     ("typed-options{cuont=1}", "did you mean 'count'?"),
 ])
@@ -197,9 +197,9 @@ def test_every_registered_pass_spells_each_option_and_reads_it_back():
 
 def test_global_option_reaches_only_passes_that_have_it():
     p = parse_pipeline("all-reduce-combiner,dce,collective-fusion")
-    assert set_option_everywhere(p, "threshold_bytes", 99) == ["all-reduce-combiner", "collective-fusion"]
+    assert set_option_everywhere(p, "combine_threshold_in_bytes", 99) == ["all-reduce-combiner", "collective-fusion"]
     assert set_option_everywhere(p, "num_partitions", 8) == []  # nobody has it: nothing happens
-    assert str(p) == "all-reduce-combiner{threshold-bytes=99},dce,collective-fusion{threshold-bytes=99}"
+    assert str(p) == "all-reduce-combiner{combine-threshold-in-bytes=99},dce,collective-fusion{combine-threshold-in-bytes=99}"
     p = parse_pipeline("spmd-partition,dce")
     assert set_option_everywhere(p, "num_partitions", 4) == ["spmd-partition"]
     assert str(p) == "spmd-partition{num-partitions=4},dce"

@@ -18,9 +18,11 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    if args.in_place and (args.input == "-" or args.output or args.module or args.stage
+    if args.in_place and (args.input == "-" or args.output is not None or args.module or args.stage
                           or args.input.endswith(".pb")):
         raise UserError("--in-place needs an HLO text file and no -o")
+    if args.output == "":
+        raise UserError("-o: the output file name is empty (use - for standard output)")
     text = print_module(read_module(args.input, args.module, args.stage))
-    write_text(args.input if args.in_place else (args.output or "-"), text)
+    write_text(args.input if args.in_place else (args.output if args.output is not None else "-"), text)
     return 0

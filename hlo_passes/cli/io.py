@@ -1,15 +1,38 @@
-"""Reading inputs and writing outputs for the CLI: outputs are written only
-after the command succeeded, atomically (a temporary file renamed into place)."""
+"""Reading inputs and writing outputs for the CLI.
+
+Inputs are read with explicit bounds: at most `MAX_INPUT_BYTES`, and a NUL byte or bytes that
+are not UTF-8 stop the read at once (so `fmt /dev/zero` or a binary file ends with an error,
+not with the machine's memory).
+
+Outputs are written only after the command succeeded, and never damage what is at the path:
+
+* a new file, or a regular file with one link, gets a temporary file in the same directory
+  renamed over it (atomic), with the old file's mode (and, where allowed, owner);
+* a regular file with several hard links is rewritten in place, so every name sees the new
+  text (a rename would leave the other names on the old inode);
+* a symlink is followed: its target is written by these rules and the link stays a link;
+* a FIFO, a character or block device (`-o /dev/null`, `-o /dev/stdout`) is written through,
+  never replaced by a regular file;
+* a read-only file (no write permission bit, even for root), a directory, a dangling symlink
+  and an empty name are refused with an error.
+"""
 
 from __future__ import annotations
 
+import codecs
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 from hlo_passes.ir.module import Module
 from hlo_passes.parse.module_parser import parse_module
+
+# The largest input read (text or stdin).  A real training-step dump is tens of MB; parsing
+# needs 4-9x the text in memory, so a 1 GiB file is already a big machine's worth.
+MAX_INPUT_BYTES = 1 << 30
+_CHUNK = 1 << 20
 
 
 def add_dump_arguments(p, *, stages: int = 1) -> None:
@@ -22,17 +45,71 @@ def add_dump_arguments(p, *, stages: int = 1) -> None:
                    + ("; two stages compare one module's stages (one directory argument)" if stages > 1 else ""))
 
 
+def read_bounded(stream, name: str, limit: int | None = None) -> str:
+    """The UTF-8 text of a binary `stream`, read in chunks: at most `limit` bytes, and an error
+    at the first NUL or non-UTF-8 byte (HLO text has neither) before the rest is read."""
+    from hlo_passes.cli.main import UserError
+
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts: list[str] = []
+    total = 0
+    while True:
+        chunk = stream.read(_CHUNK)
+        if not chunk:
+            break
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            raise UserError(f"{name}: not HLO text (byte {total + nul} is NUL)")
+        try:
+            parts.append(decoder.decode(chunk))
+        except UnicodeDecodeError as e:
+            raise UserError(f"{name}: not HLO text (byte {total + e.start} is not UTF-8; a serialized "
+                            "HloModuleProto is read from a file named *.pb)") from None
+        total += len(chunk)
+        if total > limit:
+            raise UserError(f"{name}: larger than the {limit >> 20} MiB an input may have")
+    try:
+        parts.append(decoder.decode(b"", final=True))
+    except UnicodeDecodeError:
+        raise UserError(f"{name}: not HLO text (it ends inside a UTF-8 character)") from None
+    return "".join(parts)
+
+
+def _read_bounded_text(stream, name: str) -> str:
+    """`read_bounded` for a text stream without a binary buffer (a StringIO standing in for stdin)."""
+    from hlo_passes.cli.main import UserError
+
+    parts, total = [], 0
+    while chunk := stream.read(_CHUNK):
+        if "\0" in chunk:
+            raise UserError(f"{name}: not HLO text (character {total + chunk.index(chr(0))} is NUL)")
+        parts.append(chunk)
+        total += len(chunk)
+        if total > MAX_INPUT_BYTES:
+            raise UserError(f"{name}: larger than the {MAX_INPUT_BYTES >> 20} MiB an input may have")
+    return "".join(parts)
+
+
 def read_text(path: str, module: str | None = None, stage: str | None = None) -> tuple[str, str]:
     """(text, display name) of a file, '-' for standard input, a binary HLO proto (`.pb`), or
     one stage of one module of an XLA dump directory."""
     from hlo_passes.cli.main import UserError
-    from hlo_passes.dump_dir import DumpDirectory, DumpError, proto_file_text
 
+    if path == "":
+        raise UserError("an input file name is empty")
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        stream = getattr(sys.stdin, "buffer", None)
+        return (read_bounded(stream, "<stdin>") if stream is not None
+                else _read_bounded_text(sys.stdin, "<stdin>")), "<stdin>"
     p = Path(path)
     if not p.exists():
         raise UserError(f"{path}: no such file")
+    if not p.is_dir() and not p.name.endswith(".pb") and module is None and stage is None:
+        with open(p, "rb") as f:  # plain text: no need for the dump-directory machinery
+            return read_bounded(f, path), path
+    from hlo_passes.dump_dir import DumpDirectory, DumpError, proto_file_text
+
     try:
         if p.is_dir():
             found = DumpDirectory(p).find(module, stage)
@@ -44,11 +121,8 @@ def read_text(path: str, module: str | None = None, stage: str | None = None) ->
             return proto_file_text(p), path
     except DumpError as e:
         raise UserError(str(e)) from None
-    try:
-        return p.read_text(), path
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not HLO text (byte {e.start} is not UTF-8; a serialized HloModuleProto "
-                        "is read from a file named *.pb)") from None
+    with open(p, "rb") as f:
+        return read_bounded(f, path), path
 
 
 def read_module(path: str, module: str | None = None, stage: str | None = None) -> Module:
@@ -83,23 +157,82 @@ def two_modules(first: str, second: str | None, module: str | None, stages: str 
 
 
 def write_text(path: str, text: str) -> None:
-    """Write `text` to `path` atomically ('-' writes to stdout)."""
+    """Write `text` to `path` ('-' is stdout) without damaging what is there (module docstring)."""
     if path == "-":
         sys.stdout.write(text)
+        sys.stdout.flush()
         return
+    write_bytes(path, text.encode())
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to the file `path` by the rules of the module docstring."""
     from hlo_passes.cli.main import UserError
 
-    target = Path(path)
+    if path == "":
+        raise UserError("the output file name is empty (use - for standard output)")
+    target = path
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
     except OSError as e:
         raise UserError(f"{path}: cannot write it ({e.strerror or e})") from None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(target)
+        except FileNotFoundError:
+            raise UserError(f"{path}: a symbolic link to nothing (its target does not exist)") from None
+        target = os.path.realpath(target)
     try:
-        # mkstemp makes the file private (0600); an output file gets the usual mode.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        if st is None:
+            _replace_atomically(target, data, None)
+        elif stat.S_ISDIR(st.st_mode):
+            raise UserError(f"{path}: is a directory")
+        elif not stat.S_ISREG(st.st_mode):  # FIFO, device, socket: write to what is there
+            _write_through(target, data, truncate=False)
+        elif not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+            raise UserError(f"{path}: the file is read-only; not replacing it")
+        elif st.st_nlink > 1:
+            _write_through(target, data, truncate=True)
+        else:
+            _replace_atomically(target, data, st)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write it ({e.strerror or e})") from None
+
+
+def _write_through(path: str, data: bytes, *, truncate: bool) -> None:
+    """Write into the existing file: no new inode, no creation (O_CREAT is not given)."""
+    flags = os.O_WRONLY | (os.O_TRUNC if truncate else 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _replace_atomically(path: str, data: bytes, old: os.stat_result | None) -> None:
+    """A temporary file in the target's directory, renamed over it; the old file's mode (and
+    owner, where allowed) carry over.  A directory we may not create files in, holding a file
+    we may write, gets the file rewritten in place instead."""
+    target = Path(path)
+    if old is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except PermissionError:
+        if old is None:
+            raise
+        _write_through(path, data, truncate=True)
+        return
+    try:
+        # mkstemp makes the file private (0600): a new file gets the usual mode, an old one its own.
+        os.fchmod(fd, stat.S_IMODE(old.st_mode) if old is not None else 0o666 & ~_umask())
+        if old is not None and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+            try:
+                os.fchown(fd, old.st_uid, old.st_gid)
+            except PermissionError:
+                pass
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

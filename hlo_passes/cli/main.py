@@ -18,34 +18,54 @@ class UserError(Exception):
     """A problem with the user's input or request: printed as `error: ...`, exit 2."""
 
 
-def _subcommand_modules():
+def _module_names() -> list[str]:
+    """The modules of hlo_passes.cli that may hold a subcommand (found without importing them)."""
     import hlo_passes.cli as package
 
+    return sorted(info.name for info in pkgutil.iter_modules(package.__path__)
+                  if info.name != "main" and not info.name.startswith("_"))
+
+
+def _subcommand_modules(only: str | None = None):
+    """Subcommand modules (those defining COMMAND).  A subcommand lives in the module of its
+    name (`fmt` in cli/fmt.py), so `only` imports just that one: `hlo-passes fmt` does not pay
+    for the imports of `verify` (jax, numpy)."""
     mods = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name in ("main",) or info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{package.__name__}.{info.name}")
+    names = _module_names()
+    for name in ([only] if only in names else names):
+        mod = importlib.import_module(f"hlo_passes.cli.{name}")
         if hasattr(mod, "COMMAND"):
             mods.append(mod)
     return sorted(mods, key=lambda m: m.COMMAND)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hlo-passes",
         description="Parse, rewrite and numerically verify XLA HLO text.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in _subcommand_modules():
+    for mod in _subcommand_modules(command):
         p = sub.add_parser(mod.COMMAND, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP))
         mod.add_arguments(p)
         p.set_defaults(_handler=mod.main)
     return parser
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named by `argv` (its first word not starting with '-'), if any."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+        if word in ("-h", "--help"):
+            return None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = list(argv) if argv is not None else sys.argv[1:]
+    command = _command_of(words)
+    parser = build_parser(command if command in _module_names() else None)
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]  # a launcher re-runs the command
     try:
@@ -64,6 +84,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except RecursionError:
+        print("error: the input is nested too deeply for hlo-passes to process", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory (the input asks for more than this machine has)", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug must still end with a message, not a traceback
+        print(internal_error(e), file=sys.stderr)
+        return 2
+
+
+def internal_error(e: BaseException) -> str:
+    """One line naming an unexpected exception and where in hlo_passes it was raised (a bug:
+    bad input should have been reported as such)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "hlo_passes" in f.filename]
+    where = f" at {frames[-1].filename.split('hlo_passes/')[-1]}:{frames[-1].lineno}" if frames else ""
+    message = str(e).splitlines()[0] if str(e) else ""
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return (f"error: internal error in hlo-passes ({type(e).__name__}{where}): {message}\n"
+            "(this is a bug in hlo-passes, not in your input: please report it with the input)")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ HELP = "run a pass pipeline on a module"
 def add_arguments(p) -> None:
     p.add_argument("input", metavar="IN", help="HLO file, .pb proto, -, or an XLA dump directory (with --module)")
     p.add_argument("--passes", required=True, metavar="PIPELINE",
-                   help="e.g. spmd-partition,collective-fusion{threshold-bytes=1048576}")
+                   help="e.g. spmd-partition,collective-fusion{combine-threshold-in-bytes=1048576}")
     p.add_argument("-o", "--output", metavar="OUT", help="write the result here (default: stdout)")
     p.add_argument("--num-partitions", type=int, help="set num-partitions on every pass that has it")
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
@@ -32,6 +32,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
     p.add_argument("--stats", action="store_true", help="instructions, collectives and FLOPs before/after")
     p.add_argument("--remarks", action="store_true", help="what each pass decided and why")
+    p.add_argument("--report", metavar="OUT.html",
+                   help="an HTML page: per pass its time, remarks, diff and before/after charts, and the "
+                        "final module's view (written also when a pass fails)")
     add_dump_arguments(p)
     p.add_argument("--as", dest="as_kind", choices=("global", "per-device", "replica"),
                    help="with --verify: read IN as this kind of program instead of what its content says")
@@ -48,23 +51,36 @@ def main(args) -> int:
         pipeline = parse_pipeline(args.passes)
     except PipelineError as e:
         raise UserError(str(e)) from None
+    partitions_used = False
     if args.num_partitions is not None:
         if args.num_partitions < 1:
             raise UserError(f"--num-partitions must be at least 1, got {args.num_partitions}")
-        if not set_option_everywhere(pipeline, "num_partitions", args.num_partitions):
+        partitions_used = set_option_everywhere(pipeline, "num_partitions", args.num_partitions)
+        if not partitions_used:
             print(f"hlo-passes: warning: --num-partitions {args.num_partitions} is ignored: no pass in "
                   f"{pipeline} has a num-partitions option", file=sys.stderr)
+    if args.output == "":
+        raise UserError("-o: the output file name is empty (use - for standard output)")
     text, display = read_text(args.input, args.module, args.stage)  # read once: `-` is a stream
     source = display
     module = parse_module(text, display)
+    if partitions_used:
+        check_device_counts(module, args.num_partitions)
     before_stats = module_stats(module) if args.stats else None
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
     module_number = Path(source).name.split(".")[0].removeprefix("module_") \
         if Path(source).name.startswith("module_") else "0000"
     tty = sys.stderr.isatty()
+    pass_report = None
+    if args.report:
+        from hlo_passes.view.report_data import PassReport
+
+        pass_report = PassReport(display, str(pipeline))
 
     def dump(index, p, mod, when):
+        if pass_report is not None:
+            pass_report.observe(index, p, mod, when)
         if tty and when == "before":
             print(f"[{index + 1}/{len(pipeline.passes)}] {p.name}", file=sys.stderr)
         if dump_dir is None:
@@ -87,9 +103,14 @@ def main(args) -> int:
             raise UserError(f"{display}: {e}") from None
         _print_remarks(manager, args.remarks)
         where = f"\n(its output is in {dump_dir})" if dump_dir is not None else ""
+        if pass_report is not None:
+            write_text(args.report, pass_report.html(manager, module, error=str(e)))
+            where += f"\n(the pass report is {args.report})"
         print(f"error: {e}{where}", file=sys.stderr)
         return 1
     out = print_module(module)
+    if pass_report is not None:  # a diagnostic, like --dump-dir: written before --verify judges
+        write_text(args.report, pass_report.html(manager, module))
     _print_remarks(manager, args.remarks)
     if args.stats:
         print(before_stats.format("before:"), file=sys.stderr)
@@ -105,8 +126,33 @@ def main(args) -> int:
         print(report.format(), file=sys.stderr)
         if not report.ok:
             return 1
-    write_text(args.output or "-", out)
+    write_text(args.output if args.output is not None else "-", out)
     return 0
+
+
+def check_device_counts(module, num_partitions: int) -> None:
+    """`--num-partitions N` must fit the module: every tiled sharding is over N devices (a pass
+    cannot cut an 8-device tiling into 3 parts) and every named device is below N."""
+    from hlo_passes.ir.sharding import ShardingKind
+
+    for instr in module.all_instructions():
+        if not instr.has_attr("sharding"):
+            continue
+        try:
+            stack = [instr.sharding]
+        except ValueError:
+            continue  # read (and reported) by the passes that need it
+        while stack:
+            s = stack.pop()
+            if s is None:
+                continue
+            stack.extend(s.elements)
+            if s.kind is ShardingKind.TILED and s.num_devices != num_partitions:
+                raise UserError(f"--num-partitions {num_partitions}: {instr.parent.name}/{instr.name} is sharded over "
+                                f"{s.num_devices} devices ({s.to_hlo()}); use --num-partitions {s.num_devices}")
+            if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= num_partitions:
+                raise UserError(f"--num-partitions {num_partitions}: {instr.parent.name}/{instr.name} is placed on "
+                                f"device {s.device}")
 
 
 def _print_remarks(manager, wanted: bool) -> None:

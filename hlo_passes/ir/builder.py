@@ -204,13 +204,8 @@ def _strip_layout_like(shape: Shape) -> Shape:
 
 
 def next_channel_id(module) -> int:
-    """One more than the largest channel_id in the module (channel ids must be unique)."""
-    best = 0
-    for instr in module.all_instructions():
-        cid = instr.attr("channel_id") if "channel_id" in instr.attributes else None
-        if cid is not None:
-            best = max(best, cid)
-    return best + 1
+    """A fresh channel id (Module.new_channel_id, the module's allocator)."""
+    return module.new_channel_id()
 
 
 def reduction_computation(module, kind: str, element_type: PrimitiveType) -> Computation:

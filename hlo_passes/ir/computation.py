@@ -40,6 +40,29 @@ class Computation:
     def __contains__(self, instr: Instruction) -> bool:
         return instr in self._instructions
 
+    def _copy_body_from(self, other: "Computation", comp_map: dict) -> None:
+        """Fill this (empty) computation with copies of `other`'s instructions, in order, calling
+        the computations `comp_map` maps `other`'s callees to (Module.clone)."""
+        mapping: dict[Instruction, Instruction] = {}
+
+        def callee(value):
+            return tuple(comp_map[c] for c in value) if isinstance(value, tuple) else comp_map[value]
+
+        for instr in other.post_order():  # operands first, whatever order the text had
+            new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
+                              attributes=instr.attributes,
+                              called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
+                              literal=instr.literal, parameter_number=instr.parameter_number)
+            new.parent = self
+            mapping[instr] = new
+            if new.opcode is Opcode.PARAMETER:
+                self._register_parameter(new)
+        self._instructions = dict.fromkeys(mapping[i] for i in other._instructions)
+        for instr in other._instructions:
+            for pred in instr.control_predecessors:
+                mapping[instr].add_control_predecessor(mapping[pred])
+        self.root = mapping[other.root] if other.root is not None else None
+
     # ------------------------------------------------------------ building --
     def add(self, instr: Instruction, *, name_hint: str | None = None,
             before: Instruction | None = None, after: Instruction | None = None) -> Instruction:
@@ -91,14 +114,21 @@ class Computation:
         instr.parent = None
 
     def replace(self, old: Instruction, new: Instruction) -> Instruction:
-        """Put `new` (added here if not yet) in place of `old` and erase `old`."""
+        """Put `new` (added here if not yet) in place of `old` and erase `old`: its users, its
+        root role and its control edges (both ways) move to `new`."""
         if new.parent is None:
             self.add(new, before=old)
         old.replace_all_uses_with(new)
         for succ in list(old.control_successors):
             succ.control_predecessors.remove(old)
             old.control_successors.remove(succ)
-            succ.add_control_predecessor(new)
+            if succ is not new:
+                succ.add_control_predecessor(new)
+        for pred in list(old.control_predecessors):
+            pred.control_successors.remove(old)
+            old.control_predecessors.remove(pred)
+            if pred is not new and pred not in new.control_predecessors:
+                new.add_control_predecessor(pred)
         self.remove(old)
         return new
 

@@ -109,6 +109,17 @@ class Module:
         self.computation_names = NameTable()
         # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
         self.parsed_entry_signature: tuple | None = None
+        self._next_channel: int | None = None  # see new_channel_id
+
+    def new_channel_id(self) -> int:
+        """A channel id no instruction of the module uses: the one allocator every pass that
+        creates a collective takes ids from (the module is scanned once, on first use)."""
+        if self._next_channel is None:
+            used = [i.attr("channel_id") for i in self.all_instructions() if "channel_id" in i.attributes]
+            self._next_channel = max([0] + [c for c in used if isinstance(c, int)]) + 1
+        cid = self._next_channel
+        self._next_channel += 1
+        return cid
 
     def take_names_of_parsed_instructions(self) -> None:
         """The names of the computations and instructions now in the module are taken
@@ -193,6 +204,32 @@ class Module:
                 mapping[instr].add_control_predecessor(mapping[pred])
         new.root = mapping[comp.root]
         return self.add_computation(new, before=comp)
+
+    def clone(self) -> "Module":
+        """A deep copy: the same text when printed, no object shared that a pass may change
+        (computations, instructions, use-def and control edges, the name tables).  Attribute
+        slots and shapes are immutable values and are shared.  What passes and the runtime use
+        instead of printing and parsing a module again."""
+        copy = Module(self.name)
+        copy.attributes = dict(self.attributes)
+        copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
+                                  {k: dict(v) for k, v in self.tables.file_locations.items()},
+                                  {k: dict(v) for k, v in self.tables.stack_frames.items()})
+        copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
+        copy.parsed_entry_signature = self.parsed_entry_signature
+        comp_map: dict[Computation, Computation] = {}
+        for comp in self.computations:
+            new = Computation(comp.name, is_entry=comp.is_entry)
+            new.attributes = dict(comp.attributes)
+            new.print_signature = comp.print_signature
+            new.module = copy
+            comp_map[comp] = new
+        for comp in self.computations:
+            comp_map[comp]._copy_body_from(comp, comp_map)
+        copy.computations = [comp_map[c] for c in self.computations]
+        copy.entry = comp_map[self.entry] if self.entry is not None else None
+        copy.take_names_of_parsed_instructions()
+        return copy
 
     # ------------------------------------------------------------- header --
     def header_attr(self, key: str, default: Any = None) -> Any:

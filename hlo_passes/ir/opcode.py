@@ -12,6 +12,8 @@ import enum
 
 class Opcode(enum.Enum):
     ABS = "abs"
+    ACOS = "acos"
+    ACOSH = "acosh"
     ADD = "add"
     ADD_DEPENDENCY = "add-dependency"
     AFTER_ALL = "after-all"
@@ -23,10 +25,13 @@ class Opcode(enum.Enum):
     ALL_REDUCE_START = "all-reduce-start"
     ALL_TO_ALL = "all-to-all"
     AND = "and"
+    ASIN = "asin"
+    ASINH = "asinh"
     ASYNC_DONE = "async-done"
     ASYNC_START = "async-start"
     ASYNC_UPDATE = "async-update"
     ATAN2 = "atan2"
+    ATANH = "atanh"
     BATCH_NORM_GRAD = "batch-norm-grad"
     BATCH_NORM_INFERENCE = "batch-norm-inference"
     BATCH_NORM_TRAINING = "batch-norm-training"
@@ -43,6 +48,7 @@ class Opcode(enum.Enum):
     COLLECTIVE_PERMUTE = "collective-permute"
     COLLECTIVE_PERMUTE_DONE = "collective-permute-done"
     COLLECTIVE_PERMUTE_START = "collective-permute-start"
+    COLLECTIVE_REDUCE = "collective-reduce"
     COMPARE = "compare"
     COMPLEX = "complex"
     CONCATENATE = "concatenate"
@@ -54,6 +60,7 @@ class Opcode(enum.Enum):
     COPY_DONE = "copy-done"
     COPY_START = "copy-start"
     COS = "cosine"
+    COSH = "cosh"
     CUSTOM_CALL = "custom-call"
     DIVIDE = "divide"
     DOMAIN = "domain"
@@ -80,6 +87,7 @@ class Opcode(enum.Enum):
     MAP = "map"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    MULHI = "mulhi"
     MULTIPLY = "multiply"
     NEGATE = "negate"
     NOT = "not"
@@ -92,6 +100,7 @@ class Opcode(enum.Enum):
     POPCNT = "popcnt"
     POWER = "power"
     RAGGED_ALL_TO_ALL = "ragged-all-to-all"
+    RAGGED_DOT = "ragged-dot"
     REAL = "real"
     RECV = "recv"
     RECV_DONE = "recv-done"
@@ -109,6 +118,8 @@ class Opcode(enum.Enum):
     ROUND_NEAREST_AFZ = "round-nearest-afz"
     ROUND_NEAREST_EVEN = "round-nearest-even"
     RSQRT = "rsqrt"
+    SCALED_DOT = "scaled-dot"
+    SCAN = "scan"
     SCATTER = "scatter"
     SELECT = "select"
     SELECT_AND_SCATTER = "select-and-scatter"
@@ -118,8 +129,10 @@ class Opcode(enum.Enum):
     SHIFT_LEFT = "shift-left"
     SHIFT_RIGHT_ARITHMETIC = "shift-right-arithmetic"
     SHIFT_RIGHT_LOGICAL = "shift-right-logical"
+    SHUFFLE = "shuffle"
     SIGN = "sign"
     SIN = "sine"
+    SINH = "sinh"
     SLICE = "slice"
     SORT = "sort"
     SQRT = "sqrt"
@@ -170,23 +183,24 @@ ELEMENTWISE_UNARY = frozenset({
     Opcode.LOG1P, Opcode.LOGISTIC, Opcode.NEGATE, Opcode.NOT, Opcode.POPCNT, Opcode.REAL,
     Opcode.REDUCE_PRECISION, Opcode.ROUND_NEAREST_AFZ, Opcode.ROUND_NEAREST_EVEN, Opcode.RSQRT,
     Opcode.SIGN, Opcode.SIN, Opcode.SQRT, Opcode.TAN, Opcode.TANH, Opcode.BITCAST_CONVERT,
+    Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATANH, Opcode.COSH, Opcode.SINH,
 })
 ELEMENTWISE_BINARY = frozenset({
     Opcode.ADD, Opcode.AND, Opcode.ATAN2, Opcode.COMPARE, Opcode.COMPLEX, Opcode.DIVIDE,
     Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.MULTIPLY, Opcode.OR, Opcode.POWER, Opcode.REMAINDER,
     Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_ARITHMETIC, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.SUBTRACT,
-    Opcode.XOR, Opcode.STOCHASTIC_CONVERT,
+    Opcode.XOR, Opcode.STOCHASTIC_CONVERT, Opcode.MULHI,
 })
 ELEMENTWISE_TERNARY = frozenset({Opcode.SELECT, Opcode.CLAMP})
 COMMUTATIVE_BINARY = frozenset({
-    Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR, Opcode.XOR,
+    Opcode.ADD, Opcode.MULTIPLY, Opcode.MULHI, Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR, Opcode.XOR,
 })
 
 COLLECTIVES = frozenset({
     Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ALL_REDUCE,
     Opcode.ALL_REDUCE_START, Opcode.ALL_REDUCE_DONE, Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL,
     Opcode.COLLECTIVE_BROADCAST, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
-    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.REDUCE_SCATTER,
+    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.REDUCE_SCATTER, Opcode.COLLECTIVE_REDUCE,
 })
 
 SIDE_EFFECTING = COLLECTIVES | frozenset({

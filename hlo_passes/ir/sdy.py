@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
+from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
 from hlo_passes.ir.sharding import Sharding, SubgroupKind
 

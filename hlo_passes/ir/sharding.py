@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-import numpy as np
+from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
 
 class ShardingKind(enum.Enum):

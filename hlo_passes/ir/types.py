@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class PrimitiveType(enum.Enum):
@@ -74,6 +76,8 @@ class PrimitiveType(enum.Enum):
 
     def numpy_dtype(self) -> np.dtype:
         """The numpy dtype holding values of this type (ml_dtypes for bf16, f8, f4, int1/int2/int4)."""
+        import numpy as np  # deferred: commands that never build arrays start without numpy
+
         if self in _NUMPY_NAMES:
             return np.dtype(_NUMPY_NAMES[self])
         import ml_dtypes

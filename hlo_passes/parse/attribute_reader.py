@@ -9,7 +9,7 @@ sharding or replica-group spelling repeats thousands of times in big dumps.
 from __future__ import annotations
 
 import functools
-import json
+import re
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -22,6 +22,7 @@ from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
 from hlo_passes.parse import grammar
+from hlo_passes.parse.limits import MAX_DEVICES, parse_int64
 
 
 class AttributeError_(ValueError):
@@ -35,7 +36,22 @@ def _axis_ref(selected: tuple[str, int | None, int | None]) -> AxisRef:
 
 
 def _ints(items) -> tuple[int, ...]:
-    return tuple(int(x) for x in items)
+    try:
+        return tuple(parse_int64(str(x)) for x in items)
+    except ValueError as e:
+        raise AttributeError_(str(e)) from None
+
+
+def _device_count(dims, what: str) -> int:
+    """The product of `dims`, refused past MAX_DEVICES before anything is expanded."""
+    n = 1
+    for d in dims:
+        if d < 0:
+            raise AttributeError_(f"{what}: negative size {d}")
+        n *= d
+        if n > MAX_DEVICES:
+            raise AttributeError_(f"{what} names more than {MAX_DEVICES:,} devices (MAX_DEVICES)")
+    return n
 
 
 class _TypedBuilder(lark.Transformer):
@@ -73,15 +89,20 @@ class _TypedBuilder(lark.Transformer):
         return ("unknown",)
 
     def maximal(self, c):
-        return ("maximal", int(c[0]))
+        return ("maximal", _ints(c)[0])
 
     def explicit_devices(self, c):
         return ("explicit", _ints(c))
 
     def iota_devices(self, c):
-        return ("iota", IotaDevices(c[0], c[1] if len(c) > 1 else ()))
+        _device_count(c[0], "the iota device list")
+        perm = c[1] if len(c) > 1 else ()
+        if perm and sorted(perm) != list(range(len(c[0]))):
+            raise AttributeError_(f"iota transpose T{perm} is not a permutation of {len(c[0])} dimensions")
+        return ("iota", IotaDevices(c[0], perm))
 
     def tiled(self, c):
+        _device_count(c[0], "the tile assignment")
         return ("tiled", c[0], c[1])
 
     def last_tile_dim_replicate(self, c):
@@ -94,13 +115,15 @@ class _TypedBuilder(lark.Transformer):
         return ("subgroups", tuple(c), False)
 
     def sharding_metadata(self, c):
-        return ("metadata", self._text(c[0]))
+        text = self._text(c[0])
+        _check_sharding_metadata(text)
+        return ("metadata", text)
 
     def shard_as(self, c):
-        return ("shard_group", ("shard_as", int(c[0])))
+        return ("shard_group", ("shard_as", _ints(c)[0]))
 
     def shard_like(self, c):
-        return ("shard_group", ("shard_like", int(c[0])))
+        return ("shard_group", ("shard_like", _ints(c)[0]))
 
     def sharding_body(self, c):
         kind, options = c[0], c[1:]
@@ -142,7 +165,9 @@ class _TypedBuilder(lark.Transformer):
 
     # named (mesh-form) sharding
     def named_mesh(self, c):
-        return SdyMesh(tuple(x for x in c if x is not None))
+        axes = tuple(x for x in c if x is not None)
+        _device_count([size for _, size in axes], "the mesh")
+        return SdyMesh(axes)
 
     def mesh_device_ids(self, c):
         return ("device_ids", c[0])
@@ -203,20 +228,24 @@ class _TypedBuilder(lark.Transformer):
 
     # replica groups
     def explicit_groups(self, c):
+        if sum(len(g) for g in c) > MAX_DEVICES:
+            raise AttributeError_(f"replica groups name more than {MAX_DEVICES:,} devices (MAX_DEVICES)")
         return ReplicaGroups.explicit(c)
 
     def iota_groups(self, c):
         dims = c[0]
         if len(dims) != 2:
             raise AttributeError_("iota replica groups need [num_groups,group_size]")
+        if _device_count(dims, "the replica groups") != _device_count(c[1], "the iota device list"):
+            raise AttributeError_(f"replica groups {list(dims)} do not cover the iota of {list(c[1])} devices")
         return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices(c[1], c[2] if len(c) > 2 else ()))
 
     def mesh_axis(self, c):
-        return c[0].value.strip("'"), int(c[1])
+        return c[0].value.strip("'"), _ints([c[1]])[0]
 
     def mesh_selected(self, c):
         name = c[0].value.strip("'")
-        return (name, int(c[1]), int(c[2])) if len(c) == 3 else (name, None, None)
+        return (name, *_ints(c[1:3])) if len(c) == 3 else (name, None, None)
 
     def mesh_groups(self, c):
         axes = [x for x in c if len(x) == 2]
@@ -239,7 +268,7 @@ class _TypedBuilder(lark.Transformer):
     def attr_padding(self, c):
         dims = []
         for part in c[0].value.split("x"):
-            nums = [int(x) for x in part.split("_")]
+            nums = _ints(part.split("_"))
             dims.append((nums[0], nums[1], nums[2] if len(nums) > 2 else 0))
         return PaddingConfig(tuple(dims))
 
@@ -252,12 +281,16 @@ class _TypedBuilder(lark.Transformer):
         dims = []
         for i in range(n):
             pad = fields.get("pad", ["0_0"] * n)[i].split("_")
+            def at(key: str, default: str) -> int:
+                values = fields.get(key, [default] * n)
+                if len(values) != n:
+                    raise AttributeError_(f"expects '{key}=' has the same size as 'size='")
+                return _ints([values[i]])[0]
+
             dims.append(WindowDimension(
-                size=int(fields["size"][i]), stride=int(fields.get("stride", ["1"] * n)[i]),
-                padding_low=int(pad[0]), padding_high=int(pad[1]),
-                lhs_dilation=int(fields.get("lhs_dilate", ["1"] * n)[i]),
-                rhs_dilation=int(fields.get("rhs_dilate", ["1"] * n)[i]),
-                reversal=fields.get("rhs_reversal", ["0"] * n)[i] == "1"))
+                size=at("size", "1"), stride=at("stride", "1"), padding_low=_ints([pad[0]])[0],
+                padding_high=_ints([pad[1]])[0], lhs_dilation=at("lhs_dilate", "1"),
+                rhs_dilation=at("rhs_dilate", "1"), reversal=at("rhs_reversal", "0") == 1))
         return Window(tuple(dims))
 
     def attr_dim_labels(self, c):
@@ -268,9 +301,9 @@ class _TypedBuilder(lark.Transformer):
     def metadata_field(self, c):
         v = c[1]
         if v.type == "STRING":
-            return c[0].value, json.loads(v.value)
+            return c[0].value, _unquote(v.value)
         if v.type == "INT":
-            return c[0].value, int(v.value)
+            return c[0].value, _ints([v.value])[0]
         return c[0].value, v.value
 
     def attr_metadata(self, c):
@@ -279,12 +312,33 @@ class _TypedBuilder(lark.Transformer):
     def frontend_entry(self, c):
         v = c[1]
         if isinstance(v, lark.Token) and v.type == "STRING":
-            return c[0].value, json.loads(v.value), False
+            return c[0].value, _unquote(v.value), False
         return c[0].value, self._text(v), True
 
     def attr_frontend_attributes(self, c):
         return FrontendAttributes(tuple((k, v) for k, v, _ in c),
                                   frozenset(k for k, _, raw in c if raw))
+
+
+def _unquote(text: str) -> str:
+    from hlo_passes.parse.strings import unquote
+
+    try:
+        return unquote(text)
+    except ValueError as e:
+        raise AttributeError_(str(e)) from None
+
+
+def _check_sharding_metadata(text: str) -> None:
+    """A sharding's metadata={...} or metadata={{...}, {...}}: each an op's metadata, as XLA reads it."""
+    from hlo_passes.parse.opcode_attributes import check_metadata, split_top_level
+
+    body = text.strip()
+    inner = body[1:-1].strip()
+    items = split_top_level(inner) if inner.startswith("{") else [body]
+    for item in items:
+        if item.strip():
+            check_metadata(item.strip())
 
 
 def _prod(xs) -> int:
@@ -315,6 +369,8 @@ def _structured(start: str) -> Callable[[str], Any]:
             return _BUILDER.transform(tree)
         except lark.exceptions.VisitError as e:
             raise AttributeError_(f"{start[5:]}: {e.orig_exc}") from None
+        except RecursionError:
+            raise AttributeError_(f"{start[5:].replace('_', ' ')} is nested too deeply to read") from None
         except lark.exceptions.LarkError as e:
             first = str(e).strip().splitlines()[0]
             raise AttributeError_(f"cannot read {start[5:].replace('_', ' ')} '{raw}': {first}") from None
@@ -323,10 +379,16 @@ def _structured(start: str) -> Callable[[str], Any]:
 
 
 def _read_int(raw: str) -> int:
-    return int(raw)
+    """ASCII digits within int64, as XLA's lexer reads integers (no `1_000`, no other scripts)."""
+    try:
+        return parse_int64(raw)
+    except ValueError as e:
+        raise AttributeError_(str(e)) from None
 
 
 def _read_float(raw: str) -> float:
+    if not re.fullmatch(r"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|inf)", raw):
+        raise AttributeError_(f"expects a number, got {raw!r}")
     return float(raw)
 
 
@@ -338,7 +400,7 @@ def _read_bool(raw: str) -> bool:
 
 def _read_string(raw: str) -> str:
     if raw.startswith('"'):
-        return json.loads(raw)
+        return _unquote(raw)
     return raw
 
 
@@ -355,7 +417,7 @@ def _read_int_list(raw: str) -> tuple[int, ...]:
     if raw.startswith("{") and raw.endswith("}"):
         body = raw[1:-1].strip()
         try:
-            return tuple(int(x) for x in body.split(",")) if body else ()
+            return tuple(parse_int64(x.strip()) for x in body.split(",")) if body else ()
         except ValueError:
             pass
     return _structured("attr_int_list")(raw)

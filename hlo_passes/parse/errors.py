@@ -1,6 +1,15 @@
-"""The one error type a user sees for bad HLO text: `file:line:col: error: ...`."""
+"""The one error type a user sees for bad HLO text: `file:line:col: error: ...`.
+
+The message, the source line shown under it and the caret are bounded: a 10 MB
+line shows a window of `MAX_SHOWN_LINE` characters around the column, and a
+message quoting huge text is cut, so one bad file cannot flood a terminal.
+"""
 
 from __future__ import annotations
+
+from hlo_passes.parse.limits import MAX_SHOWN_LINE
+
+MAX_MESSAGE = 2000
 
 
 class HloParseError(Exception):
@@ -8,6 +17,8 @@ class HloParseError(Exception):
 
     def __init__(self, message: str, *, filename: str = "<input>", line: int = 0, column: int = 0,
                  source_line: str = ""):
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE] + f"... ({len(message) - MAX_MESSAGE:,} more characters)"
         self.message = message
         self.filename = filename
         self.line = line
@@ -19,8 +30,25 @@ class HloParseError(Exception):
         head = f"{self.filename}:{self.line}:{self.column}: error: {self.message}"
         if self.line == 0:
             return head
-        caret = " " * max(self.column - 1, 0) + "^"
-        return f"{head}\n{self.source_line}\n{caret}"
+        shown, caret_at = window(self.source_line, self.column - 1)
+        return f"{head}\n{shown}\n{' ' * caret_at}^"
+
+
+def window(line: str, index: int, width: int = MAX_SHOWN_LINE) -> tuple[str, int]:
+    """(at most `width` characters of `line` around `index`, the index within them); cut ends
+    are marked with '...'."""
+    if len(line) <= width:
+        return line, max(index, 0)
+    start = max(0, min(index - width // 2, len(line) - width))
+    end = start + width
+    shown = line[start:end]
+    caret = index - start
+    if start > 0:
+        shown = "..." + shown
+        caret += 3
+    if end < len(line):
+        shown += "..."
+    return shown, max(caret, 0)
 
 
 class SemanticError(Exception):
@@ -35,6 +63,7 @@ class SemanticError(Exception):
 
 def position_of(text: str, pos: int) -> tuple[int, int, str]:
     """(line, column, source line) of character offset `pos`, 1-based."""
+    pos = max(0, min(pos, len(text)))
     line = text.count("\n", 0, pos) + 1
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)

@@ -10,19 +10,27 @@ parsed with the grammar's own start rules, and attribute values are kept as
 text exactly like the Lark path keeps them, to be read by the same typed
 readers on demand.
 
-The scanner never reports errors itself.  Any line it does not recognise, and
-any inconsistency, raises `Fallback`, and the caller parses the whole text with
-the Lark path, which gives the precise `file:line:col` message.  Both paths call
-the same builder callbacks, and the test suite checks that they build identical
-modules for every file of the corpus.
+Both paths call the same builder callbacks (which report semantic errors at the
+token that causes them), and the test suite checks that they build identical
+modules for every file of the corpus.  An instruction line the scanner does not
+recognise is read with the grammar's `instruction` rule alone, in the same
+builder state: a syntax error there is reported at once (so a bad last line of a
+20 MB dump does not send the whole file down the slow path), and a line the
+grammar reads continues the scan.  Anything else it does not recognise (a
+multi-line instruction, an unusual header) raises `Fallback`, and the caller
+parses the whole text with the grammar.
 """
 
 from __future__ import annotations
 
 import re
 
+from lark.exceptions import UnexpectedInput
+
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.parse import grammar
+from hlo_passes.parse.errors import SemanticError
+from hlo_passes.parse.shapes import cached_shape
 
 
 class Token:
@@ -50,8 +58,8 @@ _HEAD = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*")
 _HEAD_ARRAY = re.compile(rf"\s*(ROOT\s+)?({_NAME})\s*=\s*({_ARRAY_SHAPE})\s*([a-z][a-z0-9\-]*)\(")
 _ARRAY_SHAPE_RE = re.compile(_ARRAY_SHAPE)
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
-_OPERAND_NAME = re.compile(rf"\s*({_NAME}(?:#\d+)?)\s*$")
-_TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME}(?:#\d+)?)\s*(?:,|$)")
+_OPERAND_NAME = re.compile(rf"\s*({_NAME}(?:#[0-9]{{1,9}})?)\s*$")
+_TYPED_OPERAND = re.compile(rf"\s*(?:({_ARRAY_SHAPE})\s+)?({_NAME}(?:#[0-9]{{1,9}})?)\s*(?:,|$)")
 _ATTR_START = re.compile(r",\s*([A-Za-z_][\w\-.]*)=")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/')
@@ -59,8 +67,8 @@ _PARENS = re.compile(r"[()]")
 _MODULE_HEAD = re.compile(rf"\s*HloModule\s+({_NAME})")
 _COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME})\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
 _PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
-_STRING_ROW = re.compile(r'\s*(\d+)\s+("(?:[^"\\]|\\.)*")\s*$')
-_RECORD_ROW = re.compile(r"\s*(\d+)\s+\{((?:\s*[A-Za-z_]\w*=-?\d+)*)\s*\}\s*$")
+_STRING_ROW = re.compile(r'\s*([0-9]{1,18})\s+("(?:[^"\\]|\\.)*")\s*$')
+_RECORD_ROW = re.compile(r"\s*([0-9]{1,18})\s+\{((?:\s*[A-Za-z_][A-Za-z0-9_]*=-?[0-9]{1,18}(?![0-9]))*)\s*\}\s*$")
 _TABLE_TITLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
@@ -83,9 +91,12 @@ def blank_comments(text: str) -> str:
 
 
 def _json_string(text: str) -> str:
-    import json
+    from hlo_passes.parse.strings import unquote
 
-    return json.loads(text)
+    try:
+        return unquote(text)
+    except ValueError:
+        raise Fallback from None  # the grammar reports it at its place
 
 
 def _balanced_end(text: str, open_index: int) -> int:
@@ -166,9 +177,15 @@ class LineScanner:
     def shape(self, text: str):
         shape = self.shapes.get(text)
         if shape is None:
-            shape = self.parser.parse(text, start="shape")
+            try:
+                shape = cached_shape(text, self._parse_shape)
+            except (SemanticError, UnexpectedInput):  # positions are the line's: let the grammar say
+                raise Fallback from None
             self.shapes[text] = shape
         return shape
+
+    def _parse_shape(self, text: str):
+        return self.parser.parse(text, start="shape")
 
     def lines(self):
         """(offset, line) for each line, with its newline; no list of all lines is made."""
@@ -185,7 +202,7 @@ class LineScanner:
         header = None
         tables: list = []
         computations: list = []
-        current = None  # [computation header, pending instructions...]
+        current = None  # [computation header, instruction records...]
         table = None  # the lines (title, rows) of the table being read
         for start, line in self.lines():
             stripped = line.strip()
@@ -201,12 +218,19 @@ class LineScanner:
                 continue
             if current is not None:
                 if stripped.startswith("}"):
+                    if len(current) == 1:  # no instruction: the grammar says what it expected
+                        raise Fallback
                     close = line.index("}")
-                    current.append(split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1))
-                    computations.append(b.computation(current))
+                    attrs = split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1)
+                    is_entry, name_tok, signature = current[0]
+                    computations.append(b.finish_computation(is_entry, name_tok, signature, current[1:], attrs))
                     current = None
                 else:
-                    current.append(self.instruction(line, start))
+                    try:
+                        record = self.instruction(line, start)
+                    except Fallback:
+                        record = self.instruction_by_grammar(line, start)
+                    current.append(record)
                 continue
             if header is None and not computations and not tables and stripped.startswith("HloModule"):
                 header = self.module_header(line, start)
@@ -222,7 +246,28 @@ class LineScanner:
             tables.append(self.table(table))
         if current is not None or not computations:
             raise Fallback
-        return b.module([header, *tables, *computations] if header is not None else [*tables, *computations])
+        return b.finish_module(header, tables)
+
+    def instruction_by_grammar(self, line: str, offset: int):
+        """Read one instruction line with the grammar (same builder state); errors are reported
+        at their place in the file, except one at the end of the line (the instruction may go
+        on below), which sends the whole text to the grammar."""
+        from hlo_passes.parse.module_parser import lark_error_message
+
+        full = self.b.text
+        self.b.text = line
+        try:
+            return self.parser.parse(line, start="instruction")
+        except SemanticError as e:
+            pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
+            raise SemanticError(e.message, pos=offset + (pos or 0)) from None
+        except UnexpectedInput as e:
+            pos, message = lark_error_message(line, e)
+            if pos >= len(line.rstrip()):
+                raise Fallback from None
+            raise SemanticError(message, pos=offset + pos) from None
+        finally:
+            self.b.text = full
 
     def module_header(self, line: str, offset: int):
         original, line = line, blank_comments(line)
@@ -230,8 +275,12 @@ class LineScanner:
         if m is None:
             raise Fallback
         name_tok = Token("NAME", m.group(1), offset + m.start(1))
-        return self.b.module_header([name_tok, split_attributes(line[m.end():].rstrip("\r\n"), offset + m.end(),
-                                                                 original[m.end():].rstrip("\r\n"))])
+        rest = m.end()
+        colon = re.match(r"\s*:", line[rest:])  # `HloModule name:` of older dumps
+        if colon is not None:
+            rest += colon.end()
+        return self.b.module_header([name_tok, split_attributes(line[rest:].rstrip("\r\n"), offset + rest,
+                                                                 original[rest:].rstrip("\r\n"))])
 
     def computation_header(self, line: str, offset: int):
         m = _COMP_HEAD.match(line)
@@ -263,6 +312,8 @@ class LineScanner:
         return self.b.computation_header(children)
 
     def table(self, block: list[str]):
+        from hlo_passes.parse.module_parser import record_problem
+
         title = block[0].strip()
         rows = []
         for line in block[1:]:
@@ -275,7 +326,11 @@ class LineScanner:
                 m = _RECORD_ROW.match(line)
                 if m is None:
                     raise Fallback
-                fields = dict((k, int(v)) for k, v in (f.split("=") for f in m.group(2).split()))
+                pairs = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9]+)", m.group(2))
+                fields = {k: int(v) for k, v in pairs}
+                table_key = "file_locations" if title == "FileLocations" else "stack_frames"
+                if len(fields) != len(pairs) or record_problem(table_key, fields) is not None:
+                    raise Fallback  # the grammar reports it at its place
                 rows.append((int(m.group(1)), fields))
         key = {"FileNames": "file_names", "FunctionNames": "function_names",
                "FileLocations": "file_locations", "StackFrames": "stack_frames"}[title]
@@ -325,9 +380,9 @@ class LineScanner:
         elif not body.strip():
             operands = []
         else:
-            # Operands by name (str), or the instruction itself where it is already defined (XLA
-            # prints operands before their users, so nearly always; the builder resolves the rest).
-            # Positions are not kept: any error makes the caller read the text with the grammar.
+            # Operands by name, or the instruction itself where it is already defined (XLA
+            # prints operands before their users); a name not defined yet keeps its position,
+            # for the builder's error message.
             defined = self.b.by_name
             if "[" in body or "(" in body:
                 operands = []
@@ -336,29 +391,28 @@ class LineScanner:
                     tm = _TYPED_OPERAND.match(body, pos_b)
                     if tm is None:
                         raise Fallback
+                    ref = Token("NAME", tm.group(2), body_offset + tm.start(2))
                     if tm.group(1):
                         self.b.operand_shapes = True
-                    ref = tm.group(2)
-                    operands.append(defined.get(ref[1:] if ref[0] == "%" else ref) or ref)
+                        operands.append(("typed", self.shape(tm.group(1)), ref))
+                    else:
+                        operands.append(defined.get(ref.value[1:] if ref.value[0] == "%" else ref.value) or ref)
                     pos_b = tm.end()
                 operands = operands[:]  # sized exactly: it becomes the operand list
             else:
                 parts = body.split(",")
                 operands = [None] * len(parts)  # sized exactly: it becomes the operand list
+                at = 0
                 for i, part in enumerate(parts):
                     nm = _OPERAND_NAME.match(part)
                     if nm is None:
                         raise Fallback
                     ref = nm.group(1)
-                    operands[i] = defined.get(ref[1:] if ref[0] == "%" else ref) or ref
-        name = m.group(2)
-        if name.startswith("%"):
-            self.b.percent_names = True
-            name = name[1:]
+                    found = defined.get(ref[1:] if ref[0] == "%" else ref)
+                    operands[i] = found if found is not None else Token("NAME", ref, body_offset + at + nm.start(1))
+                    at += len(part) + 1
         attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1,
                                  original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
-        pending = self.b._make_instruction(name, shape, opcode_tok, operands, attrs, None)
-        pending.is_root = m.group(1) is not None
-        self.b._define(pending)
-        return pending
+        name_tok = Token("NAME", m.group(2), offset + m.start(2))
+        return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs)

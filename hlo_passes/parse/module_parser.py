@@ -1,15 +1,27 @@
 """Text → IR: runs the Lark grammar and builds Module / Computation / Instruction.
 
 The builder is a Lark Transformer applied inline by the LALR parser, so no parse
-tree is kept for the (large) module.  Attribute values are kept as their exact
-source text and read into typed values on demand (see attribute_reader).
-Names are resolved after each computation (operands may be used before they are
-defined, as in XLA) and called computations after the whole module.
+tree is kept for the (large) module.  As in XLA's parser, names resolve when they
+are read: an operand, a control predecessor or a called computation must be
+defined above its use (so the text can hold no cycles and no recursion), and
+each instruction is complete when its line is read, which lets the builder infer
+the shape of an instruction written without one (`ROOT v = abs(a)`) from its
+operands, by the verifier's shape rules.
+
+What XLA's parser checks, this builder checks, each at the offending token:
+attribute keys per opcode (`opcode_attributes`), attribute values, literals
+against their shapes (`literal_check`), operand counts, declared operand shapes
+against their definitions, conditional selectors, custom-call layout
+constraints, async start/update/done chains (and the `op-start` sugar, turned
+into an async-start calling a one-instruction computation as XLA does).
+Attribute values are kept as their exact source text and read into typed values
+on demand (see attribute_reader).
 """
 
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from sys import intern
 
@@ -18,17 +30,19 @@ from lark import Token
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.computation import Computation
-from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, NO_CALLS, Instruction
+from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
-from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
-from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
+from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
+from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
+from hlo_passes.parse import opcode_attributes as schema
 from hlo_passes.parse.errors import HloParseError, SemanticError, position_of
+from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
 from hlo_passes.parse.line_scanner import strip_comments
-
-_LITERAL_NAMES = {"true", "false", "nan", "inf", "-inf", "-nan"}
+from hlo_passes.parse.literal_check import LiteralProblem, check_literal
+from hlo_passes.parse.shapes import ShapeBuilder, depth
 
 
 def _span(item) -> tuple[int, int]:
@@ -41,79 +55,60 @@ def _bare(name: str) -> str:
     return name[1:] if name.startswith("%") else name
 
 
-# Attributes that name other computations or instructions, resolved once the module is read.
-_REFERENCE_KEYS = frozenset(CALLED_COMPUTATION_KEYS) | {"control-predecessors"}
+def _positioned(ref):
+    """`ref` when it can carry an error position (a token), else None."""
+    return ref if hasattr(ref, "start_pos") else None
 
 
-class _PendingInstruction:
-    """An instruction whose operands are not resolved yet (its computation is still being read).
+_ASYNC_SUFFIXES = (("-start", Opcode.ASYNC_START), ("-update", Opcode.ASYNC_UPDATE), ("-done", Opcode.ASYNC_DONE))
+_REFERENCE_LIST_KEYS = frozenset({"branch_computations", "called_computations"})
 
-    operand_refs: per operand, its name (a lark Token with its position on the grammar path,
-    a plain str from the line scanner; `%t#1` for a tuple element) or the Instruction itself
-    (nested operands, and names the line scanner already resolved).
-    attrs: the (key token, Attr) pairs that name computations or control predecessors.
-    extra: nested instructions to add before this one.
-    Only the few with `attrs` outlive their computation, so a large module's pendings never
-    all exist at once.
-    """
 
-    __slots__ = ("instr", "name_token", "operand_refs", "attrs", "is_root", "extra")
+class _Record:
+    """What the grammar's `instruction` callback hands to `computation`: the instruction
+    is already built; this only says whether the line was marked ROOT."""
 
-    def __init__(self, instr: Instruction, name_token, operand_refs: list, attrs, extra):
+    __slots__ = ("instr", "is_root", "name_token")
+
+    def __init__(self, instr: Instruction, is_root: bool, name_token):
         self.instr = instr
+        self.is_root = is_root
         self.name_token = name_token
-        self.operand_refs = operand_refs
-        self.attrs = attrs
-        self.is_root = False
-        self.extra = extra
 
 
-class _Builder(lark.Transformer):
-    """Inline LALR callbacks.  `text` and `module` are set per parse (under a lock)."""
+class _Builder(ShapeBuilder):
+    """Inline LALR callbacks.  Per-parse state is reset by `_reset_builder` (under a lock)."""
 
     def __init__(self) -> None:
-        super().__init__(visit_tokens=False)
-        self.text = ""
-        self.nested_counter = 0
+        super().__init__()
+        self.check_semantics = True
+        self._reset("")
+
+    def _reset(self, text: str) -> None:
+        self.text = text
         self.anonymous_names: dict[str, int] = {}
         self.percent_names = False
         self.operand_shapes = False
         # (key, text) -> Attr: one slot for every repeat of an attribute (metadata repeats a lot).
         self.attr_slots: dict[tuple[str, str], Attr] = {}
-        # The instructions of the computation being read, by name, as they are read.
+        # Module scope: computations defined so far (a callee precedes its callers), in order.
+        self.computations: dict[str, Computation] = {}
+        self.order: list[Computation] = []
+        self.entry: Computation | None = None
+        self.first_computation = None  # (is_entry, has a signature, name token) of the first one
+        self.async_chain: dict[Instruction, tuple[Opcode, Computation, str]] = {}
+        self.async_callers: dict[Computation, Instruction] = {}
+        self.synthesized: list[Computation] = []
+        self._begin_computation("")
+
+    def _begin_computation(self, name: str) -> None:
+        self.computation_name = name
         self.by_name: dict[str, Instruction] = {}
-        self.computation_name = ""
-
-    # --------------------------------------------------------------- shapes --
-    def static_dim(self, c):
-        return int(c[0]), False, False
-
-    def bounded_dim(self, c):
-        return int(c[0]), True, False
-
-    def unbounded_dim(self, c):
-        return -1, False, True
-
-    def layout(self, c):
-        tok = c[0]
-        body = tok.value[1:-1]
-        m2m, _, extras = body.partition(":")
-        dims = tuple(int(x) for x in m2m.replace(" ", "").split(",") if x)
-        return Layout(dims, extras)
-
-    def array_shape(self, c):
-        type_tok = c[0]
-        etype = PRIMITIVE_TYPES_BY_NAME.get(type_tok.value)
-        if etype is None:
-            raise SemanticError(f"unknown element type '{type_tok.value}'", type_tok)
-        layout = c[-1] if c and isinstance(c[-1], Layout) else None
-        dims = [d for d in c[1:] if isinstance(d, tuple)]
-        return ArrayShape(etype, tuple(d[0] for d in dims),
-                          tuple(d[1] for d in dims) if any(d[1] for d in dims) else (),
-                          layout, tuple(d[2] for d in dims) if any(d[2] for d in dims) else ())
-
-    def tuple_shape(self, c):
-        return TupleShape(tuple(c))
+        self.current: list[Instruction] = []
+        self.params: dict[int, Instruction] = {}
+        self.element_refs: dict = {}
+        self.pending_computations: list[Computation] = []
+        self.nested_built: dict[int, Instruction] = {}
 
     # ------------------------------------------------------------- literals --
     def literal_scalar(self, c):
@@ -130,15 +125,17 @@ class _Builder(lark.Transformer):
 
     # -------------------------------------------------------------- operands --
     def operand_ref(self, c):
-        return c[0]  # the name token; a ref is a str, literals and nested operands are tuples
+        return c[0]  # the name token
 
     def typed_operand_ref(self, c):
         self.operand_shapes = True
-        return c[1]
+        return ("typed", c[0], c[1])
 
     def nested_instruction(self, c):
-        shape, opcode_tok, operands = c[0], c[1], c[2]
-        return ("nested", shape, opcode_tok, operands)
+        return ("nested", c[0], c[1], c[2])
+
+    def untyped_nested_instruction(self, c):
+        return ("nested", None, c[0], c[1])
 
     def operand(self, c):  # a literal reached through `operand`
         item = c[0]
@@ -171,112 +168,452 @@ class _Builder(lark.Transformer):
         is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
         if is_root:
             c = c[1:]
-        name_tok, shape, opcode_tok, operands, attrs = c
-        if name_tok.value.startswith("%"):
+        if len(c) == 5:
+            name_tok, shape, opcode_tok, operands, attrs = c
+        else:
+            name_tok, opcode_tok, operands, attrs = c
+            shape = None
+        return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs)
+
+    def add_instruction(self, name_tok, is_root: bool, shape, opcode_tok, operands, attrs) -> _Record:
+        """Build one top-level instruction of the computation being read (both parser paths)."""
+        name = name_tok.value
+        if name.startswith("%"):
             self.percent_names = True
-        pending = self._make_instruction(_bare(name_tok.value), shape, opcode_tok, operands, attrs, name_tok)
-        pending.is_root = is_root
-        self._define(pending)
-        return pending
+            name = name[1:]
+        instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs)
+        return _Record(instr, is_root, name_tok)
 
-    def _define(self, pending: _PendingInstruction) -> None:
-        """Make a top-level instruction of the current computation known by its name."""
-        name = pending.instr.name
-        if name in self.by_name:
-            raise SemanticError(f"instruction name '{name}' is used twice in computation "
-                                f"'{self.computation_name}'", pending.name_token)
-        self.by_name[name] = pending.instr
-
-    def _make_instruction(self, name, shape, opcode_tok, operands, attrs, name_tok) -> _PendingInstruction:
+    def _build(self, name: str, name_tok, shape, opcode_tok, operands: list, attrs: list,
+               nested_depth: int = 0) -> Instruction:
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
                                 f"(rename it, e.g. to '{name}_')", name_tok)
-        opcode = OPCODES_BY_NAME.get(opcode_tok.value)
-        if opcode is None:
-            raise SemanticError(f"unknown opcode '{opcode_tok.value}'", opcode_tok)
-        instr = Instruction(opcode, shape, name=name)
-        refs, extra = operands, ()
-        if opcode is Opcode.CONSTANT:
-            if not operands:
-                raise SemanticError("constant needs a literal, as in constant(0)", opcode_tok)
-            start = self._operand_span(operands[0])[0]
-            end = self._operand_span(operands[-1])[1]
-            instr.literal = self.text[start:end]
-            refs = ()
-        elif opcode is Opcode.PARAMETER:
-            if len(operands) != 1 or isinstance(operands[0], str) or operands[0][0] != "lit":
-                raise SemanticError("parameter needs its number, as in parameter(0)", opcode_tok)
-            s, e = self._operand_span(operands[0])
-            try:
-                instr.parameter_number = int(self.text[s:e])
-            except ValueError:
-                raise SemanticError("parameter number must be an integer", pos=s) from None
-            refs = ()
-        else:
-            for op in operands:
-                if not isinstance(op, (str, Instruction)):
-                    refs, extra = self._nested_operands(opcode, operands)
-                    break
-            # else: the caller's fresh list of names becomes the operand list
-        references = ()
-        if attrs:
-            slots = self.attr_slots
-            attributes = instr.attributes
-            for key_tok, attr in attrs:
-                key = intern(key_tok.value)  # one string per key, not one per use
-                if key in attributes:
-                    raise SemanticError(f"attribute '{key}' given twice", key_tok)
-                attributes[key] = slots.setdefault((key, attr.raw), attr)
-                if key in _REFERENCE_KEYS:
-                    references = [*references, (key_tok, attr)]
-        return _PendingInstruction(instr, name_tok, refs, references, extra)
-
-    def _nested_operands(self, opcode: Opcode, operands: list) -> tuple[list, list]:
-        """Operand refs and the nested instructions (added before their user) of `operands`."""
-        refs, extra = [], []
-        for op in operands:
-            if isinstance(op, (str, Instruction)):
-                refs.append(op)
-            elif op[0] == "nested":
-                _, nshape, nop_tok, noperands = op
-                nested = self._make_instruction(self._anonymous_name(nop_tok.value),
-                                                nshape, nop_tok, noperands, [], nop_tok)
-                extra.extend(nested.extra)
-                extra.append(nested)
-                refs.append(nested.instr)
+        plan = _PLANS.get(opcode_tok.value) or _plan(opcode_tok)
+        opcode = plan.opcode
+        instr = Instruction(opcode, shape, name=name)  # type: ignore[arg-type]  # inferred below when None
+        ops = self._operands(instr, opcode, operands, nested_depth)
+        if plan.literal:
+            if opcode is Opcode.PARAMETER:
+                self._parameter(instr, ops, opcode_tok)
             else:
-                raise SemanticError(f"{opcode.value} expects operand names, got a literal",
-                                    pos=self._operand_span(op)[0])
-        return refs, extra
+                self._constant(instr, ops, opcode_tok)
+        else:
+            instr._init_operands(ops)
+            if self.check_semantics:
+                n = len(ops)
+                if n < plan.low or (plan.high is not None and n > plan.high) or (
+                        plan.parity is not None and n % 2 != plan.parity):
+                    self._operand_count(instr, name_tok if nested_depth == 0 else opcode_tok)
+        keys = plan.keys if not plan.dynamic_keys else self._attribute_keys(instr, plan)
+        if attrs or keys.required:
+            self._attributes(instr, attrs, keys, opcode_tok, nested_depth > 0)
+        if plan.references and attrs:
+            self._references(instr, attrs)
+        if plan.checks:
+            self._opcode_checks(instr, opcode_tok, plan.wrapped)
+        if shape is None:
+            self._infer(instr, opcode_tok)
+        if plan.wrapped is not None:
+            instr = self._async_sugar(instr, opcode_tok, plan.wrapped)
+        if plan.shape_checks or "parameter_replication" in instr.attributes or type(instr.shape) is TupleShape:
+            self._shape_checks(instr, opcode_tok)
+        self._define(instr, name_tok)
+        return instr
 
-    def _tuple_element(self, comp, tuple_instr, index, tok, cache) -> Instruction:
+    # ----------------------------------------------------------------- operands
+    def _operands(self, instr: Instruction, opcode: Opcode, operands: list, nested_depth: int) -> list:
+        """Operands as instructions (literals stay as spans for constant/parameter)."""
+        if opcode is Opcode.CONSTANT or opcode is Opcode.PARAMETER:
+            literal = []
+            for op in operands:
+                if isinstance(op, tuple) and op[0] == "lit":
+                    literal.append(op)
+                elif hasattr(op, "start_pos") and not isinstance(op, tuple):  # `true`, `nan`: a name token
+                    literal.append(("lit", (op.start_pos, op.end_pos)))
+                else:
+                    raise SemanticError(f"{opcode.value} expects a literal", _positioned(op))
+            return literal
+        out = []
+        for op in operands:
+            if type(op) is Instruction:
+                out.append(op)
+            elif type(op) is not tuple:  # a name: a lark Token, or the line scanner's Token or str
+                out.append(self._resolve(op))
+            elif op[0] == "typed":
+                _, declared, ref = op
+                target = ref if type(ref) is Instruction else self._resolve(ref)
+                if self.check_semantics and not _compatible(declared, target.shape):
+                    raise SemanticError(f"the declared operand shape {declared.to_hlo()} is not compatible with the "
+                                        f"shape of the operand instruction {target.shape.to_hlo()} ('{target.name}')",
+                                        _positioned(ref))
+                out.append(target)
+            elif op[0] == "nested":
+                built = self.nested_built.pop(id(op), None)
+                out.append(built if built is not None else self._build_nested(op))
+            elif op[0] == "lit":
+                if opcode not in (Opcode.CONSTANT, Opcode.PARAMETER):
+                    raise SemanticError(f"{opcode.value} expects operand names, got a literal",
+                                        pos=op[1][0])
+                out.append(op)
+            else:  # pragma: no cover - the grammar produces nothing else
+                raise SemanticError("unreadable operand")
+        return out
+
+    def _build_nested(self, top) -> Instruction:
+        """Build the nested operand `top` and every operand nested in it, innermost first and left
+        to right (as XLA creates them), without recursion: nesting may be 1,000 deep."""
+        stack = [(top, 0, 1)]
+        while stack:
+            op, child, level = stack.pop()
+            if level > MAX_NESTING:
+                raise SemanticError(f"operands are nested more than {MAX_NESTING} deep (MAX_NESTING)", op[2])
+            operands = op[3]
+            while child < len(operands) and not (type(operands[child]) is tuple and operands[child][0] == "nested"):
+                child += 1
+            if child < len(operands):
+                stack.append((op, child + 1, level))
+                stack.append((operands[child], 0, level + 1))
+                continue
+            _, shape, tok, ops = op
+            instr = self._build(self._anonymous_name(tok.value), tok, shape, tok, ops, [], level)
+            if op is top:
+                return instr
+            self.nested_built[id(op)] = instr
+        raise AssertionError("unreachable")
+
+    def _resolve(self, ref) -> Instruction:
+        """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`); it must
+        be defined above, in the same computation."""
+        bare = _bare(ref if type(ref) is str else ref.value)
+        target = self.by_name.get(bare)
+        if target is not None:
+            return target
+        name, _, index = bare.partition("#")
+        target = self.by_name.get(name)
+        if target is None:
+            raise SemanticError(f"'{name}' is not defined in computation '{self.computation_name}' "
+                                "(operands must be defined above their use)", _positioned(ref))
+        if index:
+            return self._tuple_element(target, _small_int(index), ref)
+        return target
+
+    def _tuple_element(self, tuple_instr: Instruction, index: int, tok) -> Instruction:
         """`%call#1` — XLA's shorthand for element 1 of a tuple — as the get-tuple-element
         XLA's parser makes of it (named `call_1`, added just before its first user)."""
         key = (tuple_instr, index)
-        if key not in cache:
+        if key not in self.element_refs:
             shape = tuple_instr.shape
             if not isinstance(shape, TupleShape) or not 0 <= index < len(shape.elements):
-                raise SemanticError(f"'{tuple_instr.name}' has no tuple element {index}", tok)
+                raise SemanticError(f"'{tuple_instr.name}' has no tuple element {index}", _positioned(tok))
             gte = Instruction(Opcode.GET_TUPLE_ELEMENT, shape.elements[index], [tuple_instr],
                               name=f"{tuple_instr.name}_{index}")
             gte.set_attr("index", index)
-            gte.parent = comp
-            comp._instructions[gte] = None
-            cache[key] = gte
-        return cache[key]
+            self.current.append(gte)
+            self.element_refs[key] = gte
+        return self.element_refs[key]
 
     def _anonymous_name(self, opcode: str) -> str:
         """XLA's name for a nested (anonymous) instruction: `negate.anon`, `negate.anon.1`, ..."""
-        self.nested_counter += 1
         base = f"{opcode}.anon"
-        n = self.anonymous_names.get(base, 0)
-        self.anonymous_names[base] = n + 1
-        return base if n == 0 else f"{base}.{n}"
+        while True:
+            n = self.anonymous_names.get(base, 0)
+            self.anonymous_names[base] = n + 1
+            name = base if n == 0 else f"{base}.{n}"
+            if name not in self.by_name:
+                return name
 
-    def _operand_span(self, op):
-        if isinstance(op, str):  # a name token, e.g. constant(true)
-            return op.start_pos, op.end_pos
-        return op[1]
+    def _operand_count(self, instr: Instruction, tok) -> None:
+        from hlo_passes.verifier.shape_rules import operand_count_problem
+
+        problem = operand_count_problem(instr)
+        if problem is not None:
+            raise SemanticError(f"'{instr.name}' {problem}", tok)
+
+    # ------------------------------------------------------ constant, parameter
+    def _literal_text(self, ops: list, opcode_tok) -> tuple[str, int]:
+        if not ops or any(type(o) is Instruction for o in ops):
+            what = "a literal, as in constant(0)" if opcode_tok.value == "constant" else "its number"
+            raise SemanticError(f"{opcode_tok.value} needs {what}", opcode_tok)
+        start, end = ops[0][1][0], ops[-1][1][1]
+        return self.text[start:end], start
+
+    def _parameter(self, instr: Instruction, ops: list, opcode_tok) -> None:
+        text, start = self._literal_text(ops, opcode_tok)
+        if len(ops) != 1 or not re.fullmatch(r"-?[0-9]+", text):
+            raise SemanticError("parameter needs its number, as in parameter(0)", pos=start)
+        try:
+            n = parse_int64(text)
+        except ValueError as e:
+            raise SemanticError(str(e), pos=start) from None
+        if n < 0:
+            raise SemanticError("parameter number must be >= 0", pos=start)
+        if n in self.params:
+            raise SemanticError(f"parameter number {n} is used twice in computation '{self.computation_name}'",
+                                pos=start)
+        instr.parameter_number = n
+        self.params[n] = instr
+
+    def _constant(self, instr: Instruction, ops: list, opcode_tok) -> None:
+        text, start = self._literal_text(ops, opcode_tok)
+        instr.literal = text
+        if instr.shape is None:
+            raise SemanticError("cannot infer shape for opcode: constant (write the result shape)", opcode_tok)
+        try:
+            check_literal(text, instr.shape)
+        except LiteralProblem as e:
+            raise SemanticError(str(e), pos=start + e.offset) from None
+
+    # -------------------------------------------------------------- attributes
+    def _attribute_keys(self, instr: Instruction, plan: "_Plan") -> "_Keys":
+        """The keys of a conditional (by its selector) or a broadcast (by its operand's rank)."""
+        if instr.opcode is Opcode.CONDITIONAL and instr.operands:
+            selector = instr.operands[0].shape
+            is_pred = type(selector) is ArrayShape and selector.element_type is PrimitiveType.PRED
+            return _CONDITIONAL_PRED_KEYS if is_pred else _CONDITIONAL_INDEX_KEYS
+        if instr.opcode is Opcode.BROADCAST and instr.operands:
+            x = instr.operands[0].shape
+            if not (type(x) is ArrayShape and not x.dims):  # a scalar needs no dimensions
+                return _BROADCAST_ARRAY_KEYS
+        return plan.keys
+
+    def _attributes(self, instr: Instruction, attrs: list, keys: "_Keys", opcode_tok, nested: bool) -> None:
+        slots = self.attr_slots
+        attributes = instr.attributes
+        specs = keys.specs
+        checked = _CHECKED_VALUES
+        for key_tok, attr in attrs:
+            key = intern(key_tok.value)  # one string per key, not one per use
+            if key in attributes:
+                raise SemanticError(f"attribute '{key}' given twice", key_tok)
+            spec = specs.get(key)
+            if spec is None:
+                raise SemanticError(f"unexpected attribute '{key}' for {opcode_tok.value}; it takes: "
+                                    f"{', '.join(sorted(specs))}", key_tok)
+            raw = attr.raw
+            if (key, raw) not in checked:
+                try:
+                    spec.check(raw)
+                except ValueError as e:
+                    raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
+                if len(checked) >= _CHECKED_LIMIT:
+                    checked.clear()
+                checked.add((key, raw))
+            attributes[key] = slots.setdefault((key, raw), attr)
+        for key in keys.required:
+            if key not in attributes:
+                where = " (a nested instruction takes no attributes)" if nested else ""
+                raise SemanticError(f"attribute {key} is expected but not seen{where}", opcode_tok)
+
+    def _references(self, instr: Instruction, attrs: list) -> None:
+        """Called computations and control predecessors, defined above their use."""
+        called = None
+        for key_tok, attr in attrs:
+            key = key_tok.value
+            if key in CALLED_COMPUTATION_KEYS:
+                raw = attr.raw.strip()
+                names = [_bare(x.strip()) for x in raw[1:-1].split(",") if x.strip()] if raw.startswith("{") \
+                    else [_bare(raw)]
+                comps = []
+                for n in names:
+                    comp = self.computations.get(n)
+                    if comp is None:
+                        raise SemanticError(f"computation '{n}' is not defined (a computation must be defined "
+                                            "above its callers)", key_tok)
+                    comps.append(comp)
+                if called is None:
+                    called = {}
+                called[key] = tuple(comps) if raw.startswith("{") or key in _REFERENCE_LIST_KEYS else comps[0]
+            elif key == "control-predecessors":
+                for n in (_bare(x.strip()) for x in attr.raw.strip()[1:-1].split(",")):
+                    pred = self.by_name.get(n)
+                    if pred is None:
+                        raise SemanticError(f"control predecessor '{n}' is not defined in "
+                                            f"'{self.computation_name}' (it must be defined above)", key_tok)
+                    instr.add_control_predecessor(pred)
+        if called is not None:
+            instr.called = called
+
+    # ------------------------------------------------------ per-opcode checks --
+    def _opcode_checks(self, instr: Instruction, tok, wrapped: Opcode | None) -> None:
+        """What XLA's parser checks per opcode before it builds the instruction."""
+        op, ops = instr.opcode, instr.operands
+        attr = instr.attributes
+        if op is Opcode.CONDITIONAL and ops:
+            sel = ops[0].shape
+            if type(sel) is not ArrayShape or sel.dims:
+                raise SemanticError("the first operand of a conditional must be a scalar", tok)
+            if sel.element_type not in (PrimitiveType.PRED, PrimitiveType.S32):
+                raise SemanticError("the first operand of a conditional must be a scalar of PRED or S32", tok)
+            branches = instr.called.get("branch_computations", ())
+            count = len(branches) if "branch_computations" in instr.called else 2
+            if count == 0 or len(ops) != count + 1:
+                raise SemanticError(f"a conditional with {count} branches takes {count + 1} operands, "
+                                    f"has {len(ops)}", tok)
+        elif op in (Opcode.SORT, Opcode.CONCATENATE, Opcode.GET_DIMENSION_SIZE, Opcode.SET_DIMENSION_SIZE,
+                    Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.REDUCE_SCATTER, Opcode.SCAN) \
+                or (op is Opcode.ALL_TO_ALL and "dimensions" in attr):
+            if len(instr.attr("dimensions", ())) != 1:
+                raise SemanticError(f"{op.value} needs dimensions={{d}} naming exactly one dimension", tok)
+        elif op in (Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE) and ops:
+            lead = 1 if op is Opcode.DYNAMIC_SLICE else 2
+            if len(ops) < lead:
+                raise SemanticError(f"expected at least {lead} operands", tok)
+            x = ops[0].shape
+            rank = len(x.dims) if type(x) is ArrayShape else 0
+            vector = len(ops) == lead + 1 and type(ops[lead].shape) is ArrayShape and len(ops[lead].shape.dims) == 1
+            if not vector and len(ops) != lead + rank:
+                raise SemanticError(f"wrong number of operands: {op.value} of a rank {rank} operand takes "
+                                    f"{lead + rank} (or {lead + 1} with an index vector)", tok)
+        elif op in (Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START) and "slice_sizes" in attr:
+            if len(ops) != 4:
+                raise SemanticError("a collective-permute with slice_sizes must have exactly four operands "
+                                    "for dynamic-slice and in-place update", tok)
+        elif op in (Opcode.RECV_DONE, Opcode.SEND_DONE) and ops and self.check_semantics:
+            source = ops[0]
+            if source.opcode in (Opcode.RECV, Opcode.SEND) and instr.attr("channel_id") != source.attr("channel_id"):
+                raise SemanticError(f"channel_id must match the channel_id of {source.name}", tok)
+        elif op is Opcode.SCAN and ops:
+            comp = instr.called.get("to_apply")
+            if comp is not None and len(comp.parameters) != len(ops):
+                raise SemanticError(f"expects {len(ops)} operands to match the number of parameters of "
+                                    f"to_apply, but to_apply has {len(comp.parameters)} parameters", tok)
+            if len(ops) < instr.attr("num_carries", 0):
+                raise SemanticError("a scan has fewer operands than num_carries", tok)
+        elif op in (Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
+            self._async_link(instr, tok, wrapped)
+        elif op is Opcode.ASYNC_START and wrapped is None:
+            comp = instr.called.get("calls")
+            if comp is not None:
+                if comp in self.async_callers:
+                    raise SemanticError(f"computation {comp.name} is called by more than one async op "
+                                        f"({self.async_callers[comp].name} and {instr.name})", tok)
+                self.async_callers[comp] = instr
+                thread = instr.attr("async_execution_thread", "main")
+                self.async_chain[instr] = (comp.root.opcode, comp, thread)
+
+    def _async_link(self, instr: Instruction, tok, wrapped: Opcode | None) -> None:
+        """async-update/-done: one operand, an async-start or -update; the same wrapped op,
+        computation and thread as the chain it continues."""
+        ops = instr.operands
+        link = self.async_chain.get(ops[0]) if len(ops) == 1 else None
+        if link is None or ops[0].opcode is Opcode.ASYNC_DONE:
+            raise SemanticError("async-update and async-done expect a single async op as their operand", tok)
+        chain_opcode, comp, thread = link
+        if wrapped is not None and wrapped is not chain_opcode:
+            raise SemanticError(f"expect async wrapped opcode to be {chain_opcode.value}, but got {wrapped.value}", tok)
+        given = instr.called.get("calls")
+        if given is not None and given is not comp:
+            raise SemanticError(f"expect async_wrapped_computation to be {comp.name}, but got {given.name}", tok)
+        if "async_execution_thread" in instr.attributes and instr.attr("async_execution_thread") != thread:
+            raise SemanticError(f"expect async_execution_thread to be {thread!r}, but got "
+                                f"{instr.attr('async_execution_thread')!r}", tok)
+        if instr.opcode is Opcode.ASYNC_UPDATE:
+            self.async_chain[instr] = link
+
+    def _infer(self, instr: Instruction, tok) -> None:
+        from hlo_passes.verifier.shape_rules import ShapeProblem, infer_shape
+
+        try:
+            instr.shape = infer_shape(instr)
+        except ShapeProblem as e:
+            raise SemanticError(f"failed to infer shape for opcode: {instr.opcode.value}, error: {e}", tok) from None
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
+            raise SemanticError(f"failed to infer shape for opcode: {instr.opcode.value}: {e}", tok) from None
+
+    def _shape_checks(self, instr: Instruction, tok) -> None:
+        op, shape = instr.opcode, instr.shape
+        if type(shape) is TupleShape and depth(shape) > MAX_TUPLE_DEPTH:
+            raise SemanticError(f"tuple shapes are nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH)", tok)
+        if "parameter_replication" in instr.attributes:
+            n = len(instr.attr("parameter_replication"))
+            leaves = len(shape.leaves())
+            if n != leaves:
+                raise SemanticError(f"parameter has {leaves} leaf buffers, but parameter_replication has {n} "
+                                    "elements", tok)
+        if op is Opcode.ASYNC_START:
+            if type(shape) is not TupleShape or len(shape.elements) < 2 or type(shape.elements[0]) is not TupleShape:
+                raise SemanticError("async-start expects the op shape to be in the form of "
+                                    "((async-operands), async-outputs, state)", tok)
+        elif op is Opcode.ASYNC_UPDATE:
+            if _with_default_layouts(shape) != _with_default_layouts(instr.operands[0].shape):
+                raise SemanticError("async-update expects the op shape to be the same as the operand shape", tok)
+        elif op in (Opcode.INFEED, Opcode.RECV):
+            if type(shape) is not TupleShape or not shape.elements:
+                raise SemanticError(f"{op.value} must have a non-empty tuple shape", tok)
+        elif op is Opcode.CUSTOM_CALL and "operand_layout_constraints" in instr.attributes:
+            self._layout_constraints(instr, tok)
+
+    def _layout_constraints(self, instr: Instruction, tok) -> None:
+        """One constraint per operand, each compatible with its operand (XLA fills a layout left
+        out with the default one, here and on the result, so neither can lack one)."""
+        from hlo_passes.parse.shapes import parse_shape
+
+        raw = instr.attributes["operand_layout_constraints"].raw.strip()[1:-1]
+        shapes = [parse_shape(part.strip()) for part in schema.split_top_level(raw) if part.strip()]
+        if len(shapes) != len(instr.operands):
+            raise SemanticError(f"expected {len(instr.operands)} operand layout constraints, {len(shapes)} given", tok)
+        for i, (constraint, operand) in enumerate(zip(shapes, instr.operands)):
+            if not _compatible(constraint, operand.shape):
+                raise SemanticError(f"operand layout constraint shape {constraint.to_hlo()} for operand {i} is not "
+                                    f"compatible with operand shape {operand.shape.to_hlo()}", tok)
+
+    # ------------------------------------------------------------ async sugar --
+    def _async_sugar(self, instr: Instruction, tok, wrapped: Opcode) -> Instruction:
+        """`custom-call-start(p), custom_call_target="x"` → an async-start calling a computation
+        whose root is the custom-call, as XLA's parser builds it; -update/-done continue it."""
+        if instr.opcode is not Opcode.ASYNC_START:
+            return instr
+        shape = instr.shape
+        if type(shape) is not TupleShape or len(shape.elements) < 2 or type(shape.elements[0]) is not TupleShape:
+            raise SemanticError("async-start expects the op shape to be in the form of "
+                                "((async-operands), async-outputs, state)", tok)
+        comp = Computation("async_wrapped")
+        params = []
+        for i, operand in enumerate(instr.operands):
+            p = Instruction(Opcode.PARAMETER, operand.shape, name="async_param" if i == 0 else f"async_param.{i}",
+                            parameter_number=i)
+            p.parent = comp
+            comp._instructions[p] = None
+            params.append(p)
+        comp.parameters = params
+        async_keys = set(schema.ASYNC_SUGAR_START) | {"sharding", "control-predecessors", "parameter_replication"}
+        inner = Instruction(wrapped, shape.elements[1], params, name="async_op",
+                            attributes={k: a for k, a in instr.attributes.items() if k not in async_keys},
+                            called=dict(instr.called) or None)
+        self._opcode_checks(inner, tok, None)
+        self._shape_checks(inner, tok)
+        inner.parent = comp
+        comp._instructions[inner] = None
+        comp.root = inner
+        comp.print_signature = False
+        thread_attr = instr.attributes.get("async_execution_thread")
+        if thread_attr is not None:
+            comp.attributes["execution_thread"] = Attr(raw=thread_attr.raw)
+        start = Instruction(Opcode.ASYNC_START, shape, name=instr.name,
+                            attributes={k: a for k, a in instr.attributes.items()
+                                        if k in async_keys or k in ("metadata", "backend_config", "frontend_attributes",
+                                                                    "statistics", "origin")},
+                            called={"calls": comp})
+        operands, preds = list(instr.operands), list(instr.control_predecessors)
+        instr.drop_operands()  # also unlinks its control predecessors
+        start._init_operands(operands)
+        for pred in preds:
+            start.add_control_predecessor(pred)
+        self.synthesized.append(comp)
+        self.pending_computations.append(comp)
+        self.async_callers[comp] = start
+        self.async_chain[start] = (wrapped, comp, start.attr("async_execution_thread", "main"))
+        return start
+
+    # ------------------------------------------------------------- definitions --
+    def _define(self, instr: Instruction, name_tok) -> None:
+        name = instr.name
+        if name in self.by_name:
+            raise SemanticError(f"instruction name '{name}' is used twice in computation "
+                                f"'{self.computation_name}'", name_tok)
+        self.by_name[name] = instr
+        self.current.append(instr)
 
     # ------------------------------------------------------------ computation --
     def param_decl(self, c):
@@ -290,79 +627,98 @@ class _Builder(lark.Transformer):
         if is_entry:
             c = c[1:]
         signature = c[1] if len(c) > 1 else None
-        self.computation_name = _bare(c[0].value)
-        self.by_name = {}
+        self._begin_computation(_bare(c[0].value))
+        if self.first_computation is None:
+            self.first_computation = (is_entry, signature is not None, c[0])
         return is_entry, c[0], signature
 
     def computation(self, c):
         is_entry, name_tok, signature = c[0]
         attrs = c[-1]
-        pendings = c[1:-1]
-        comp = Computation(_bare(name_tok.value), is_entry=is_entry)
+        records = [r for r in c[1:-1] if isinstance(r, _Record)]
+        return self.finish_computation(is_entry, name_tok, signature, records, attrs)
+
+    def finish_computation(self, is_entry: bool, name_tok, signature, records: list, attrs: list) -> Computation:
+        name = _bare(name_tok.value)
+        if name in self.computations:
+            raise SemanticError(f"computation name '{name}' is used twice", name_tok)
+        if not records:
+            raise SemanticError(f"computation '{name}' has no instructions", name_tok)
+        comp = Computation(name, is_entry=is_entry)
         comp.print_signature = signature is not None
-        by_name, self.by_name = self.by_name, {}
-        ordered: list[_PendingInstruction] = []
-        for p in pendings:
-            if p.extra:
-                ordered.extend(p.extra)
-            ordered.append(p)
-        element_refs: dict = {}
-        roots = [p for p in ordered if p.is_root]
+        roots = [r for r in records if r.is_root]
         if len(roots) > 1:
-            raise SemanticError(f"computation '{comp.name}' has more than one ROOT", roots[1].name_token)
+            raise SemanticError(f"computation '{name}' has more than one ROOT", roots[1].name_token)
         instructions = comp._instructions
-        for p in ordered:
-            instr = p.instr
-            refs = p.operand_refs
-            if refs:
-                for i, ref in enumerate(refs):
-                    if type(ref) is not Instruction:
-                        refs[i] = self._operand(comp, ref, by_name, element_refs)
-                instr._init_operands(refs)
+        for instr in self.current:
             instr.parent = comp
             instructions[instr] = None
-            if instr.opcode is Opcode.PARAMETER:
-                n = instr.parameter_number
-                if n < len(comp.parameters) and comp.parameters[n] is not None:
-                    raise SemanticError(f"parameter number {n} is used twice in computation "
-                                        f"'{comp.name}'", p.name_token)
-                comp._register_parameter(instr)
-        if any(x is None for x in comp.parameters):
-            missing = comp.parameters.index(None)
-            raise SemanticError(f"computation '{comp.name}' has no parameter({missing})", name_tok)
-        comp.root = roots[0].instr if roots else ordered[-1].instr
+        if self.params:
+            count = len(self.params)
+            missing = next((i for i in range(count) if i not in self.params), None)
+            if missing is not None:
+                raise SemanticError(f"computation '{name}' has no parameter({missing}) (parameters are numbered "
+                                    f"0..n-1)", name_tok)
+            comp.parameters = [self.params[i] for i in range(count)]
+        comp.root = roots[0].instr if roots else records[-1].instr
         for key_tok, attr in attrs:
-            comp.attributes[key_tok.value] = attr
-        if signature is not None:
-            params = signature[1]
-            if len(params) != len(comp.parameters):
-                raise SemanticError(f"signature of '{comp.name}' declares {len(params)} parameters, "
-                                    f"the body has {len(comp.parameters)}", name_tok)
-        # Only instructions that name computations or control predecessors wait for the module.
-        return ("computation", comp, name_tok, [p for p in ordered if p.attrs])
+            key = key_tok.value
+            spec = schema.COMPUTATION_KEYS.get(key)
+            if spec is None:
+                raise SemanticError(f"unexpected attribute '{key}' for a computation; it takes: "
+                                    f"{', '.join(schema.COMPUTATION_KEYS)}", key_tok)
+            if key in comp.attributes:
+                raise SemanticError(f"attribute '{key}' given twice", key_tok)
+            try:
+                spec.check(attr.raw)
+            except ValueError as e:
+                raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
+            comp.attributes[key] = attr
+        if signature is not None and self.check_semantics:
+            from hlo_passes.verifier.shape_rules import same_shape
 
-    def _operand(self, comp, ref: str, by_name, element_refs) -> Instruction:
-        """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`)."""
-        target = by_name.get(ref)
-        if target is not None:
-            return target
-        name, _, index = _bare(ref).partition("#")
-        target = by_name.get(name)
-        if target is None:
-            raise SemanticError(f"'{name}' is not defined in computation '{comp.name}'", ref)
-        if index:
-            return self._tuple_element(comp, target, int(index), ref, element_refs)
-        return target
+            declared = signature[2]
+            if not same_shape(declared, comp.root.shape):
+                raise SemanticError(f"shape of computation {name}, {declared.to_hlo(False)}, is not compatible with "
+                                    f"that of its root instruction {comp.root.name}, "
+                                    f"{comp.root.shape.to_hlo(False)}", name_tok)
+        if is_entry:
+            if self.entry is not None:
+                raise SemanticError("a module has only one ENTRY computation", name_tok)
+            self.entry = comp
+        self.order.extend(self.pending_computations)
+        self.order.append(comp)
+        self.computations[name] = comp
+        self._begin_computation("")
+        return comp
 
     # ---------------------------------------------------------------- tables --
     def string_row(self, c):
-        return int(c[0]), _unquote(c[1].value)
+        try:
+            return _int_token(c[0]), _unquote(c[1].value)
+        except SemanticError as e:
+            raise SemanticError(e.message, c[1]) from None
 
     def record_field(self, c):
-        return c[0].value, int(c[1])
+        return c[0].value, _int_token(c[1])
 
     def record_row(self, c):
-        return int(c[0]), dict(c[1:])
+        fields = {}
+        for key, value in c[1:]:
+            if key in fields:
+                raise SemanticError(f"field '{key}' given twice", c[0])
+            fields[key] = value
+        return _int_token(c[0]), fields, c[0]
+
+    def _records(self, c, table: str) -> dict:
+        keys = TABLE_FIELDS[table]
+        rows = {}
+        for number, fields, tok in c:
+            problem = record_problem(table, fields)
+            if problem is not None:
+                raise SemanticError(problem, tok)
+            rows[number] = fields
+        return rows
 
     def file_names_table(self, c):
         return ("file_names", dict(c))
@@ -371,92 +727,189 @@ class _Builder(lark.Transformer):
         return ("function_names", dict(c))
 
     def file_locations_table(self, c):
-        return ("file_locations", dict(c))
+        return ("file_locations", self._records(c, "file_locations"))
 
     def stack_frames_table(self, c):
-        return ("stack_frames", dict(c))
+        return ("stack_frames", self._records(c, "stack_frames"))
 
     # ---------------------------------------------------------------- module --
     def module_header(self, c):
+        c = [x for x in c if not (isinstance(x, Token) and x.type == "HEADER_COLON")]
         return ("header", c[0], c[1])
 
     def module(self, c):
-        if isinstance(c[0], tuple) and c[0][0] == "header":
-            _, name_tok, header_attrs = c[0]
-            c = [name_tok, header_attrs, *c[1:]]
-        else:
-            c = [None, [], *c]
-        module = Module(_bare(c[0].value) if c[0] is not None else "")
-        for key_tok, attr in c[1]:
-            if key_tok.value in module.attributes:
-                raise SemanticError(f"module attribute '{key_tok.value}' given twice", key_tok)
-            module.attributes[key_tok.value] = attr
-        comps = []
-        for item in c[2:]:
-            if item[0] == "computation":
-                comps.append(item)
-            else:
-                setattr(module.tables, item[0], item[1])
+        header = c[0] if isinstance(c[0], tuple) and c[0][0] == "header" else None
+        tables = [x for x in c if isinstance(x, tuple) and x[0] in ("file_names", "function_names",
+                                                                      "file_locations", "stack_frames")]
+        return self.finish_module(header, tables)
+
+    def finish_module(self, header, tables: list) -> Module:
+        name_tok, header_attrs = (header[1], header[2]) if header is not None else (None, [])
+        if header is None and self.first_computation is not None:
+            # XLA reads text without a header as a module only when it starts with ENTRY or
+            # `name {`; anything else it takes for a single instruction (and refuses here).
+            is_entry, has_signature, first_tok = self.first_computation
+            if tables or (not is_entry and has_signature):
+                start = len(self.text) - len(self.text.lstrip())
+                raise SemanticError("text without 'HloModule' must start with ENTRY or with a computation "
+                                    "written `name {` (add a `HloModule name` line)",
+                                    None if tables else first_tok, pos=start)
+        module = Module(_bare(name_tok.value) if name_tok is not None else "")
+        for key_tok, attr in header_attrs:
+            key = key_tok.value
+            if key in module.attributes:
+                raise SemanticError(f"module attribute '{key}' given twice", key_tok)
+            spec = schema.MODULE_KEYS.get(key)
+            if spec is None:
+                raise SemanticError(f"unexpected module attribute '{key}'; a module takes: "
+                                    f"{', '.join(sorted(schema.MODULE_KEYS))}", key_tok)
+            try:
+                spec.check(attr.raw)
+            except ValueError as e:
+                raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
+            if key in ("replica_count", "num_partitions") and parse_int64(attr.raw) < 1:
+                raise SemanticError(f"{key} must be at least 1, got {attr.raw}", key_tok)
+            module.attributes[key] = attr
+        order = [key for key, _ in tables]
+        if order and order != list(TABLE_FIELDS_ORDER):
+            bad = next((i for i, key in enumerate(order) if i >= len(TABLE_FIELDS_ORDER)
+                        or key != TABLE_FIELDS_ORDER[i]), len(order) - 1)
+            title = _TABLE_TITLES[order[bad]]
+            nth = order[:bad].count(order[bad])
+            found = list(re.finditer(rf"^[ \t]*{title}\b", self.text, re.M))
+            expected = _TABLE_TITLES[TABLE_FIELDS_ORDER[bad]] if bad < len(TABLE_FIELDS_ORDER) else "a computation"
+            raise SemanticError(f"expects {expected} here: debug tables come as FileNames, FunctionNames, "
+                                "FileLocations, StackFrames, each once and in this order",
+                                pos=found[nth].start() if nth < len(found) else 0)
+        for key, rows in tables:
+            setattr(module.tables, key, rows)
         module.style.percent_names = self.percent_names
         module.style.operand_shapes = self.operand_shapes
-        by_name: dict[str, Computation] = {}
-        entry = None
-        for _, comp, name_tok, _ in comps:
-            if comp.name in by_name:
-                raise SemanticError(f"computation name '{comp.name}' is used twice", name_tok)
-            by_name[comp.name] = comp
-            if comp.is_entry:
-                if entry is not None:
-                    raise SemanticError("a module has only one ENTRY computation", name_tok)
-                entry = comp
+        if not self.order:
+            raise SemanticError("the module has no computation")
+        entry = self.entry
         if entry is None:  # XLA takes the last computation as the entry
-            entry = comps[-1][1]
+            entry = self.order[-1]
             entry.is_entry = True
         if not module.name:  # no header: XLA names the module after its entry
             module.name = f"module_{entry.name}"
-        for _, comp, _, referring in comps:
+        taken = set(self.computations)
+        for comp in self.synthesized:  # async-wrapped computations get names nobody wrote
+            base, n = comp.name, 0
+            while comp.name in taken:
+                n += 1
+                comp.name = f"{base}.{n}"
+            taken.add(comp.name)
+        for comp in self.order:
             comp.module = module
             module.computations.append(comp)
-            for p in referring:
-                self._resolve_references(p, by_name, comp)
         module.take_names_of_parsed_instructions()
         module.entry = entry
         module.parsed_entry_signature = entry_signature(module)
+        for key_tok, attr in header_attrs:
+            if key_tok.value in ("input_output_alias", "buffer_donor"):
+                self._check_aliasing(module, key_tok, attr.raw)
         return module
 
-    def _resolve_references(self, p: _PendingInstruction, by_name, comp) -> None:
-        if p.instr.called is NO_CALLS and any(k.value in CALLED_COMPUTATION_KEYS for k, _ in p.attrs):
-            p.instr.called = {}
-        for key_tok, attr in p.attrs:
-            key = key_tok.value
-            if key in CALLED_COMPUTATION_KEYS:
-                names = _computation_names(attr.raw)
-                missing = [n for n in names if n not in by_name]
-                if missing:
-                    raise SemanticError(f"computation '{missing[0]}' is not defined", key_tok)
-                called = tuple(by_name[n] for n in names)
-                list_form = attr.raw.strip().startswith("{")
-                p.instr.called[key] = called if list_form else called[0]
-            elif key == "control-predecessors":
-                local = {i.name: i for i in comp.instructions}
-                for n in _computation_names(attr.raw):
-                    if n not in local:
-                        raise SemanticError(f"control predecessor '{n}' is not defined in "
-                                            f"'{comp.name}'", key_tok)
-                    p.instr.add_control_predecessor(local[n])
+    def _check_aliasing(self, module: Module, key_tok, raw: str) -> None:
+        """Each entry names an existing output index, parameter and parameter index."""
+        entry = module.entry
+        if key_tok.value == "input_output_alias":
+            for m in schema.ALIAS_ENTRY.finditer(raw):
+                out = _shape_index(m.group(1))
+                if _subshape(entry.root.shape, out) is None:
+                    raise SemanticError(f"input_output_alias: output index {{{','.join(map(str, out))}}} is not an "
+                                        f"index of the result {entry.root.shape.to_hlo(False)}", key_tok)
+                self._check_parameter_index(entry, _small_int(m.group(2)), _shape_index(m.group(3)), key_tok)
+        else:
+            for m in schema.DONOR_ENTRY.finditer(raw):
+                self._check_parameter_index(entry, _small_int(m.group(1)), _shape_index(m.group(2)), key_tok)
+
+    def _check_parameter_index(self, entry: Computation, number: int, index: tuple, key_tok) -> None:
+        what = key_tok.value
+        if not 0 <= number < len(entry.parameters):
+            raise SemanticError(f"{what}: the entry has no parameter {number}", key_tok)
+        if _subshape(entry.parameters[number].shape, index) is None:
+            raise SemanticError(f"{what}: {{{','.join(map(str, index))}}} is not an index of parameter {number}, "
+                                f"{entry.parameters[number].shape.to_hlo(False)}", key_tok)
 
 
-def _computation_names(raw: str) -> list[str]:
-    body = raw.strip()
-    if body.startswith("{"):
-        body = body[1:-1]
-    return [_bare(x.strip()) for x in body.split(",") if x.strip()]
+# The debug tables of newer dumps, in the order XLA requires them, and the fields of each
+# record (all required, no others).
+TABLE_FIELDS_ORDER = ("file_names", "function_names", "file_locations", "stack_frames")
+_TABLE_TITLES = {"file_names": "FileNames", "function_names": "FunctionNames", "file_locations": "FileLocations",
+                 "stack_frames": "StackFrames"}
+TABLE_FIELDS = {
+    "file_locations": ("file_name_id", "function_name_id", "line", "end_line", "column", "end_column"),
+    "stack_frames": ("file_location_id", "parent_frame_id"),
+}
+
+
+def record_problem(table: str, fields: dict) -> str | None:
+    """What is wrong with one record of a FileLocations or StackFrames table, or None."""
+    keys = TABLE_FIELDS[table]
+    for key in fields:
+        if key not in keys:
+            return f"unexpected field '{key}' in {_TABLE_TITLES[table]}; fields are {', '.join(keys)}"
+    for key in keys:
+        if key not in fields:
+            return f"{_TABLE_TITLES[table]} record needs {key}="
+    for key, value in fields.items():
+        if not -(1 << 31) <= value < (1 << 31):
+            return f"{key}={value} is out of range for int32"
+    return None
+
+
+def _int_token(tok) -> int:
+    try:
+        return parse_int64(tok.value)
+    except ValueError as e:
+        raise SemanticError(str(e), tok) from None
+
+
+def _shape_index(text: str) -> tuple[int, ...]:
+    body = text.strip()[1:-1]
+    return tuple(_small_int(x) for x in body.split(",") if x.strip())
+
+
+def _small_int(text: str) -> int:
+    """An index from an attribute (its syntax checked): past int64 it cannot name anything."""
+    text = text.strip()
+    return int(text) if len(text) <= 19 else (1 << 63)
+
+
+def _subshape(shape: Shape, index: tuple[int, ...]) -> Shape | None:
+    for i in index:
+        if type(shape) is not TupleShape or not 0 <= i < len(shape.elements):
+            return None
+        shape = shape.elements[i]
+    return shape
+
+
+def _compatible(a: Shape, b: Shape) -> bool:
+    """XLA's ShapeUtil::Compatible: equal dimensions and element types, layouts ignored."""
+    from hlo_passes.verifier.shape_rules import same_shape
+
+    return same_shape(a, b)
+
+
+def _with_default_layouts(shape: Shape) -> Shape:
+    """`shape` with XLA's default layout wherever none is written (as XLA's parser fills them)."""
+    if type(shape) is TupleShape:
+        return TupleShape(tuple(_with_default_layouts(e) for e in shape.elements))
+    if shape.layout is None:
+        return ArrayShape(shape.element_type, shape.dims, shape.dynamic, Layout.default_for_rank(len(shape.dims)),
+                          shape.unbounded)
+    return shape
 
 
 def _unquote(s: str) -> str:
-    import json
+    from hlo_passes.parse.strings import unquote
 
-    return json.loads(s)
+    try:
+        return unquote(s)
+    except ValueError as e:
+        raise SemanticError(str(e)) from None
 
 
 def entry_signature(module: Module) -> tuple:
@@ -464,18 +917,86 @@ def entry_signature(module: Module) -> tuple:
     return (tuple(p.shape for p in entry.parameters), entry.root.shape)
 
 
+class _Keys:
+    """The attribute keys an instruction takes (its opcode's and everyone's), and the required ones."""
+
+    __slots__ = ("specs", "required")
+
+    def __init__(self, own: dict):
+        self.specs = {**schema.COMMON, **own}
+        self.required = tuple(k for k, spec in own.items() if spec.required)
+
+
+class _Plan:
+    """What `_build` needs to know about one opcode spelling, worked out once per spelling."""
+
+    __slots__ = ("opcode", "wrapped", "keys", "dynamic_keys", "literal", "low", "high", "parity", "references",
+                 "checks", "shape_checks")
+
+    def __init__(self, opcode: Opcode, wrapped: Opcode | None):
+        from hlo_passes.verifier.shape_rules import OPERAND_COUNTS
+
+        self.opcode = opcode
+        self.wrapped = wrapped
+        if wrapped is None:
+            own = schema.OPCODE_KEYS[opcode]
+        elif opcode is Opcode.ASYNC_START:
+            own = {**schema.OPCODE_KEYS[wrapped], **schema.ASYNC_SUGAR_START}
+        else:
+            own = schema.ASYNC_SUGAR_OTHER
+        self.keys = _Keys(own)
+        self.dynamic_keys = wrapped is None and opcode in (Opcode.CONDITIONAL, Opcode.BROADCAST)
+        self.literal = opcode in (Opcode.CONSTANT, Opcode.PARAMETER)
+        self.low, self.high = OPERAND_COUNTS.get(opcode, (0, None)) if wrapped is None else (0, None)
+        parities = {Opcode.REDUCE: 0, Opcode.REDUCE_WINDOW: 0, Opcode.SCATTER: 1}
+        self.parity = parities.get(opcode) if wrapped is None else None
+        self.references = opcode is Opcode.CONDITIONAL or any(
+            k in CALLED_COMPUTATION_KEYS or k == "control-predecessors" for k in self.keys.specs)
+        self.checks = wrapped is not None or opcode in _CHECKED_OPCODES
+        self.shape_checks = opcode in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.INFEED, Opcode.RECV,
+                                       Opcode.CUSTOM_CALL)
+
+
+_CHECKED_OPCODES = frozenset({
+    Opcode.CONDITIONAL, Opcode.SORT, Opcode.CONCATENATE, Opcode.GET_DIMENSION_SIZE, Opcode.SET_DIMENSION_SIZE,
+    Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.REDUCE_SCATTER, Opcode.SCAN, Opcode.ALL_TO_ALL,
+    Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
+    Opcode.RECV_DONE, Opcode.SEND_DONE, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE, Opcode.ASYNC_START,
+})
+_CONDITIONAL_PRED_KEYS = _Keys(schema.CONDITIONAL_PRED)
+_CONDITIONAL_INDEX_KEYS = _Keys(schema.CONDITIONAL_INDEX)
+_BROADCAST_ARRAY_KEYS = _Keys({"dimensions": schema.req(schema.check_int_list)})
+_PLANS: dict[str, _Plan] = {}
+# (key, value text) pairs already checked, shared by every parse (the checks are pure).
+_CHECKED_VALUES: set[tuple[str, str]] = set()
+_CHECKED_LIMIT = 1 << 17
+
+
+def _plan(tok) -> _Plan:
+    """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
+    text = tok.value
+    opcode = OPCODES_BY_NAME.get(text)
+    wrapped = None
+    if opcode is None:
+        for suffix, async_opcode in _ASYNC_SUFFIXES:
+            if text.endswith(suffix):
+                wrapped = OPCODES_BY_NAME.get(text[: -len(suffix)])
+                if wrapped is None:
+                    raise SemanticError(f"expects async wrapped opcode but sees: {quote(text)}", tok)
+                if wrapped in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
+                    raise SemanticError(f"{quote(text)}: an async op cannot wrap another one", tok)
+                opcode = async_opcode
+                break
+        else:
+            raise SemanticError(f"unknown opcode {quote(text)}", tok)
+    plan = _Plan(opcode, wrapped)
+    if len(_PLANS) < 4096:
+        _PLANS[text] = plan
+    return plan
+
+
 _lock = threading.Lock()
 _builder = _Builder()
-
-
-def _reset_builder(text: str) -> None:
-    _builder.text = text
-    _builder.nested_counter = 0
-    _builder.anonymous_names = {}
-    _builder.percent_names = False
-    _builder.operand_shapes = False
-    _builder.attr_slots = {}
-    _builder.by_name = {}
 
 
 def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
@@ -491,12 +1012,14 @@ def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
     """
     if engine not in ("auto", "lark", "fast"):
         raise ValueError(f"unknown parser engine {engine!r}")
+    if "\r" in text:  # XLA reads CR LF and a lone CR (old Mac files) as line ends too
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     # Building a module allocates hundreds of thousands of objects and no garbage
     # cycles; the cyclic collector would rescan them all many times over.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        module = _parse_locked(text, filename, engine)
+        module = _parse_locked(text, filename, engine, check_semantics)
         if check_semantics:
             _check_semantics(module, text, filename)
         return module
@@ -505,33 +1028,30 @@ def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
             gc.enable()
 
 
-def _parse_locked(text: str, filename: str, engine: str) -> Module:
+def _parse_locked(text: str, filename: str, engine: str, check_semantics: bool) -> Module:
     with _lock:
-        if engine != "lark":
-            from hlo_passes.parse.line_scanner import Fallback, LineScanner
-
-            _reset_builder(text)
-            try:
-                return LineScanner(_builder, text).scan()
-            except (Fallback, SemanticError, lark.exceptions.LarkError):
-                if engine == "fast":
-                    raise
-            finally:
-                _builder.text = ""
-                _builder.attr_slots = {}
-                _builder.by_name = {}
-        _reset_builder(text)
+        _builder.check_semantics = check_semantics
         try:
+            if engine != "lark":
+                from hlo_passes.parse.line_scanner import Fallback, LineScanner
+
+                _builder._reset(text)
+                try:
+                    return LineScanner(_builder, text).scan()
+                except Fallback:
+                    if engine == "fast":
+                        raise
+            _builder._reset(text)
             return grammar.lark_parser(_builder).parse(text, start="module")
         except SemanticError as e:
-            pos = e.token.start_pos if e.token is not None else (e.pos or 0)
-            raise _error(text, filename, pos, e.message) from None
+            pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
+            raise _error(text, filename, pos if pos is not None else 0, e.message) from None
         except lark.exceptions.UnexpectedInput as e:
             raise _lark_error(text, filename, e) from None
+        except RecursionError:  # a guard, should a limit above be missing
+            raise _error(text, filename, 0, "the text is nested too deeply to read") from None
         finally:
-            _builder.text = ""
-            _builder.attr_slots = {}
-            _builder.by_name = {}
+            _builder._reset("")
 
 
 def _check_semantics(module: Module, text: str, filename: str) -> None:
@@ -548,8 +1068,6 @@ def definition_position(text: str, instr: Instruction) -> int:
     """Offset of the name in `instr`'s defining line (instructions keep no positions), found
     within its computation; the computation's name, or 0, for instructions the text does not
     name (nested operands, `%t#1` elements)."""
-    import re
-
     start = 0
     comp = instr.parent
     if comp is not None:
@@ -566,24 +1084,30 @@ def _error(text: str, filename: str, pos: int, message: str) -> HloParseError:
 
 
 def _lark_error(text: str, filename: str, e: lark.exceptions.UnexpectedInput) -> HloParseError:
+    pos, message = lark_error_message(text, e)
+    return _error(text, filename, pos, message)
+
+
+def lark_error_message(text: str, e: lark.exceptions.UnexpectedInput) -> tuple[int, str]:
+    """(offset, "expected X, got Y") of a syntax error the grammar found in `text`."""
     pos = getattr(e, "pos_in_stream", None)
     if isinstance(e, lark.exceptions.UnexpectedToken):
         tok = e.token
         pos = tok.start_pos if tok.start_pos is not None and tok.type != "$END" else len(text)
-        got = "end of input" if tok.type == "$END" else repr(tok.value)
+        got = "end of input" if tok.type == "$END" else quote(tok.value)
         expected = sorted({grammar.terminal_description(t) for t in e.expected})
         message = f"expected {_one_of(expected)}, got {got}"
     elif isinstance(e, lark.exceptions.UnexpectedCharacters):
         pos = e.pos_in_stream
         expected = sorted({grammar.terminal_description(t) for t in (e.allowed or ())})
-        message = f"unexpected character {text[pos]!r}" + (
+        message = f"unexpected character {quote(text[pos])}" + (
             f"; expected {_one_of(expected)}" if expected else "")
     elif isinstance(e, lark.exceptions.UnexpectedEOF):
         pos = len(text)
         message = "unexpected end of input"
     else:
-        message = str(e)
-    return _error(text, filename, pos or 0, message)
+        message = str(e).splitlines()[0] if str(e) else "syntax error"
+    return pos or 0, message
 
 
 def _one_of(items: list[str]) -> str:

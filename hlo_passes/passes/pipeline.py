@@ -1,9 +1,10 @@
-"""Pipeline strings: `spmd-partition{num-partitions=8},dce,collective-fusion{threshold-bytes=1048576}`.
+"""Pipeline strings: `spmd-partition{num-partitions=8},dce,collective-fusion{combine-threshold-in-bytes=1048576}`.
 
 Option names are kebab-case spellings of the pass's `Options` fields; values are
 converted by the field's annotated type:
 
-    int      1048576          float   0.5 (printed by repr: 1e-05)
+    int      1048576 (a count, size or threshold: ASCII digits, 0 to 2^63-1)
+    float    0.5 (printed by repr: 1e-05)
     bool     true | false     str     packed      (no ',', '{', '}' or '=')
     Enum     one of its values (or names)         Literal["a", "b"]  one of a, b
     T | None none, or a T
@@ -93,10 +94,9 @@ def convert_value(kind: Any, text: str) -> Any:
             raise ValueError("expects true or false")
         return text == "true"
     if kind is int:
-        try:
-            return int(text, 10)
-        except ValueError:
-            raise ValueError("expects an integer") from None
+        if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) >= 1 << 63:
+            raise ValueError("expects a whole number, 0 or more")
+        return int(text)
     if kind is float:
         try:
             return float(text)

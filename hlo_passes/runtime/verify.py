@@ -100,7 +100,7 @@ def _module(m: Module | str) -> Module:
     fused, laid out or scheduled comes back as the fresh program it stands for (recompile.py)."""
     from hlo_passes.runtime.recompile import NotRecompilable, make_fresh_program, needs_fresh_program
 
-    copy = parse_module(m) if isinstance(m, str) else parse_module(print_module(m))
+    copy = parse_module(m) if isinstance(m, str) else m.clone()
     if needs_fresh_program(copy):
         try:
             make_fresh_program(copy)

@@ -28,11 +28,12 @@ def _checker(opcode: Opcode) -> Callable[[Instruction], str | None]:
     bounds = OPERAND_COUNTS.get(opcode)
     rule = RULES.get(opcode)
     low, high = bounds if bounds is not None else (0, None)
-    even = opcode is Opcode.REDUCE
+    even = opcode in (Opcode.REDUCE, Opcode.REDUCE_WINDOW)
+    odd = opcode is Opcode.SCATTER
 
     def check(instr: Instruction) -> str | None:
         n = len(instr.operands)
-        if n < low or (high is not None and n > high) or (even and n % 2):
+        if n < low or (high is not None and n > high) or (even and n % 2) or (odd and not n % 2):
             return operand_count_problem(instr)
         if rule is None:
             return None

@@ -91,11 +91,11 @@ def test_all_reduce_combiner_thresholds_and_channels():
                      f"{G4}, use_global_device_ids=true, to_apply=add" for k in range(5))
     body += "\n  ROOT t = (f32[8], f32[8], f32[8], f32[8], f32[8]) tuple(a0, a1, a2, a3, a4)"
     text = module(body, "num_partitions=8")
-    _, m, _ = run("all-reduce-combiner", text, threshold_count=2)
+    _, m, _ = run("all-reduce-combiner", text, combine_threshold_count=2)
     assert sorted(len(a.operands) for a in ops(m, Opcode.ALL_REDUCE)) == [1, 2, 2]
     ids = [a.attr("channel_id") for a in ops(m, Opcode.ALL_REDUCE)]
     assert len(set(ids)) == len(ids) and all(a.attr("use_global_device_ids") for a in ops(m, Opcode.ALL_REDUCE))
-    _, m, _ = run("all-reduce-combiner", text, numerics=False, threshold_bytes=64)  # 32 bytes each: pairs
+    _, m, _ = run("all-reduce-combiner", text, numerics=False, combine_threshold_in_bytes=64)  # 32 bytes each: pairs
     assert sorted(len(a.operands) for a in ops(m, Opcode.ALL_REDUCE)) == [1, 2, 2]
 
 
@@ -144,11 +144,21 @@ def test_reduce_scatter_combiner(form):
     # XLA's CPU path (StableHLO) cannot run a variadic reduce-scatter: structure only.
     _, m, _ = run("reduce-scatter-combiner", text, numerics=form == "packed", form=form)
     rs = ops(m, Opcode.REDUCE_SCATTER)
+    # combine-by-dim (the default): a and c (dimension 0, add) merge; b (dimension 1) and d (max) stay
+    assert len(rs) == 3
     if form == "packed":
-        assert len(rs) == 2 and [r.shape.dims for r in rs if r.shape.is_array and r.shape.rank == 2
-                                 and r.shape.dims[0] == 1] == [(1, 11)]
-    else:  # dimension 0 only: a and c
+        assert [r.shape.dims for r in rs if r.shape.rank == 2 and r.shape.dims[0] == 1] == [(1, 9)]
+    else:
         assert sorted(len(r.operands) for r in rs) == [1, 1, 2]
+    # across dimensions: a, b and c merge
+    _, m, _ = run("reduce-scatter-combiner", text, numerics=form == "packed", form=form, combine_by_dim=False)
+    rs = ops(m, Opcode.REDUCE_SCATTER)
+    assert len(rs) == 2
+    if form == "packed":
+        assert [r.shape.dims for r in rs if r.shape.rank == 2 and r.shape.dims[0] == 1] == [(1, 11)]
+    else:
+        (merged,) = [r for r in rs if r.shape.is_tuple]
+        assert merged.attr("dimensions") == (0,) and len(ops(m, Opcode.TRANSPOSE)) == 2
 
 
 def test_collective_permute_combiner():
@@ -203,7 +213,8 @@ def test_reduce_scatter_creator_partition_arithmetic():
   zero = s32[] constant(0)
   ROOT ds = f32[3,2] dynamic-slice(ar, zero, off), dynamic_slice_sizes={3,2}""", "num_partitions=8")
     changed, m, _ = run("reduce-scatter-creator", text)
-    assert changed and m.entry.root.attr("dimensions") == (1,) and m.entry.root.attr("channel_id") == 1
+    # a new channel id, as XLA gives the reduce-scatter (the all-reduce's was 1)
+    assert changed and m.entry.root.attr("dimensions") == (1,) and m.entry.root.attr("channel_id") == 2
 
 
 def test_reduce_scatter_creator_keeps_all_reduce_with_other_users():
@@ -297,7 +308,7 @@ def test_collective_fusion_pipeline_and_failure_is_contained(monkeypatch):
   s = f32[16,3] add(a, b)
   c = f32[16,3] all-reduce(q), {G4}, to_apply=mx
   ROOT t = (f32[16,3], f32[16,3]) tuple(s, c)""")
-    changed, m, _ = run("collective-fusion", text, threshold_bytes=1 << 20)
+    changed, m, _ = run("collective-fusion", text, combine_threshold_in_bytes=1 << 20)
     assert changed and len(ops(m, Opcode.ALL_REDUCE)) == 2
 
     from hlo_passes.passes.collectives.all_reduce_combiner import AllReduceCombiner

@@ -386,3 +386,244 @@ ENTRY e {
 }
 """),
 }
+
+# Forms XLA's parser accepts that hand-written HLO uses: shapes left out (XLA infers them),
+# operands written inline with their shapes, the old header colon, async sugar.  Each is
+# checked against XLA's own reading (its canonical print of the input).
+INFERENCE_CASES = {
+    "infer_elementwise": ("shapes inferred for unary, binary, ternary and comparison ops", """
+HloModule m
+
+ENTRY e {
+  a = f32[3,5] parameter(0)
+  b = f32[3,5] parameter(1)
+  c = c64[3,5] parameter(2)
+  neg = negate(a)
+  sum = add(neg, b)
+  lt = compare(sum, b), direction=LT
+  pick = select(lt, sum, b)
+  mag = abs(c)
+  re = real(c)
+  fin = is-finite(pick)
+  lo = f32[] parameter(3)
+  clamped = clamp(lo, pick, lo)
+  cx = complex(mag, re)
+  ROOT t = tuple(clamped, fin, cx)
+}
+"""),
+    "infer_structural": ("tuple, get-tuple-element, broadcast of a scalar, transpose, reverse, pad, concatenate, "
+                         "after-all, add-dependency, partition-id, get-dimension-size", """
+HloModule m
+
+ENTRY e {
+  p = f32[2,3] parameter(0)
+  q = f32[4,3] parameter(1)
+  s = f32[] parameter(2)
+  t = tuple(p, q, s)
+  q2 = get-tuple-element(t), index=1
+  bs = broadcast(s), dimensions={}
+  tr = transpose(p), dimensions={1,0}
+  rv = reverse(q2), dimensions={0}
+  pd = pad(p, s), padding=1_0x0_2_1
+  cc = concatenate(p, q2), dimensions={0}
+  tok = after-all()
+  dep = add-dependency(cc, tok)
+  pid = partition-id()
+  rid = replica-id()
+  ds = get-dimension-size(q), dimensions={1}
+  ROOT out = tuple(bs, tr, rv, pd, dep, pid, rid, ds)
+}
+"""),
+    "infer_dot_mixed_precision": ("dot without a shape: batch and contracting dims, the more precise type", """
+HloModule m
+
+ENTRY e {
+  a = f32[4,2,3] parameter(0)
+  b = bf16[4,3,5] parameter(1)
+  ROOT d = dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"""),
+    "infer_reductions": ("reduce, reduce-window, map, sort and scatter infer from operands and computations", """
+HloModule m
+
+sum {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = add(x, y)
+}
+
+less {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = compare(x, y), direction=LT
+}
+
+ENTRY e {
+  p = f32[6,8] parameter(0)
+  zero = f32[] constant(0)
+  r = reduce(p, zero), dimensions={1}, to_apply=sum
+  w = reduce-window(p, zero), window={size=2x3 stride=2x1 pad=0_0x1_1}, to_apply=sum
+  m = map(p, p), dimensions={0,1}, to_apply=sum
+  s = sort(p), dimensions={1}, to_apply=less
+  idx = s32[2,1] parameter(1)
+  upd = f32[2,8] parameter(2)
+  sc = scatter(p, idx, upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=sum
+  ROOT t = tuple(r, w, m, s, sc)
+}
+"""),
+    "infer_control_flow": ("call, while and conditional (pred and indexed) take their callees' shapes", """
+HloModule m
+
+double {
+  x = f32[4] parameter(0)
+  ROOT y = add(x, x)
+}
+
+cond {
+  t = (s32[], f32[4]) parameter(0)
+  i = get-tuple-element(t), index=0
+  n = s32[] constant(3)
+  ROOT lt = compare(i, n), direction=LT
+}
+
+body {
+  t = (s32[], f32[4]) parameter(0)
+  i = get-tuple-element(t), index=0
+  one = s32[] constant(1)
+  j = add(i, one)
+  v = get-tuple-element(t), index=1
+  w = negate(v)
+  ROOT u = tuple(j, w)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  c = call(p), to_apply=double
+  zero = s32[] constant(0)
+  init = tuple(zero, c)
+  loop = while(init), condition=cond, body=body
+  flag = pred[] parameter(1)
+  branch = conditional(flag, p, c), true_computation=double, false_computation=double
+  k = s32[] parameter(2)
+  pick = conditional(k, p, c), branch_computations={double, double}
+  ROOT t = tuple(loop, branch, pick)
+}
+"""),
+    "infer_convolution_and_gather": ("convolution (strides, padding, dilation, feature groups), gather, "
+                                     "select-and-scatter, batch-norm, fft, topk, cholesky, triangular-solve", """
+HloModule m
+
+ge {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = compare(x, y), direction=GE
+}
+
+sum {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = add(x, y)
+}
+
+ENTRY e {
+  img = f32[2,9,9,4] parameter(0)
+  ker = f32[3,3,2,6] parameter(1)
+  conv = convolution(img, ker), window={size=3x3 stride=2x1 pad=1_1x0_0 rhs_dilate=1x2}, dim_labels=b01f_01io->b01f, feature_group_count=2
+  table = f32[10,7] parameter(2)
+  ids = s32[5] parameter(3)
+  rows = gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,7}
+  src = f32[2,5,9,4] parameter(4)
+  zero = f32[] constant(0)
+  grad = select-and-scatter(img, src, zero), window={size=1x3x1x1 stride=1x2x1x1 pad=0_0x1_1x0_0x0_0}, select=ge, scatter=sum
+  scale = f32[4] parameter(5)
+  bn = batch-norm-training(img, scale, scale), epsilon=0.001, feature_index=3
+  sig = f32[3,16] parameter(6)
+  spec = fft(sig), fft_type=RFFT, fft_length={16}
+  top = topk(table), k=2
+  mat = f32[2,4,4] parameter(7)
+  chol = cholesky(mat), lower=true
+  sol = triangular-solve(mat, mat), left_side=true, lower=true, transpose_a=NO_TRANSPOSE
+  ROOT t = tuple(conv, rows, grad, bn, spec, top, chol, sol)
+}
+"""),
+    "infer_layouts": ("inferred results take the layout XLA gives them: the operand's (unary, first operand of "
+                      "binary, predicate of select), permuted (transpose), or the default (pad, concatenate, reduce)", """
+HloModule m
+
+sum {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT z = add(x, y)
+}
+
+ENTRY e {
+  p = f32[2,3]{0,1} parameter(0)
+  q = f32[2,3]{1,0} parameter(1)
+  s = f32[] parameter(2)
+  b = pred[2,3]{0,1} parameter(3)
+  neg = negate(p)
+  mixed = add(q, p)
+  isf = is-finite(p)
+  pick = select(b, q, p)
+  lt = compare(p, q), direction=LT
+  padded = pad(p, s), padding=1_0x0_1
+  joined = concatenate(p, p), dimensions={0}
+  flipped = transpose(p), dimensions={1,0}
+  summed = reduce(p, s), dimensions={1}, to_apply=sum
+  ROOT t = tuple(neg, mixed, isf, pick, lt, padded, joined, flipped, summed)
+}
+"""),
+    "typed_inline_operands": ("anonymous operands nested inline with their shapes, mixed with named ones", """
+HloModule m
+
+ENTRY e {
+  first = add(f32[6] parameter(0), multiply(f32[6] parameter(1), f32[6] parameter(2)))
+  ROOT r = tuple(first, negate(first), f32[6] exponential(first))
+}
+"""),
+    "header_colon": ("`HloModule name:` as older dumps write it", """
+HloModule old_dump:
+
+ENTRY e {
+  p = f32[2] parameter(0)
+  ROOT n = f32[2] negate(p)
+}
+"""),
+    "async_sugar_custom_call": ("custom-call-start/-update/-done without the wrapped computation, on a thread", """
+HloModule m
+
+ENTRY e {
+  p = f32[16] parameter(0)
+  s = ((f32[16]), f32[8], s32[]) custom-call-start(p), custom_call_target="halve", async_execution_thread="side"
+  u = ((f32[16]), f32[8], s32[]) custom-call-update(s)
+  ROOT d = f32[8] custom-call-done(u)
+}
+"""),
+    "async_sugar_elementwise": ("op-start/op-done sugar for any op, with the wrapped op's own attributes", """
+HloModule m
+
+ENTRY e {
+  a = f32[5] parameter(0)
+  b = f32[5] parameter(1)
+  s = ((f32[5], f32[5]), pred[5], s32[]) compare-start(a, b), direction=GE
+  ROOT d = pred[5] compare-done(s)
+}
+"""),
+    "constant_spellings": ("literal spellings XLA reads: stray commas, `1.`, -nan, NaN payloads that fit, u64 -1, "
+                           "pred from integers, empty and elided arrays", """
+HloModule m
+
+ENTRY e {
+  a = f32[3] constant({1., -nan, nan(0x1f)})
+  b = f32[2] constant({1,2,})
+  c = u64[] constant(-1)
+  d = pred[2] constant({0, 2})
+  f = bf16[2] constant({-nan(0x3f), 3.38e38})
+  g = f32[0,2] constant({})
+  h = s4[2] constant({-8, 7})
+  i = c64[2] constant({(1, -2), (inf, nan)})
+  ROOT t = (f32[3], f32[2], u64[], pred[2], bf16[2], f32[0,2], s4[2], c64[2]) tuple(a, b, c, d, f, g, h, i)
+}
+"""),
+}
+CASES.update(INFERENCE_CASES)

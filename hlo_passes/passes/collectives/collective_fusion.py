@@ -9,9 +9,9 @@
     collective-permute-combiner
     async-collective-creator   (only with async=true) last, on the merged collectives.
 
-    hlo-passes run step.hlo --passes 'collective-fusion{threshold-bytes=1048576}'
+    hlo-passes run step.hlo --passes 'collective-fusion{combine-threshold-in-bytes=1048576}'
 
-Options are forwarded to the sub-passes that take them.  Sub-pass remarks are collected
+Options (XLA's names) are forwarded to the sub-passes that take them.  Sub-pass remarks are collected
 under this pass.  The pass never fails a pipeline: a sub-pass that raises is reported as a
 remark, the module is restored to its text before that sub-pass, and the rest still run.
 """
@@ -19,6 +19,7 @@ remark, the module is restored to its text before that sub-pass, and the rest st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from hlo_passes.ir.module import Module
 from hlo_passes.passes.collectives.all_gather_combiner import AllGatherCombiner
@@ -41,11 +42,13 @@ class CollectiveFusion(ModulePass):
 
     @dataclass(frozen=True)
     class Options:
-        threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined collective, in bytes")
-        threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collectives merged into one")
+        combine_threshold_in_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined collective, in bytes")
+        combine_threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collectives merged into one")
+        combine_by_dim: bool = option(True, "all-gather and reduce-scatter combiners: merge only the same dimension")
         combine_different_dtypes: bool = option(True, "all-gather-combiner: merge different element types")
-        combine_by_dim: bool = option(True, "all-gather-combiner: merge only gathers over the same dimension")
-        reduce_scatter_form: str = option("packed", "reduce-scatter-combiner form: packed or variadic")
+        combine_while_loops: bool = option(True, "all-gather and reduce-scatter combiners: merge inside while loops")
+        reduce_scatter_form: Literal["packed", "variadic"] = option(
+            "packed", "reduce-scatter-combiner form: packed or variadic")
         reassociate: bool = option(True, "run all-reduce-reassociate")
         create_reduce_scatter: bool = option(True, "run reduce-scatter-creator")
         combine_permutes: bool = option(True, "run collective-permute-combiner")
@@ -53,7 +56,8 @@ class CollectiveFusion(ModulePass):
 
     def sub_passes(self) -> list[ModulePass]:
         o = self.options
-        limits = dict(threshold_bytes=o.threshold_bytes, threshold_count=o.threshold_count)
+        limits = dict(combine_threshold_in_bytes=o.combine_threshold_in_bytes,
+                      combine_threshold_count=o.combine_threshold_count)
         passes: list[ModulePass] = [AllReduceSimplifier()]
         if o.reassociate:
             passes.append(AllReduceReassociate())
@@ -61,9 +65,11 @@ class CollectiveFusion(ModulePass):
             passes.append(ReduceScatterCreator())
         passes += [
             AllReduceCombiner(**limits),
-            AllGatherCombiner(**limits, combine_different_dtypes=o.combine_different_dtypes,
-                              combine_by_dim=o.combine_by_dim),
-            ReduceScatterCombiner(**limits, form=o.reduce_scatter_form),
+            AllGatherCombiner(**limits, combine_by_dim=o.combine_by_dim,
+                              combine_different_dtypes=o.combine_different_dtypes,
+                              combine_while_loops=o.combine_while_loops),
+            ReduceScatterCombiner(**limits, combine_by_dim=o.combine_by_dim,
+                                  combine_while_loops=o.combine_while_loops, form=o.reduce_scatter_form),
         ]
         if o.combine_permutes:
             passes.append(CollectivePermuteCombiner(**limits))

@@ -13,15 +13,15 @@ one operand.)  Devices that receive nothing get zeros either way.
     cp = f32[1,11] collective-permute(xy), source_target_pairs={{0,1},{1,2},{2,3},{3,0}}
     a = f32[4,2] reshape(slice(cp) [0:1, 0:8]);  b = f32[3] reshape(slice(cp) [0:1, 8:11])
 
-Members agree on the pairs, element type and channel presence; cycles, control edges and
-channel ids are handled as in all-reduce-combiner.
+Members agree on the pairs, element type, channel presence and sharding domain; grouping,
+thresholds and dependence are common.py's `combine_by_key`, as for the other combiners.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hlo_passes.ir.builder import Builder, next_channel_id
+from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
@@ -39,20 +39,21 @@ from hlo_passes.passes.registry import register_pass
 class CollectivePermuteCombiner(CombinerPass):
     name = "collective-permute-combiner"
     summary = "Merge independent collective-permutes with the same pairs into one packed permute"
+    opcode = Opcode.COLLECTIVE_PERMUTE
+    checks_constrained_layout = False
 
     @dataclass(frozen=True)
     class Options:
-        threshold_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined result, in bytes")
-        threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collective-permutes merged into one")
+        combine_threshold_in_bytes: int = option(DEFAULT_THRESHOLD_BYTES, "largest combined result, in bytes")
+        combine_threshold_count: int = option(DEFAULT_THRESHOLD_COUNT, "most collective-permutes merged into one")
 
-    def combine_key(self, instr: Instruction):
-        if (instr.opcode is not Opcode.COLLECTIVE_PERMUTE or len(instr.operands) != 1
-                or not instr.shape.is_array or instr.sharding is not None):
+    def combine_key(self, instr: Instruction, domain: int):
+        if len(instr.operands) != 1 or not instr.shape.is_array or instr.sharding is not None:
             return None
-        return (instr.attr("source_target_pairs"), instr.attr("channel_id") is not None,
-                instr.shape.element_type)
+        return (instr.attr("source_target_pairs"), instr.channel_id is not None,
+                instr.shape.element_type, domain)
 
-    def combine(self, module: Module, comp: Computation, members: list[Instruction]):
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]) -> Instruction:
         first = members[0]
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         added: list[Instruction] = []
@@ -60,10 +61,10 @@ class CollectivePermuteCombiner(CombinerPass):
         packed = pack(b, [m.operands[0] for m in members], dims, 1, added)
         width = packed_width([m.shape for m in members], 1)
         combined = b.op(Opcode.COLLECTIVE_PERMUTE, ArrayShape(first.shape.element_type, (1, width)), [packed],
-                        channel_id=next_channel_id(module) if first.attr("channel_id") is not None else None,
+                        channel_id=first.channel_id,
                         source_target_pairs=first.attr("source_target_pairs"))
         values = unpack(b, combined, [m.shape for m in members], dims, 1, 1, added)
         self.remark(combined, f"combined {len(members)} collective-permutes: "
                     + ", ".join(m.name for m in members), "applied")
-        added += replace_members(comp, members, combined, [[v] for v in values])
-        return combined, added
+        replace_members(comp, members, combined, values)
+        return combined

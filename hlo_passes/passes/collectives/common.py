@@ -1,29 +1,38 @@
 """What the collective passes share: how a collective reads (reduction kind, group mode,
-group size), a reachability index that keeps rewrites acyclic, and the grouping engine
-the combiners use.
+group size), XLA's instruction post order and reachability, and the grouping engine every
+combiner runs (XLA's CombineInstructionsByKey).
 
-Reachability is a bitset per instruction (Python ints): bit i is set in `reach[x]` when
-x depends, through operands or control predecessors, on the i-th instruction.  Merging a
-set of instructions none of which reaches another can never create a cycle; after a merge
-every instruction that reached a member reaches the merged instruction's inputs too, and
-the index is updated in place so later groups are checked against the rewritten graph.
+The grouping engine, as XLA runs it:
+
+* Each candidate gets a key (`combine_key`; None = never combined).  Equal keys may merge.
+* Repeatedly walk the computation in XLA's post order (the schedule's order when the module
+  is scheduled).  The first remaining candidate opens a group; later candidates with its key
+  join it until the group would pass `combine-threshold-in-bytes` (result bytes) or reaches
+  `combine-threshold-count`, or until a candidate depends (through operands or control edges)
+  on a member: then the group closes and the candidate waits for the next walk.  A candidate
+  larger than the byte threshold alone, or with more than one operand, is dropped.  Groups of
+  two or more are rewritten; reachability is rebuilt after each rewrite, so a later group can
+  never close a cycle through an earlier one.
+* In a scheduled module a candidate also closes the group when an instruction scheduled
+  between the group's first member and it depends on a member (the merged collective could
+  not take the last member's place in the schedule without moving that instruction).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Hashable, Iterable, Sequence
 
-from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
-from hlo_passes.passes.pass_base import ModulePass
-from hlo_passes.ir.sharding import ShardingKind
+from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.collectives.domains import DomainMap
+from hlo_passes.passes.pass_base import ModulePass
 
 # Reductions a to_apply computation may spell, by the opcode of its root.
 REDUCTION_OPCODES = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM,
@@ -57,6 +66,15 @@ def reduction_of(instr: Instruction) -> ReductionKind | None:
     return reduction_kind(to_apply) if isinstance(to_apply, Computation) else None
 
 
+def combinable_reduction(instr: Instruction) -> ReductionKind | None:
+    """The reduction of an all-reduce or reduce-scatter as XLA's GetAllReduceKey accepts it:
+    `to_apply` is exactly two parameters and one binary reduction (no other instruction)."""
+    to_apply = instr.called.get("to_apply")
+    if not isinstance(to_apply, Computation) or len(to_apply) != 3:
+        return None
+    return reduction_kind(to_apply)
+
+
 # ----------------------------------------------------------------- groups --
 @dataclass(frozen=True)
 class GroupMode:
@@ -73,11 +91,11 @@ class GroupMode:
 
 
 def group_mode(instr: Instruction) -> GroupMode:
-    return GroupMode(instr.attr("channel_id") is not None, bool(instr.attr("use_global_device_ids", False)))
+    return GroupMode(instr.channel_id is not None, bool(instr.attr("use_global_device_ids", False)))
 
 
 def replica_groups(instr: Instruction) -> ReplicaGroups:
-    return instr.attr("replica_groups") or ReplicaGroups(())
+    return instr.replica_groups
 
 
 def participant_groups(instr: Instruction, module: Module) -> list[tuple[int, ...]] | None:
@@ -106,152 +124,164 @@ def uniform_group_size(instr: Instruction, module: Module) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-# ----------------------------------------------------------- reachability --
-class Reachability:
-    """Transitive dependencies (operands and control predecessors) of one computation's
-    instructions as bitsets; kept current as passes merge and add instructions."""
+# ------------------------------------------------------------ XLA order --
+# Collectives that XLA orders by channel id when several share one (MPMD programs).
+_CHANNEL_ORDERED = frozenset({Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.ALL_TO_ALL,
+                              Opcode.COLLECTIVE_PERMUTE, Opcode.REDUCE_SCATTER})
 
-    def __init__(self, comp: Computation):
+
+def channel_dependencies(comp: Computation) -> dict[Instruction, list[Instruction]]:
+    """Collectives sharing a channel id run together: each depends on the earlier ones (in
+    instruction order) with its channel id, as XLA's ComputeChannelDependencies says for an
+    MPMD program.  XLA computes none for an SPMD-partitioned module, where a shared channel id
+    means nothing (JAX's programs give every collective channel 1): none when the module has
+    more than one partition."""
+    seen: dict[int, list[Instruction]] = {}
+    deps: dict[Instruction, list[Instruction]] = {}
+    if comp.module is not None and comp.module.num_partitions > 1:
+        return deps
+    for instr in comp.instructions:
+        if instr.opcode in _CHANNEL_ORDERED and "channel_id" in instr.attributes:
+            cid = instr.channel_id
+            if cid is None:
+                continue
+            group = seen.setdefault(cid, [])
+            if group:
+                deps[instr] = list(group)
+            group.append(instr)
+    return deps
+
+
+def xla_post_order(comp: Computation,
+                   channel_deps: dict[Instruction, list[Instruction]] | None = None) -> list[Instruction]:
+    """XLA's MakeInstructionPostOrder: a depth-first walk from every instruction without users
+    (in instruction order), control predecessors first, then operands first to last, then the
+    earlier collectives sharing a channel id."""
+    deps = channel_dependencies(comp) if channel_deps is None else channel_deps
+    order: list[Instruction] = []
+    state: dict[Instruction, int] = {}  # 1 visiting, 2 visited
+    for start in comp.instructions:
+        if start.users or start in state:
+            continue
+        stack = [start]
+        while stack:
+            cur = stack[-1]
+            s = state.get(cur)
+            if s is None:
+                state[cur] = 1
+            else:
+                stack.pop()
+                if s == 1:
+                    state[cur] = 2
+                    order.append(cur)
+                continue
+            if cur is not start:
+                stack.extend(d for d in deps.get(cur, ()) if state.get(d) != 2)
+            stack.extend(op for op in reversed(cur.operands) if state.get(op) != 2)
+            stack.extend(p for p in cur.control_predecessors if state.get(p) != 2)
+    return order
+
+
+class Reachability:
+    """Which instructions of one computation reach which, as bitsets over a post order; built
+    once per walk, like XLA's HloReachabilityMap: through operands and control edges, and a
+    collective also reaches what the earlier collectives of its channel id depend on (their
+    operands and control predecessors, not those collectives themselves)."""
+
+    def __init__(self, order: Sequence[Instruction], channel_deps: dict[Instruction, list[Instruction]]):
         self.bit: dict[Instruction, int] = {}
         self.reach: dict[Instruction, int] = {}
-        self._next = 0
-        for instr in comp.post_order():
-            self.add(instr)
+        for k, instr in enumerate(order):
+            r = 1 << k
+            for source in (instr, *channel_deps.get(instr, ())):
+                for dep in (*source.operands, *source.control_predecessors):
+                    r |= self.reach.get(dep, 0)
+            self.bit[instr] = 1 << k
+            self.reach[instr] = r
 
-    def add(self, instr: Instruction) -> None:
-        own = 1 << self._next
-        self._next += 1
-        self.bit[instr] = own
-        r = own
-        for dep in (*instr.operands, *instr.control_predecessors):
-            r |= self.reach.get(dep, 0)
-        self.reach[instr] = r
-
-    def add_all(self, instrs: Iterable[Instruction]) -> None:
-        """Add new instructions, operands before users."""
-        new = [i for i in instrs if i not in self.bit]
-        pending = set(new)
-
-        def visit(x: Instruction) -> None:
-            if x not in pending:
-                return
-            pending.discard(x)
-            for dep in (*x.operands, *x.control_predecessors):
-                visit(dep)
-            self.add(x)
-
-        for x in new:
-            visit(x)
-
-    def depends(self, a: Instruction, b: Instruction) -> bool:
-        """True when `a` depends, transitively, on `b`."""
-        return a is not b and bool(self.reach[a] & self.bit[b])
-
-    def independent(self, a: Instruction, members: Iterable[Instruction]) -> bool:
-        mask = 0
-        for m in members:
-            if self.reach[m] & self.bit[a]:
-                return False
-            mask |= self.bit[m]
-        return not (self.reach[a] & mask)
-
-    def merged(self, members: Sequence[Instruction], combined: Instruction,
-               added: Iterable[Instruction]) -> None:
-        """`members` were replaced by `combined` and the new `added` instructions."""
-        self.add_all([*added, combined])
-        mask = 0
-        for m in members:
-            mask |= self.bit.pop(m)
-            self.reach.pop(m, None)
-        inputs = self.reach[combined]
-        for instr, r in self.reach.items():
-            if r & mask:
-                self.reach[instr] = r | inputs
+    def reaches(self, a: Instruction, b: Instruction) -> bool:
+        """True when `b` depends, transitively, on `a` (or is `a`)."""
+        return bool(self.reach[b] & self.bit[a])
 
 
 # ------------------------------------------------------------- combining --
-@dataclass
-class _Group:
-    members: list[Instruction] = field(default_factory=list)
-    bytes: int = 0
-
-
 def result_bytes(instr: Instruction) -> int:
     return instr.shape.byte_size()
 
 
-def combinable_sharding(instr: Instruction) -> bool:
-    """Collectives without sharding, or inside manual (shard_map) regions, may be combined."""
-    s = instr.sharding
-    if s is None:
-        return True
-    leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
-    return all(x.kind is ShardingKind.MANUAL for x in leaves)
-
-
-def combine_in_computation(comp: Computation, candidates: Sequence[tuple[Instruction, Hashable]], *,
-                           threshold_bytes: int, threshold_count: int,
-                           rewrite: Callable[[list[Instruction]], tuple[Instruction, list[Instruction]]],
-                           size: Callable[[Instruction], int] = result_bytes) -> int:
-    """Merge candidates with equal keys, first fit, into groups of mutually independent members
-    within the thresholds; `rewrite(members)` replaces them and returns (combined, new instrs).
-    Returns how many groups were combined."""
-    if len(candidates) < 2:
-        return 0
-    reach = Reachability(comp)
-    by_key: dict[Hashable, list[Instruction]] = {}
-    position = {instr: i for i, instr in enumerate(comp.post_order())}
-    for instr, key in sorted(candidates, key=lambda c: position[c[0]]):
-        by_key.setdefault(key, []).append(instr)
-    combined_groups = 0
-    for members_of_key in by_key.values():
-        if len(members_of_key) < 2:
-            continue
-        groups: list[_Group] = []
-        for instr in members_of_key:
+def combine_by_key(comp: Computation, keys: dict[Instruction, Hashable], *, threshold_bytes: int,
+                   threshold_count: int, combine: Callable[[list[Instruction]], Instruction],
+                   size: Callable[[Instruction], int] = result_bytes, scheduled: bool = False) -> int:
+    """XLA's CombineInstructionsByKey (see the module docstring).  `keys` maps each candidate to
+    its key and is consumed.  Returns how many groups were combined."""
+    groups: dict[Hashable, set[Instruction]] = {}
+    for instr, key in keys.items():
+        groups.setdefault(key, set()).add(instr)
+    combined = 0
+    sequence: list[Instruction] | None = None
+    while keys:
+        if sequence is None:  # (re)built after every rewrite
+            deps = channel_dependencies(comp)
+            post = xla_post_order(comp, deps)
+            reach = Reachability(post, deps)
+            sequence = comp.instructions if scheduled else post
+            position = {instr: k for k, instr in enumerate(sequence)}
+            candidates = [instr for instr in sequence if instr in keys]
+        members: list[Instruction] = []
+        total = 0
+        group: set[Instruction] = set()
+        for instr in candidates:
+            key = keys.get(instr)
+            if key is None:
+                continue
+            if not members:
+                group = groups[key]
+            if instr not in group:
+                continue
+            if len(instr.operands) != 1 or not instr.shape.is_array:
+                del keys[instr]
+                continue
             n = size(instr)
             if n > threshold_bytes:
+                del keys[instr]
                 continue
-            for g in groups:
-                if (len(g.members) < threshold_count and g.bytes + n <= threshold_bytes
-                        and reach.independent(instr, g.members)):
-                    g.members.append(instr)
-                    g.bytes += n
-                    break
-            else:
-                groups.append(_Group([instr], n))
-        for g in groups:
-            # Earlier merges may have made members depend on one another: check again.
-            kept: list[Instruction] = []
-            for m in g.members:
-                if reach.independent(m, kept):
-                    kept.append(m)
-            if len(kept) < 2:
-                continue
-            combined, added = rewrite(kept)
-            reach.merged(kept, combined, added)
-            combined_groups += 1
-    return combined_groups
+            if total + n > threshold_bytes:
+                break
+            if any(reach.reaches(m, instr) for m in members):
+                break
+            if scheduled and members and not _trivially_reschedulable(members, instr, sequence, position, reach):
+                break
+            members.append(instr)
+            total += n
+            del keys[instr]
+            if len(members) >= threshold_count:
+                break
+        if len(members) > 1:
+            combine(members)
+            combined += 1
+            sequence = None
+    return combined
+
+
+def _trivially_reschedulable(members: list[Instruction], target: Instruction, sequence: list[Instruction],
+                             position: dict[Instruction, int], reach: Reachability) -> bool:
+    """No instruction scheduled between the first member and `target` (other than members)
+    depends on a member: the merged collective can sit where `target` is."""
+    inside = set(members)
+    for curr in sequence[position[members[0]] + 1:position[target]]:
+        if curr in inside:
+            continue
+        if any(reach.reaches(m, curr) for m in members):
+            return False
+    return True
 
 
 def replace_members(comp: Computation, members: Sequence[Instruction], combined: Instruction,
-                    results: Sequence[Sequence[Instruction]]) -> list[Instruction]:
-    """Replace each member with its results (one per leaf of the member's shape) taken from
-    `combined`; moves control edges onto `combined`.  Returns the instructions added."""
-    added: list[Instruction] = []
-    b = Builder(comp, before=members[-1])
-    for member, values in zip(members, results):
-        if member.shape.is_tuple:
-            for user in list(member.users):
-                if user.opcode is Opcode.GET_TUPLE_ELEMENT:
-                    user.replace_all_uses_with(values[user.attr("index")])
-                    comp.remove(user)
-            if member.users or member.is_root:
-                t = b.tuple(list(values))
-                added.append(t)
-                member.replace_all_uses_with(t)
-        else:
-            member.replace_all_uses_with(values[0])
+                    results: Sequence[Instruction]) -> None:
+    """Replace each member (an array-shaped collective) with its result `results[i]`, taken
+    from `combined`; members' control edges move onto `combined`."""
+    for member, value in zip(members, results):
+        member.replace_all_uses_with(value)
         for pred in list(member.control_predecessors):
             combined.add_control_predecessor(pred)
         for succ in list(member.control_successors):
@@ -259,16 +289,50 @@ def replace_members(comp: Computation, members: Sequence[Instruction], combined:
             member.control_successors.remove(succ)
             succ.add_control_predecessor(combined)
         comp.remove(member)
-    return added
 
 
-def collective_computations(module: Module) -> list[Computation]:
-    """Computations that hold collectives (reduction computations never do)."""
-    return [c for c in module.computations if any(i.opcode.is_collective for i in c.instructions)]
+def tuple_sharding(module: Module, members: Sequence[Instruction]) -> Sharding | None:
+    """The combined collective's sharding (XLA's CreateTupleSharding): each member's, replicated
+    where a member has none; None when no member has one.  Also None in a module of one
+    partition: XLA CPU's import rejects a tuple sharding on a multi-result collective there
+    ("Failed to get shape"), and a replica program runs the same without it (the members'
+    shardings stay on the get-tuple-elements that replace them)."""
+    if all(m.sharding is None for m in members) or module.num_partitions <= 1:
+        return None
+    return Sharding.tuple_of(m.sharding if m.sharding is not None else Sharding.replicated() for m in members)
 
 
-def most_common(values: Iterable[Hashable]):
-    return Counter(values).most_common(1)[0][0]
+def shape_free(sharding: Sharding | None) -> Sharding | None:
+    """`sharding` when it says nothing about dimensions (replicated, maximal, manual), so that it
+    also holds for a reshaped or transposed value; else None."""
+    if sharding is not None and sharding.kind in (ShardingKind.REPLICATED, ShardingKind.MAXIMAL,
+                                                  ShardingKind.MANUAL):
+        return sharding
+    return None
+
+
+def callers_of(module: Module) -> dict[Computation, list[Instruction]]:
+    callers: dict[Computation, list[Instruction]] = {}
+    for instr in module.all_instructions():
+        for called in instr.called_computations():
+            callers.setdefault(called, []).append(instr)
+    return callers
+
+
+def unique_caller(comp: Computation, callers: dict[Computation, list[Instruction]],
+                  opcode: Opcode) -> Instruction | None:
+    """XLA's GetUniqueCaller: the one instruction calling `comp`, when it has `opcode`."""
+    who = callers.get(comp, [])
+    return who[0] if len(who) == 1 and who[0].opcode is opcode else None
+
+
+def most_frequent_dimension(dims: Sequence[int], ranks: Sequence[int]) -> int:
+    """XLA's FindMostFrequentGatherDim/ScatterDim: the most frequent dimension (the smallest on
+    a tie) when every member has it, else 0."""
+    counts = Counter(dims)
+    best = max(counts.values())
+    dim = min(d for d, c in counts.items() if c == best)
+    return dim if dim < min(ranks) else 0
 
 
 def erase_if_dead(instr: Instruction) -> None:
@@ -286,27 +350,60 @@ def erase_if_dead(instr: Instruction) -> None:
 
 
 class CombinerPass(ModulePass):
-    """The frame every combiner shares: per computation that holds collectives, key each
-    instruction (`combine_key`: None = not a candidate), merge equal keys with
-    `combine_in_computation` under the `threshold_bytes`/`threshold_count` options, and let the
-    pass rewrite each group (`combine`).  `member_bytes` is what the byte threshold counts."""
+    """The frame every combiner shares (XLA's Run of each combiner): nothing happens when a
+    threshold is not positive, or when the module holds a layout-constrained collective of
+    this pass's `opcode`; while-loop bodies are skipped when the pass has a
+    `combine_while_loops` option set to false; fusion computations are skipped.  In each other
+    computation every instruction of `opcode` gets `combine_key(instr, domain_id)` and
+    `combine_by_key` merges equal keys; the pass rewrites each group with `combine`.
+    `member_bytes` is what the byte threshold counts (the result)."""
 
-    def combine_key(self, instr: Instruction) -> Hashable | None:
+    opcode: ClassVar[Opcode]
+    checks_constrained_layout: ClassVar[bool] = True
+
+    def combine_key(self, instr: Instruction, domain: int) -> Hashable | None:
         raise NotImplementedError
 
-    def combine(self, module: Module, comp: Computation,
-                members: list[Instruction]) -> tuple[Instruction, list[Instruction]]:
+    def combine(self, module: Module, comp: Computation, members: list[Instruction]) -> Instruction:
         raise NotImplementedError
 
     def member_bytes(self, instr: Instruction) -> int:
         return result_bytes(instr)
 
     def run(self, module: Module) -> bool:
+        o = self.options
+        if o.combine_threshold_in_bytes <= 0 or o.combine_threshold_count <= 0:
+            self.remark(None, "a threshold is not positive: nothing is combined", "missed")
+            return False
+        if self.checks_constrained_layout:
+            for instr in module.all_instructions():
+                if instr.opcode is self.opcode and instr.attr("constrain_layout", False):
+                    self.remark(instr, f"the module has a layout-constrained {self.opcode.value}: "
+                                "nothing is combined (as XLA)", "missed")
+                    return False
+        callers = callers_of(module)
+        scheduled = bool(module.header_attr("is_scheduled", False))
         combined = 0
-        for comp in collective_computations(module):
-            candidates = [(i, key) for i in comp.post_order() if (key := self.combine_key(i)) is not None]
-            combined += combine_in_computation(
-                comp, candidates, threshold_bytes=self.options.threshold_bytes,
-                threshold_count=self.options.threshold_count, size=self.member_bytes,
-                rewrite=lambda members, comp=comp: self.combine(module, comp, members))
+        for comp in list(module.computations):
+            if not any(i.opcode is self.opcode for i in comp.instructions):
+                continue
+            if unique_caller(comp, callers, Opcode.FUSION) is not None:
+                continue
+            if not getattr(o, "combine_while_loops", True) and unique_caller(comp, callers, Opcode.WHILE):
+                self.remark(None, f"{comp.name} is a while loop's body or condition: not combined "
+                            "(combine-while-loops=false)", "missed")
+                continue
+            domains = DomainMap(comp)
+            keys = {}
+            for instr in comp.instructions:
+                if instr.opcode is self.opcode:
+                    key = self.combine_key(instr, domains.metadata_id(instr))
+                    if key is not None:
+                        keys[instr] = key
+            if len(keys) < 2:
+                continue
+            combined += combine_by_key(
+                comp, keys, threshold_bytes=o.combine_threshold_in_bytes,
+                threshold_count=o.combine_threshold_count, size=self.member_bytes, scheduled=scheduled,
+                combine=lambda members, comp=comp: self.combine(module, comp, members))
         return combined > 0

@@ -157,18 +157,13 @@ class PartitionContext:
 
     def __init__(self, module: "Module", num_partitions: int, owner: "ModulePass",
                  cost_model: CostModel = DEFAULT):
-        from hlo_passes.ir.builder import next_channel_id
-
         self.module = module
         self.n = num_partitions
         self.owner = owner
         self.cost_model = cost_model
-        self._channel = next_channel_id(module)
 
     def channel_id(self) -> int:
-        cid = self._channel
-        self._channel += 1
-        return cid
+        return self.module.new_channel_id()
 
     def remark(self, instr: Instruction, message: str, kind: str = "note") -> None:
         self.owner.remark(instr, message, kind)

@@ -86,10 +86,7 @@ class WeightUpdateSharding(ModulePass):
         if _in_fused_form(module):
             # XLA's post-fusion form (jax_hook): normalize a copy first, so that a module whose
             # update cannot be sharded comes back untouched, with the copy's remarks.
-            from hlo_passes.parse.module_parser import parse_module
-            from hlo_passes.printer import print_module
-
-            trial = parse_module(print_module(module), "<weight-update-sharding trial>")
+            trial = module.clone()
             normalize(trial, _update_computations(trial))
             probe = WeightUpdateSharding(self.options)
             if not probe._shard(trial):

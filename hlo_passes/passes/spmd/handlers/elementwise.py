@@ -13,7 +13,7 @@ from __future__ import annotations
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 
 
@@ -70,3 +70,18 @@ def iota(p, instr) -> PValue:
             offset = em.b().convert(offset, etype)
         x = em.b().add(x, em.b().broadcast(offset, shape))
     return PValue(x, target, instr.shape)
+
+
+# Custom-calls that change where a value lives (host offloading) or only annotate it, not its
+# values: each device moves its own tile (XLA's partitioner passes them through the same way).
+PASSTHROUGH_CUSTOM_CALLS = ("MoveToHost", "MoveToDevice", "annotate_device_placement", "PinToDevice",
+                            "InspectSharding")
+
+
+@handles_custom_call(*PASSTHROUGH_CUSTOM_CALLS)
+def passthrough_custom_call(p, instr) -> PValue:
+    if len(instr.operands) != 1 or instr.shape.is_tuple or instr.operands[0].shape != instr.shape:
+        from hlo_passes.passes.spmd.handlers.fallback import replicate
+
+        return replicate(p, instr, f"{instr.custom_call_target} of a shape it changes")
+    return elementwise(p, instr)
