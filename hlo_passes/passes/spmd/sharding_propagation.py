@@ -58,7 +58,6 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
-from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
@@ -66,7 +65,6 @@ from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, 
                                                       SHARDING, forward_rule, is_custom_call, passes_at_level,
                                                       supports_spatial_partitioning, user_rule)
 from hlo_passes.passes.spmd.shardy_import import SDY_PREFIX, import_shardy
-from hlo_passes.printer import print_module
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
@@ -193,7 +191,7 @@ class _Flat:
         if not needed:
             self.module = module
             return
-        self.module = parse_module(print_module(module), "<sharding-propagation copy>")
+        self.module = module.clone()
         by_key = {(c.name, i.name): i for c in module.computations for i in c.instructions}
         self.origin: dict[Instruction, Instruction] = {}
         for c in self.module.computations:
