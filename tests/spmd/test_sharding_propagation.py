@@ -234,6 +234,27 @@ def test_bad_annotations_are_clear_errors(body, message):
         propagate(entry(body))
 
 
+@pytest.mark.parametrize("header, options", [(", num_partitions=8", {}), ("", {"num_partitions": 2})])
+def test_annotations_must_use_the_program_devices(header, options):
+    """XLA's verifier rejects a tiling over another number of devices than the program has; so
+    do we (before propagating it anywhere), naming the instruction."""
+    with pytest.raises(PropagationError, match="a: sharding .* tiles over 4 devices, but the program has"):
+        propagate(entry(NEGATE.replace("parameter(0)", "parameter(0), sharding={devices=[4,1]<=[4]}"), header),
+                  **options)
+
+
+def test_bad_annotation_is_an_input_error_on_the_command_line(tmp_path, capsys):
+    from hlo_passes.cli.main import main
+
+    path = tmp_path / "bad.hlo"
+    path.write_text(entry("""
+  a = f32[8,16] parameter(0), sharding={devices=[2,2]0,1,1,3}
+  ROOT r = f32[8,16] copy(a)"""))
+    assert main(["run", str(path), "--passes=sharding-propagation"]) == 2
+    err = capsys.readouterr().err
+    assert "names a device twice" in err and "Traceback" not in err
+
+
 # ------------------------------------------------------------- properties --
 def _annotations(module):
     return {(c.name, i.name): i.sharding for c in module.computations for i in c.instructions

@@ -58,6 +58,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
@@ -70,8 +71,13 @@ _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
 
 
-class PropagationError(ValueError):
-    """A module propagation cannot handle as asked (the message names the instruction)."""
+class PropagationError(PassFailed):
+    """An input propagation cannot work on (the message names the instruction): a bad
+    annotation, or annotations that disagree with the device count.  The command line reports
+    it as an input error (`error: FILE: ...`, exit 2), never with a traceback."""
+
+    def __init__(self, message: str):
+        super().__init__("input", message)
 
 
 @register_pass
@@ -94,6 +100,9 @@ class ShardingPropagation(ModulePass):
         propagate_metadata: bool = option(
             False, "propagated shardings carry the op metadata of the sharding they came from "
                    "(XLA's propagate_metadata)")
+        num_partitions: int = option(
+            0, "the device count every annotation must use (0: the module's num_partitions, else the "
+               "largest annotation's)")
 
     def run(self, module: Module) -> bool:
         changed = import_shardy(module)
@@ -103,6 +112,7 @@ class ShardingPropagation(ModulePass):
             return changed
         changed |= _detach_shard_alike(module)
         flat = _Flat(module)
+        _check_device_count(module, self.options.num_partitions or module.num_partitions)
         walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
         walk.run()
         changed |= flat.transfer(walk.state, self)
@@ -1120,6 +1130,29 @@ def _sharding_calls_to_copies(module: Module) -> bool:
             comp.replace(instr, copy)
             changed = True
     return changed
+
+
+def _check_device_count(module: Module, n: int) -> None:
+    """Every annotation tiles over exactly the program's devices, as XLA's verifier requires (so
+    no sharding we propagate names a device the program does not have)."""
+    found: list[tuple[Instruction, Sharding]] = []
+    for comp in propagated_computations(module):
+        for instr in comp.instructions:
+            s = instr.sharding if "sharding" in instr.attributes else None
+            for leaf in (s.elements if s is not None and s.kind is ShardingKind.TUPLE else (s,)):
+                if leaf is not None and leaf.kind in (ShardingKind.TILED, ShardingKind.MAXIMAL):
+                    found.append((instr, leaf))
+    if n <= 1:
+        n = max([len(s.devices) for _, s in found if s.kind is ShardingKind.TILED]
+                + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
+                + [1])
+    for instr, s in found:
+        if s.kind is ShardingKind.TILED and (len(s.devices) != n or max(s.devices) >= n):
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {len(s.devices)} devices, "
+                                   f"but the program has {n} (num_partitions)")
+        if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= n:
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} names device {s.device}, but the "
+                                   f"program has {n} (num_partitions)")
 
 
 def _reshaped_by_import(instr: Instruction) -> bool:
