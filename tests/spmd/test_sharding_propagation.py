@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hlo_passes.ir import Opcode
-from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.printer import print_module

@@ -110,9 +110,9 @@ class ShardingPropagation(ModulePass):
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
             return changed
+        _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
         flat = _Flat(module)
-        _check_device_count(module, self.options.num_partitions or module.num_partitions)
         walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
         walk.run()
         changed |= flat.transfer(walk.state, self)
