@@ -5,7 +5,6 @@ unpartitioned module.  Unannotated corpus programs are sharded on their float pa
 
 import importlib.util
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -57,19 +56,9 @@ def test_ends_with_cse_like_xla_so_twin_psums_become_one_all_reduce():
 
 
 def lowered(program: str, form: str) -> str:
-    """A corpus program's lowered text with the propagation flags JAX compiled it with.
-
-    `.lower().as_text()` does not record `allow_spmd_sharding_propagation_to_parameters/output`
-    (JAX passes them to the compiler), and sharding-propagation reads their absence as XLA
-    does: no propagation to parameters and outputs.  The compiled module beside it has them."""
-    text = (CORPUS / program / f"{program}.lowered.{form}.hlo").read_text()
-    compiled = CORPUS / program / f"{program}.compiled.hlo"
-    if not compiled.exists():
-        return text
-    header = compiled.read_text().split("\n", 1)[0]
-    flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
-    first, rest = text.split("\n", 1)
-    return ", ".join([first] + [f for f in flags if f.split("=")[0] not in first]) + "\n" + rest
+    """A corpus program's lowered text with the propagation flags JAX compiled it with (see
+    benchmarks/spmd_quality.lowered_as_compiled)."""
+    return _spmd_quality().lowered_as_compiled(CORPUS / program, program, form)
 
 
 def _meta(program: str) -> dict:
