@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from hlo_passes.passes.manager import PassFailed, PassManager
 from hlo_passes.passes.pass_base import ModulePass, Remark
 from hlo_passes.runtime.recompile import as_fresh_program  # verify's preparation, importable here
 
@@ -380,40 +381,32 @@ def mark_replicated_parameters(module, replicated: list[bool] | None) -> None:
             param.set_attr("parameter_replication", (True,))
 
 
-def _structural_problems(module) -> str:
-    """The structural verifier's complaint about `module`, or "" (XLA's parser still checks later)."""
-    try:
-        from hlo_passes.verifier import verify_module
-    except ImportError:  # verifier not merged yet
-        return ""
-    return "\n".join(e.format() for e in verify_module(module))
-
-
 def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
-    """Run the pipeline pass by pass; return the names of the passes that changed the module.
+    """Run the pipeline (the pass manager, verifying every pass); return the names of the passes
+    that changed the module.
 
     A pass that raises, leaves a module the structural verifier rejects, or changes the entry
     computation's parameter or result shapes (JAX fixed them: it passes and expects buffers of
     those shapes) raises _Rejected naming that pass.
     """
-    changed_by = []
     signature = entry_signature(module)
-    for p in _build_passes(pipeline):
-        try:
-            changed = p.run(module)
-        except Exception as e:  # noqa: BLE001 - a pass bug becomes a fallback, not a failed jit
-            raise _Rejected(p.name, f"raised {type(e).__name__}: {e}") from e
-        finally:
-            remarks.extend(p.remarks)
-        if changed:
-            changed_by.append(p.name)
-            problems = _structural_problems(module)
-            if problems:
-                raise _Rejected(p.name, f"the structural verifier rejects its output: {problems}")
-            if entry_signature(module) != signature:
-                raise _Rejected(p.name, "it changes the entry computation's parameter or result shapes, "
-                                        "which JAX fixed when it lowered the function")
-    return changed_by
+
+    def same_signature(m) -> str | None:
+        if entry_signature(m) != signature:
+            return ("it changes the entry computation's parameter or result shapes, which JAX fixed when it "
+                    "lowered the function")
+        return None
+
+    manager = PassManager(_build_passes(pipeline), verify_each=True, invariants=[same_signature])
+    try:
+        manager.run(module)
+    except PassFailed as e:
+        raise _Rejected(e.pass_name, str(e).removeprefix(f"pass {e.pass_name}: ")) from e
+    except Exception as e:  # noqa: BLE001 - a pass bug becomes a fallback, not a failed jit
+        raise _Rejected(manager.failed_pass or pipeline, f"raised {type(e).__name__}: {e}") from e
+    finally:
+        remarks.extend(manager.remarks)
+    return [r.name.split("{")[0] for r in manager.records if r.changed]
 
 
 def entry_signature(module) -> tuple:
@@ -436,25 +429,34 @@ def _compare(original: str, rewritten: str, num_devices: int, replicated: list[b
 
 
 def _first_mismatching_pass(pipeline: str, original: str, devices: _Devices) -> str:
-    """Re-run the pipeline pass by pass on `original`; the first pass whose output differs."""
+    """Re-run the pipeline on `original`, comparing after every pass that changed something;
+    the first pass whose output differs (or raises, or does not compile)."""
     from hlo_passes.printer import print_module
 
-    module = devices.parse(original)
-    before = original
-    for p in _build_passes(pipeline):
-        try:
-            if not p.run(module):
-                continue
-        except Exception:  # noqa: BLE001 - it raises this time: it is the culprit
-            return p.name
+    class Found(Exception):
+        pass
+
+    before = [original]
+
+    def compare(index, p, module, changed) -> None:
+        if not changed:
+            return
         after = print_module(module)
         try:
-            same = _compare(before, after, devices.count, devices.replicated).ok
+            same = _compare(before[0], after, devices.count, devices.replicated).ok
         except Exception:  # noqa: BLE001 - does not compile: this pass is the culprit
             same = False
         if not same:
-            return p.name
-        before = after
+            raise Found(p.name)
+        before[0] = after
+
+    manager = PassManager(_build_passes(pipeline), after_each=compare)
+    try:
+        manager.run(devices.parse(original))
+    except Found as found:
+        return found.args[0]
+    except Exception:  # noqa: BLE001 - it raises this time: it is the culprit
+        return manager.failed_pass or pipeline
     return pipeline
 
 

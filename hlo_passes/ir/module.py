@@ -231,6 +231,13 @@ class Module:
         copy.take_names_of_parsed_instructions()
         return copy
 
+    def restore(self, snapshot: "Module") -> None:
+        """Become `snapshot` (a clone taken earlier), in place: callers keep holding this object.
+        `snapshot` must not be used afterwards."""
+        self.__dict__.update(snapshot.__dict__)
+        for comp in self.computations:
+            comp.module = self
+
     # ------------------------------------------------------------- header --
     def header_attr(self, key: str, default: Any = None) -> Any:
         slot = self.attributes.get(key)

@@ -149,6 +149,11 @@ class Sharding:
 
     # ----------------------------------------------------------- meaning --
     def _key(self):
+        return self._meaning
+
+    @cached_property
+    def _meaning(self):
+        """What equality and hashing compare (computed once: shardings are hashed a lot)."""
         if self.kind is ShardingKind.TILED:
             norm = self.normalized()
             if norm is not self:

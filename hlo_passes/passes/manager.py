@@ -1,22 +1,30 @@
-"""PassManager: runs passes in order, collects remarks and timings, and optionally
-checks the module with the structural verifier before the first pass and after
-every pass, so a broken module is blamed on the pass that broke it.
+"""PassManager: the one way to run passes.  It runs them in order, collects remarks and
+timings, and optionally checks the module with the structural verifier before the first
+pass and after every pass, so a broken module is blamed on the pass that broke it.
 
     manager = PassManager.from_pipeline("call-inliner,cse,dce", verify_each=True)
     changed = manager.run(module)
     for r in manager.records: print(r.name, r.changed, f"{r.seconds:.3f}s")
     for r in manager.remarks: print(r.format())
 
-A pass that raises gets a note naming it (and its index in the pipeline); a
-pass whose output the verifier rejects raises PassFailed with the verifier's
-errors, each showing the offending instruction with a few lines of context.
+Policies, for the callers that need them:
+
+* `on_failure="raise"` (default): a pass that raises gets a note naming it (and its index in
+  the pipeline); a pass whose output the verifier rejects raises PassFailed with the
+  verifier's errors, each showing the offending instruction with a few lines of context.
+* `on_failure="rollback"`: the module is cloned before each pass; a pass that raises, or
+  whose output the verifier or an invariant rejects, is undone and reported as a `missed`
+  remark, and the pipeline goes on (collective-fusion runs its sub-passes this way).
+* `invariants`: checks run after every pass that changed the module (the jax.jit hook: the
+  entry signature JAX fixed must not change); a failed one is treated like a verifier error.
+* `after_each(index, pass, module, changed)`: an observer (dumps, numerical bisection).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 from hlo_passes.ir.module import Module
 from hlo_passes.passes.pass_base import ModulePass, Remark
@@ -43,6 +51,8 @@ class PassRecord:
 
 # Called as dump(index, pass, module, "before"|"after").
 DumpCallback = Callable[[int, ModulePass, Module, str], None]
+# An invariant returns what is wrong with the module ("" or None when nothing is).
+Invariant = Callable[[Module], "str | None"]
 
 
 @dataclass
@@ -50,8 +60,12 @@ class PassManager:
     passes: list[ModulePass]
     verify_each: bool = False
     dump: DumpCallback | None = None
+    on_failure: Literal["raise", "rollback"] = "raise"
+    invariants: list[Invariant] = field(default_factory=list)
+    after_each: Callable[[int, ModulePass, Module, bool], None] | None = None
     remarks: list[Remark] = field(default_factory=list)
     records: list[PassRecord] = field(default_factory=list)
+    failed_pass: str | None = None  # the pass that raised or broke the module (on_failure="raise")
 
     @classmethod
     def from_pipeline(cls, text: str, **kwargs) -> "PassManager":
@@ -68,28 +82,52 @@ class PassManager:
         for i, p in enumerate(self.passes):
             if self.dump is not None:
                 self.dump(i, p, module, "before")
+            snapshot = module.clone() if self.on_failure == "rollback" else None
             start = time.perf_counter()
             seen = len(p.remarks)
             try:
                 changed = bool(p.run(module))
+                problem = self._check(p, module, changed)
             except Exception as e:
-                e.add_note(f"while running pass {i + 1} of {len(self.passes)}: {p.pipeline_text()}")
-                raise
+                if snapshot is None or isinstance(e, PassFailed):
+                    self.failed_pass = p.name
+                    e.add_note(f"while running pass {i + 1} of {len(self.passes)}: {p.pipeline_text()}")
+                    raise
+                changed, problem = False, f"raised {type(e).__name__}: {e}"
             finally:
                 self.remarks.extend(p.remarks[seen:])
             self.records.append(PassRecord(p.pipeline_text(), changed, time.perf_counter() - start,
                                            len(p.remarks) - seen))
-            if self.dump is not None:
+            if self.dump is not None:  # a failed pass's output too: it is what there is to debug
                 self.dump(i, p, module, "after")
-            # Verified even when the pass says it changed nothing: a pass that edits
-            # the module and answers False is exactly the bug to catch here.
-            if self.verify_each:
-                errors = verify_module(module)
-                if errors:
-                    raise PassFailed(p.name, _describe("the structural verifier rejects its output", errors),
-                                     errors)
+            if problem is not None:
+                if snapshot is None:
+                    self.failed_pass = p.name
+                    raise problem
+                module.restore(snapshot)
+                changed = self.records[-1].changed = False
+                why = problem.args[0].removeprefix(f"pass {p.name}: ") if isinstance(problem, PassFailed) else problem
+                self.remarks.append(Remark(p.name, f"{p.name} failed ({why}); its changes were undone",
+                                           kind="missed"))
+            if self.after_each is not None:
+                self.after_each(i, p, module, changed)
             changed_any |= changed
         return changed_any
+
+    def _check(self, p: ModulePass, module: Module, changed: bool) -> "PassFailed | None":
+        """What is wrong with a pass's output (the verifier; the invariants when it changed
+        something), or None.  Verified even when the pass says it changed nothing: a pass that
+        edits the module and answers False is exactly the bug to catch here."""
+        if self.verify_each:
+            errors = verify_module(module)
+            if errors:
+                return PassFailed(p.name, _describe("the structural verifier rejects its output", errors), errors)
+        if changed:
+            for invariant in self.invariants:
+                problem = invariant(module)
+                if problem:
+                    return PassFailed(p.name, problem)
+        return None
 
     def timing_report(self) -> str:
         """One line per pass: changed or not, seconds, remarks."""

@@ -391,3 +391,51 @@ def test_dynamic_update_slice_keeps_a_sharded_operand_in_place(n, m, un, um, i, 
     text = DUS.format(n=n, m=m, un=un, um=um, i=i, j=j, sx=sx, su=su)
     out = _check(text, expect={"all-to-all": 0, "collective-permute": 0})
     assert out.count(" all-gather(") <= 1  # at most the small update
+
+
+EMBEDDING = """HloModule embedding
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+ENTRY main {{
+  table = f32[{v},16] parameter(0), sharding={st}
+  ids = s32[4,6] parameter(1), sharding={si}
+  g = f32[4,6,16] gather(table, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,16}}, sharding={sg}
+  u = f32[4,6,16] parameter(2), sharding={si3}
+  z = f32[{v},16] broadcast(f32[] constant(0)), dimensions={{}}
+  s = f32[{v},16] scatter(z, ids, u), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=add, sharding={st}
+  ROOT t = (f32[4,6,16], f32[{v},16]) tuple(g, s), sharding={{{sg}, {st}}}
+}}
+"""
+
+
+@pytest.mark.parametrize("v,st,si,sg,si3", [
+    (64, "{devices=[8,1]<=[8]}", "{replicated}", "{replicated}", "{replicated}"),
+    (60, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}", "{replicated}"),     # uneven vocabulary tiles
+    (32, "{devices=[4,1,2]<=[4,2]T(1,0) last_tile_dim_replicate}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}", "{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}"),
+])
+def test_embedding_sharded_by_vocabulary_gathers_and_scatters_locally(v, st, si, sg, si3):
+    """A table sharded by rows (vocabulary): the lookup gathers from each device's rows with
+    shifted, masked indices and sums the partial results; the scatter-add of the gradient
+    scatters into each device's rows (out-of-range updates are skipped) — the table never moves."""
+    text = EMBEDDING.format(v=v, st=st, si=si, sg=sg, si3=si3)
+    out = _check(text, expect={})
+    assert f"all-gather(table" not in out
+
+
+def test_take_along_a_sharded_axis_with_batching_dims():
+    """take_along_axis over a vocabulary-sharded dim (explicit batching dims, batch over data):
+    masked local gathers and one small all-reduce — the logits never move."""
+    text = """HloModule tal
+ENTRY main {
+  logits = f32[8,6,40] parameter(0), sharding={devices=[2,1,4]<=[8]}
+  labels = s32[8,6,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[8,6,1] gather(logits, labels), offset_dims={}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, start_indices_batching_dims={0,1}, index_vector_dim=3, slice_sizes={1,1,1}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    out = _check(text, expect={"all-gather": 0, "all-reduce": 1})
+    assert "f32[4,6,10] parameter(0)" in out

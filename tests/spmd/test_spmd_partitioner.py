@@ -203,7 +203,7 @@ def test_fallback_remark_names_the_op_and_source_line():
 ENTRY main {
   x = f32[16,8] parameter(0), sharding={devices=[8,1]<=[8]}
   idx = s32[4,1] parameter(1), sharding={replicated}
-  ROOT g = f32[4,8] gather(x, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,8}, sharding={replicated}, metadata={op_name="take" source_file="model.py" source_line=42}
+  ROOT g = f32[4,2,8] gather(x, idx), offset_dims={1,2}, collapsed_slice_dims={}, start_index_map={0}, index_vector_dim=1, slice_sizes={2,8}, sharding={replicated}, metadata={op_name="take" source_file="model.py" source_line=42}
 }
 """
     module, out, remarks = partition(text)

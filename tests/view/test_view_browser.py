@@ -217,7 +217,7 @@ def test_pass_report(browser, tmp_path):
     assert bar(0, "collective-count", "after") == after.collective_count["all-reduce"] == 3
     assert bar(0, "collective-bytes", "after") == after.collective_bytes["all-reduce"]
     remark = page.evaluate("[...document.querySelectorAll('#pass-0 .remark')].map(r => r.textContent)")
-    assert any("combined 5 all-reduces" in r and "make_dp_mlp_step.py:31" in r for r in remark)
+    assert any("combined 3 all-reduces" in r and "make_dp_mlp_step.py:31" in r for r in remark)
     assert page.evaluate("document.querySelector('#pass-0 [data-diff]').dataset.diff") == "different"
     # The remark's instruction is a link into the final module's view.
     page.click("#pass-0 .remark a")

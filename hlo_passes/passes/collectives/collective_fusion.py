@@ -13,7 +13,9 @@
 
 Options (XLA's names) are forwarded to the sub-passes that take them.  Sub-pass remarks are collected
 under this pass.  The pass never fails a pipeline: a sub-pass that raises is reported as a
-remark, the module is restored to its text before that sub-pass, and the rest still run.
+remark, the module is restored to its state before that sub-pass (the pass manager's
+rollback policy, which also undoes a sub-pass whose output the structural verifier
+rejects), and the rest still run.
 """
 
 from __future__ import annotations
@@ -78,26 +80,10 @@ class CollectiveFusion(ModulePass):
         return passes
 
     def run(self, module: Module) -> bool:
-        from hlo_passes.printer import print_module
+        # function-local: manager imports the registry, which imports every pass (this one too)
+        from hlo_passes.passes.manager import PassManager
 
-        changed = False
-        for sub in self.sub_passes():
-            before = print_module(module)
-            try:
-                changed |= bool(sub.run(module))
-            except Exception as e:  # noqa: BLE001 - a sub-pass bug must not fail the pipeline
-                _restore(module, before)
-                self.remark(None, f"{sub.name} failed ({type(e).__name__}: {e}); its changes were undone",
-                            "missed")
-            self.remarks.extend(sub.remarks)
+        manager = PassManager(self.sub_passes(), verify_each=True, on_failure="rollback")
+        changed = manager.run(module)
+        self.remarks.extend(manager.remarks)
         return changed
-
-
-def _restore(module: Module, text: str) -> None:
-    """Put `module` back to the state printed as `text`, in place (callers hold the object)."""
-    from hlo_passes.parse.module_parser import parse_module
-
-    fresh = parse_module(text, module.name)
-    module.__dict__.update(fresh.__dict__)
-    for comp in module.computations:
-        comp.module = module

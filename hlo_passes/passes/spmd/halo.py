@@ -255,21 +255,43 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
 
 
 def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill, etype) -> Instruction:
-    """Rows of the window outside the array [0, size) set to `fill` (None: zero) when they matter."""
+    """Rows of the window outside the array [0, size) set to `fill` (None: zero) when they matter.
+    Only the first and last rows of a window can lie outside: just those are masked (a select
+    over the whole window would cost as much as the op it feeds)."""
     if not halo.mask:
         return window
+    k, width = halo.dim, halo.rows.width
+    starts = halo.rows.starts
+    head = min(width, max([0] + [-lo for lo in starts]))
+    tail = min(width, max([0] + [lo + width - halo.size for lo in starts]))
+    b = em.b()
+    if head + tail >= width:
+        return _mask_rows(em, window, tm, halo, fill, etype, 0)
+    dims = list(window.shape.dims)
+    pieces = []
+    for lo, hi, masked in ((0, head, True), (head, width - tail, False), (width - tail, width, True)):
+        if hi <= lo:
+            continue
+        part = b.slice(window, [lo if i == k else 0 for i in range(len(dims))],
+                       [hi if i == k else d for i, d in enumerate(dims)])
+        pieces.append(_mask_rows(em, part, tm, halo, fill, etype, lo) if masked else part)
+    return b.concatenate(pieces, k) if len(pieces) > 1 else pieces[0]
+
+
+def _mask_rows(em: Emitter, part: Instruction, tm: TileMap, halo: Halo, fill, etype, first: int) -> Instruction:
+    """`part` (rows first.. of the window) with rows outside the array set to `fill`."""
     k = halo.dim
     b = em.b()
     coord = [int(tm.coords[d, k]) for d in range(em.n)]
-    dims = list(window.shape.dims)
-    rows = ArrayShape(PrimitiveType.S32, (halo.rows.width,))
-    pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar([halo.rows.starts[c] for c in coord]), rows))
+    dims = list(part.shape.dims)
+    rows = ArrayShape(PrimitiveType.S32, (dims[k],))
+    pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar([halo.rows.starts[c] + first for c in coord]), rows))
     low = b.compare(pos, b.broadcast(b.constant(0), rows), "GE")
     high = b.compare(pos, b.broadcast(b.constant(halo.size), rows), "LT")
     inside = b.op(Opcode.AND, low.shape, [low, high])
     inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, tuple(dims)), [k])
-    pad = b.broadcast(fill if fill is not None else b.constant(0, etype), window.shape)
-    return b.select(inside, window, pad)
+    pad = b.broadcast(fill if fill is not None else b.constant(0, etype), part.shape)
+    return b.select(inside, part, pad)
 
 
 def _from_neighbour(em: Emitter, x, k: int, start: int, rows: int, groups, shift: int, tiles: int):

@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+
+
+_MISSING = object()
+_FROM_SHARDING: dict[tuple, "TileMap | None"] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +57,23 @@ class TileMap:
 
     @classmethod
     def from_sharding(cls, sharding: Sharding, num_devices: int, rank: int | None = None) -> "TileMap | None":
-        """None for shardings that are not tiles of an array (maximal, fully manual, tuple, unknown)."""
+        """None for shardings that are not tiles of an array (maximal, fully manual, tuple, unknown).
+        Answers are cached by value (a big module asks for the same few shardings millions of
+        times); the maps are immutable (their arrays read-only)."""
+        key = (sharding, num_devices, rank)
+        found = _FROM_SHARDING.get(key, _MISSING)
+        if found is _MISSING:
+            found = cls._from_sharding(sharding, num_devices, rank)
+            if found is not None:
+                found.coords.setflags(write=False)
+                found.manual.setflags(write=False)
+            if len(_FROM_SHARDING) > 200_000:
+                _FROM_SHARDING.clear()
+            _FROM_SHARDING[key] = found
+        return found
+
+    @classmethod
+    def _from_sharding(cls, sharding: Sharding, num_devices: int, rank: int | None) -> "TileMap | None":
         kind = sharding.kind
         if kind is ShardingKind.REPLICATED:
             return None if rank is None else cls.replicated(rank, num_devices)
@@ -79,7 +100,12 @@ class TileMap:
         return cls(tuple(arr.shape[:data_rank]), coords, manual, math.prod(manual_dims))
 
     def to_sharding(self) -> Sharding | None:
-        """The sharding, or None when tiles have unequal numbers of holders (not expressible)."""
+        """The sharding, or None when tiles have unequal numbers of holders (not expressible);
+        computed once per map."""
+        return self._sharding
+
+    @cached_property
+    def _sharding(self) -> Sharding | None:
         n = self.num_devices
         groups = math.prod(self.dims) * self.manual_size
         if n % groups:

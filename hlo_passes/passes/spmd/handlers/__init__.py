@@ -10,12 +10,42 @@ computation and returns the result with the sharding it has.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 
-Handler = Callable[..., object]
+if TYPE_CHECKING:
+    from hlo_passes.ir.sharding import Sharding
+    from hlo_passes.passes.spmd.partition_context import Emitter, PartitionContext, PValue
+
+class HandlerContext(Protocol):
+    """What a handler may use (the partitioner implements it: spmd_partitioner.Partitioner).
+
+    `value(instr)` / `operand(instr, i)`: per-device values already emitted; `operand_as(instr,
+    i, sharding)`: operand i resharded (the collectives shared between its users);
+    `reshard(value, sharding)`; `target(instr)`: the sharding instr's result should have;
+    `clone(instr, operands, shape)`: instr with new operands and per-device shape;
+    `partition_manual(comp)`: a manual region's body copied; `remark`; `n` devices; `em` the
+    emitter of the current computation (collectives, tables, masks); `ctx` the run (module,
+    cost model, channel ids)."""
+
+    n: int
+    em: "Emitter"
+    ctx: "PartitionContext"
+
+    def value(self, instr: Instruction) -> "PValue": ...
+    def operand(self, instr: Instruction, i: int) -> "PValue": ...
+    def operand_as(self, instr: Instruction, i: int, sharding: "Sharding") -> Instruction: ...
+    def resharded(self, op: Instruction, sharding: "Sharding") -> "PValue": ...
+    def reshard(self, value: "PValue", sharding: "Sharding") -> "PValue": ...
+    def target(self, instr: Instruction) -> "Sharding": ...
+    def clone(self, instr: Instruction, operands, shape, **called) -> Instruction: ...
+    def partition_manual(self, comp) -> object: ...
+    def remark(self, instr: Instruction, message: str, kind: str = "note") -> None: ...
+
+
+Handler = Callable[[HandlerContext, Instruction], "PValue"]
 _TABLE: dict[Opcode, Handler] = {}
 _CUSTOM_CALLS: dict[str, Handler] = {}
 

@@ -10,13 +10,15 @@ sharding.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape
 
 
-def _param_sharding(p, comp, i, fallback: Sharding) -> Sharding:
+def _param_sharding(p: HandlerContext, comp, i, fallback: Sharding) -> Sharding:
     param = comp.parameters[i]
     if "sharding" in param.attributes:
         from hlo_passes.passes.spmd.spmd_partitioner import target_sharding
@@ -26,7 +28,7 @@ def _param_sharding(p, comp, i, fallback: Sharding) -> Sharding:
 
 
 @handles(Opcode.WHILE)
-def while_(p, instr) -> PValue:
+def while_(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     x = p.operand_as(instr, 0, target)
     body, _ = p.partition(instr.called["body"], [target], target)
@@ -36,7 +38,7 @@ def while_(p, instr) -> PValue:
 
 
 @handles(Opcode.CALL)
-def call(p, instr) -> PValue:
+def call(p: HandlerContext, instr: Instruction) -> PValue:
     callee = instr.called["to_apply"]
     shardings = [_param_sharding(p, callee, i, p.operand(instr, i).sharding)
                  for i in range(len(instr.operands))]
@@ -48,7 +50,7 @@ def call(p, instr) -> PValue:
 
 
 @handles(Opcode.CONDITIONAL)
-def conditional(p, instr) -> PValue:
+def conditional(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     selector = p.operand_as(instr, 0, Sharding.replicated())
     key = "branch_computations" if "branch_computations" in instr.called else None

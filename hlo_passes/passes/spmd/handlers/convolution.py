@@ -32,12 +32,14 @@ the kernel, with the group count divided by the tiles.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 import math
 
 from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd import halo as halos
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
@@ -140,7 +142,7 @@ class _Space:
 
 
 @handles(Opcode.CONVOLUTION)
-def convolution(p, instr):
+def convolution(p: HandlerContext, instr: Instruction):
     sp = _Space(instr)
     lhs, rhs = instr.operands
     n, target = p.n, p.target(instr)
@@ -170,7 +172,7 @@ def convolution(p, instr):
     return _emit(p, sp, best, target)
 
 
-def _price(p, sp: _Space, space, target) -> int | None:
+def _price(p: HandlerContext, sp: _Space, space, target) -> int | None:
     if space is None or space.to_sharding() is None or not sp.groups_fit(space):
         return None
     lhs_map = sp.lhs_map(space)
@@ -205,7 +207,7 @@ def _local_flops(instr, space) -> int:
     return total // max(1, space.num_tiles)
 
 
-def _emit(p, sp: _Space, space, target):
+def _emit(p: HandlerContext, sp: _Space, space, target):
     em, instr = p.em, sp.instr
     lhs, rhs = instr.operands
     summed = [d for d in sp.contracting if space.dims[d] > 1]

@@ -22,11 +22,13 @@ Convolutions (handlers/convolution.py) price their tilings the same way and shar
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 import math
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import PValue, groups_varying, local_shape, tile_map, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -43,7 +45,7 @@ def lift_tiling(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMa
     return tm.remap(space_rank, {s: d for d, s in mapping.items() if s is not None})
 
 
-def partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> PValue:
+def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> PValue:
     """`lhs_map`/`rhs_map`: operand dim -> space dim (None: must stay untiled); space dims
     0..out_rank-1 are the output dims, `contracting` the summed ones, `untiled` never tiled."""
     lhs, rhs = instr.operands
@@ -98,7 +100,7 @@ def local_compute(instr, space: TileMap, sizes: list[int], model, flops_per_poin
                          instr.shape.element_type)
 
 
-def _emit(p, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> PValue:
+def _emit(p: HandlerContext, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> PValue:
     em = p.em
     ops = []
     summed = [d for d in contracting if space.dims[d] > 1]
@@ -126,7 +128,7 @@ def partial_sum_cost(instr, space: TileMap, out_rank: int, contracting, target, 
     return c + cost(to_sharding(out_tm), target, instr.shape, n, model)
 
 
-def sum_partials(p, instr, local, space: TileMap, out_rank: int, contracting, target) -> PValue:
+def sum_partials(p: HandlerContext, instr, local, space: TileMap, out_rank: int, contracting, target) -> PValue:
     """The local result `local` of a space tiling: partial sums over the tiled contracting dims
     are all-reduced (or reduce-scattered straight into `target`), then resharded to `target`."""
     em = p.em
@@ -168,7 +170,7 @@ def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
 
 
 @handles(Opcode.DOT)
-def dot(p, instr) -> PValue:
+def dot(p: HandlerContext, instr: Instruction) -> PValue:
     dd = instr.dot_dimensions
     lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
     lhs, rhs = instr.operands

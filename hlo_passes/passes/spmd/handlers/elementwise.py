@@ -10,15 +10,17 @@ until a reduction or dot over that dimension masks them.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 
 
 @handles(*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY, Opcode.MAP)
-def elementwise(p, instr) -> PValue:
+def elementwise(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     if instr.shape.rank == 0:
         target = Sharding.replicated()
@@ -30,7 +32,7 @@ def elementwise(p, instr) -> PValue:
 
 
 @handles(Opcode.BITCAST_CONVERT)
-def bitcast_convert(p, instr) -> PValue:
+def bitcast_convert(p: HandlerContext, instr: Instruction) -> PValue:
     """Elementwise, unless the element width changes: then the result has one minor dim more
     (narrower type) or less (wider type).  The dims both shapes share keep the target's tiling;
     the minor one is computed whole on every device (its elements are one element's bytes)."""
@@ -48,27 +50,31 @@ def bitcast_convert(p, instr) -> PValue:
 
 
 @handles(Opcode.CONSTANT)
-def constant(p, instr) -> PValue:
+def constant(p: HandlerContext, instr: Instruction) -> PValue:
     full = PValue(p.clone(instr, [], instr.shape), Sharding.replicated(), instr.shape)
     return p.reshard(full, p.target(instr)) if instr.shape.is_array else full
 
 
 @handles(Opcode.IOTA)
-def iota(p, instr) -> PValue:
+def iota(p: HandlerContext, instr: Instruction) -> PValue:
     """A local iota plus this device's offset along the iota dimension."""
     target = p.target(instr)
     shape = local_shape(instr.shape, target)
-    x = p.clone(instr, [], shape)
     dim = instr.attr("iota_dimension")
     tm = tile_map(target, instr.shape.rank, p.n)
-    if tm.dims[dim] > 1:
-        em = p.em
-        size = tm_local_dims(tm, instr.shape.dims)[dim]
-        etype = instr.shape.element_type
-        offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
-        if etype is not PrimitiveType.S32:
-            offset = em.b().convert(offset, etype)
-        x = em.b().add(x, em.b().broadcast(offset, shape))
+    if tm.dims[dim] == 1:
+        return PValue(p.clone(instr, [], shape), target, instr.shape)
+    # the offset is added along the iota dim only, then broadcast: one add per row, not per element
+    em, b = p.em, p.em.b()
+    size = shape.dims[dim]
+    etype = instr.shape.element_type
+    rows = shape.with_dims((size,))
+    line = b.iota(rows, 0)
+    offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
+    if etype is not PrimitiveType.S32:
+        offset = b.convert(offset, etype)
+    line = b.add(line, b.broadcast(offset, rows))
+    x = b.broadcast(line, shape, [dim]) if shape.rank > 1 else line
     return PValue(x, target, instr.shape)
 
 
@@ -79,7 +85,7 @@ PASSTHROUGH_CUSTOM_CALLS = ("MoveToHost", "MoveToDevice", "annotate_device_place
 
 
 @handles_custom_call(*PASSTHROUGH_CUSTOM_CALLS)
-def passthrough_custom_call(p, instr) -> PValue:
+def passthrough_custom_call(p: HandlerContext, instr: Instruction) -> PValue:
     if len(instr.operands) != 1 or instr.shape.is_tuple or instr.operands[0].shape != instr.shape:
         from hlo_passes.passes.spmd.handlers.fallback import replicate
 

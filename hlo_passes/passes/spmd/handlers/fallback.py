@@ -6,6 +6,8 @@ remark names the op so the user can see what was not partitioned natively.
 
 from __future__ import annotations
 
+from hlo_passes.passes.spmd.handlers import HandlerContext
+
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.partition_context import PValue
 
@@ -16,7 +18,7 @@ def replicated_like(shape) -> Sharding:
     return Sharding.replicated()
 
 
-def replicate(p, instr, why: str | None = None) -> PValue:
+def replicate(p: HandlerContext, instr, why: str | None = None) -> PValue:
     target = p.target(instr)
     sharded_in = [op for op in instr.operands if not p.value(op).sharding.is_replicated]
     operands = [p.operand_as(instr, i, replicated_like(op.shape)) for i, op in enumerate(instr.operands)]

@@ -25,15 +25,21 @@ paths except the partial sums.  Anything else is replicated.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
-                                                       reducer_opcode, tile_map, to_sharding)
+                                                       reducer_opcode, tile_map, tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.cost_model import ZERO
+from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[int]):
+def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, out_batch: list[int]):
     """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
     `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
     result, the scatter's updates) if it has one, else the indices' own.  Returns
@@ -50,7 +56,7 @@ def _index_batch_tiling(p, instr, indices, like, out_rank: int, out_batch: list[
     return (idx_tm, batch) if idx_tm.num_tiles > 1 else None
 
 
-def _index_parallel_gather(p, instr) -> PValue | None:
+def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
@@ -70,9 +76,116 @@ def _index_parallel_gather(p, instr) -> PValue | None:
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
+def _index_offsets(p: HandlerContext, indices, ivd: int, components: list[int]):
+    """An array shaped like `indices` holding, along the index vector dim, each component's
+    per-device value (`components[k]` is a device table for component k, or None for 0)."""
+    em, b = p.em, p.em.b()
+    etype = indices.shape.element_type
+    rank = indices.shape.rank
+    if ivd == rank:  # one implicit component
+        value = em.device_scalar(components[0]) if components[0] is not None else b.constant(0)
+        if etype is not PrimitiveType.S32:
+            value = b.convert(value, etype)
+        return b.broadcast(value, indices.shape)
+    piece_shape = indices.shape.with_dims(tuple(1 if d == ivd else n for d, n in enumerate(indices.shape.dims)))
+    pieces = []
+    for table in components:
+        value = em.device_scalar(table) if table is not None else b.constant(0)
+        if etype is not PrimitiveType.S32:
+            value = b.convert(value, etype)
+        pieces.append(b.broadcast(value, piece_shape))
+    return b.concatenate(pieces, ivd) if len(pieces) > 1 else pieces[0]
+
+
+def _component(b, idx, ivd: int, k: int):
+    """Component k of every index vector: an array of the indices' batch shape."""
+    shape = idx.shape
+    if ivd == shape.rank:
+        return idx
+    part = b.slice(idx, [k if d == ivd else 0 for d in range(shape.rank)],
+                   [k + 1 if d == ivd else n for d, n in enumerate(shape.dims)])
+    batch = tuple(n for d, n in enumerate(shape.dims) if d != ivd)
+    return b.reshape(part, shape.with_dims(batch))
+
+
+def _sharded_index_dims(p: HandlerContext, instr, operand, index_map, slice_sizes_one,
+                        like: Sharding | None = None) -> tuple[TileMap, list[int]] | None:
+    """A tiling of the operand on the dims the indices address (only where a window takes one
+    element there) — `like`'s (the result's, for a scatter) if it has one, else the operand's
+    own: (that tiling, those dims), or None when neither tiles such a dim."""
+    for source in ([like] if like is not None and not like.is_tuple else []) + [p.value(operand).sharding]:
+        cur = tile_map(source, operand.shape.rank, p.n)
+        dims = [d for d in index_map if slice_sizes_one(d) and cur.dims[d] > 1]
+        if dims:
+            return cur.keep_dims(dims), dims
+    return None
+
+
+def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
+    """A gather whose operand is tiled along dims its indices address (an embedding table
+    sharded by vocabulary, `take_along_axis` over a sharded dim), as GSPMD does it: every device
+    gathers with its indices shifted into its own rows, zeroes the results whose index lies in
+    another device's rows (a gather clamps out-of-range indices), and the partial results are
+    summed over the devices of those dims — each element comes from exactly one device."""
+    operand, indices = instr.operands
+    gd = instr.gather_dimensions
+    found = _sharded_index_dims(p, instr, operand, gd.start_index_map, lambda d: gd.slice_sizes[d] == 1)
+    if found is None:
+        return None
+    index_dims = found[1]
+    em, b = p.em, p.em.b()
+    # One iteration space of the output dims and the sharded index dims.  The indices keep a
+    # tiling of their batch dims over the other devices (a data-parallel batch of token ids),
+    # and explicit batching dims (take-along-axis) carry the operand's tiling to the indices.
+    out_rank = instr.shape.rank
+    out_batch = [d for d in range(out_rank) if d not in set(gd.offset_dims)]
+    idx_batch = [d for d in range(indices.shape.rank) if d != gd.index_vector_dim]
+    extra = {out_rank + j: d for j, d in enumerate(index_dims)}
+    batching = {out_batch[idx_batch.index(i)]: o
+                for o, i in zip(gd.operand_batching_dims, gd.start_indices_batching_dims)}
+    op_cur = tile_map(p.value(operand).sharding, operand.shape.rank, p.n)
+    space = op_cur.remap(out_rank + len(index_dims), extra | batching)
+    idx_cur = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
+    if len(idx_batch) == len(out_batch):
+        lifted = idx_cur.remap(out_rank + len(index_dims), dict(zip(out_batch, idx_batch)))
+        merged = space.merge(lifted) if lifted.num_tiles > 1 else None
+        if merged is not None:
+            space = merged
+    op_tm = space.remap(operand.shape.rank, {d: s for s, d in (extra | batching).items()})
+    idx_tm = space.remap(indices.shape.rank, dict(zip(idx_batch, out_batch)))
+    out_tm = space.remap(out_rank, {d: d for d in out_batch})
+    x = p.operand_as(instr, 0, to_sharding(op_tm))
+    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
+    local = tm_local_dims(op_tm, tuple(operand.shape.dims))
+    ivd = gd.index_vector_dim
+    tables = [[int(op_tm.coords[dev, d]) * local[d] for dev in range(p.n)] if d in index_dims else None
+              for d in gd.start_index_map]
+    shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
+    valid = None
+    for k, d in enumerate(gd.start_index_map):
+        if d not in index_dims:
+            continue
+        c = _component(b, shifted, ivd, k)
+        zero = b.broadcast(b.constant(0, c.shape.element_type), c.shape)
+        limit = b.broadcast(b.constant(local[d], c.shape.element_type), c.shape)
+        inside = b.op(Opcode.AND, c.shape.with_element_type(PrimitiveType.PRED),
+                      [b.compare(c, zero, "GE"), b.compare(c, limit, "LT")])
+        valid = inside if valid is None else b.op(Opcode.AND, inside.shape, [valid, inside])
+    out = to_sharding(out_tm)
+    result = p.clone(instr, [x, shifted], local_shape(instr.shape, out))
+    mask = b.broadcast(valid, result.shape.with_element_type(PrimitiveType.PRED), out_batch)
+    result = b.select(mask, result, b.broadcast(b.constant(0, instr.shape.element_type), result.shape))
+    summed = em.all_reduce(result, groups_varying(space, list(extra)), Opcode.ADD)
+    return p.reshard(PValue(summed, out, instr.shape), p.target(instr))
+
+
 @handles(Opcode.GATHER)
-def gather(p, instr) -> PValue:
+def gather(p: HandlerContext, instr: Instruction) -> PValue:
     operand = instr.operands[0]
+    if instr.shape.element_type is not PrimitiveType.PRED and not instr.shape.element_type.is_complex:
+        done = _gather_from_sharded_rows(p, instr)
+        if done is not None:
+            return done
     if instr.attr("operand_batching_dims"):
         return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
     dims = operand.shape.dims
@@ -95,10 +208,52 @@ def gather(p, instr) -> PValue:
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
+def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
+    """A scatter whose operands are tiled along dims its indices address (where an update
+    window covers one element: the gradient of an embedding sharded by vocabulary): every
+    device scatters all the updates with the indices shifted into its own rows; those that
+    fall in another device's rows are out of bounds, and a scatter skips them.  No
+    communication."""
+    sd = instr.scatter_dimensions
+    n = (len(instr.operands) - 1) // 2
+    inputs, indices = instr.operands[:n], instr.operands[n]
+    if sd.input_batching_dims:
+        return None
+    target = p.target(instr)
+    found = _sharded_index_dims(p, instr, inputs[0], sd.scatter_dims_to_operand_dims,
+                                lambda d: d in sd.inserted_window_dims,
+                                like=target.element(0) if target.is_tuple else target)
+    if found is None:
+        return None
+    op_tm, index_dims = found
+    model = p.ctx.cost_model
+    moving = sum((cost(p.value(op).sharding, Sharding.replicated(), op.shape, p.n, model)
+                  for op in instr.operands[n:]), ZERO)
+    # the other way (index-parallel with partial sums) all-reduces the whole result
+    summing = model.collective("all-reduce", instr.shape.byte_size(), op_tm.num_tiles)
+    if summing < moving:
+        return None
+    b = p.em.b()
+    out = to_sharding(op_tm)
+    xs = [p.operand_as(instr, i, out) for i in range(n)]
+    idx = p.operand_as(instr, n, Sharding.replicated())
+    upds = [p.operand_as(instr, n + 1 + i, Sharding.replicated()) for i in range(n)]
+    local = tm_local_dims(op_tm, tuple(inputs[0].shape.dims))
+    tables = [[int(op_tm.coords[dev, d]) * local[d] for dev in range(p.n)] if d in index_dims else None
+              for d in sd.scatter_dims_to_operand_dims]
+    shifted = b.subtract(idx, _index_offsets(p, idx, sd.index_vector_dim, tables))
+    result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
+    new = p.clone(instr, [*xs, shifted, *upds], local_shape(instr.shape, result_sharding))
+    return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
+
+
 @handles(Opcode.SCATTER)
-def scatter(p, instr) -> PValue:
+def scatter(p: HandlerContext, instr: Instruction) -> PValue:
     n = (len(instr.operands) - 1) // 2
     inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
+    rows = _scatter_into_sharded_rows(p, instr)
+    if rows is not None:
+        return rows
     passthrough = _scatter_passthrough(p, instr, inputs[0], updates[0])
     if passthrough is not None:
         return passthrough
@@ -140,7 +295,7 @@ def scatter(p, instr) -> PValue:
     return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
 
 
-def _scatter_passthrough(p, instr, operand, updates) -> PValue | None:
+def _scatter_passthrough(p: HandlerContext, instr, operand, updates) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
     indices — no communication (variadic scatters too).  None when the result tiles no such dim."""

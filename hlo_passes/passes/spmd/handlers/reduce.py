@@ -13,15 +13,17 @@ gather the reduced dimensions and reduce locally.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
                                                        reducer_opcode, tile_map, to_sharding)
 
 
 @handles(Opcode.REDUCE)
-def reduce(p, instr) -> PValue:
+def reduce(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     reduced = list(instr.dimensions)
     operand = instr.operands[0]

@@ -25,11 +25,13 @@ summed, so other forms are computed replicated.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
 from hlo_passes.passes.spmd.partition_context import (PValue, identity_value, local_shape, reducer_opcode,
@@ -37,7 +39,7 @@ from hlo_passes.passes.spmd.partition_context import (PValue, identity_value, lo
 
 
 @handles(Opcode.REDUCE_WINDOW)
-def reduce_window(p, instr) -> PValue:
+def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     window = instr.window
     windowed = [d for d, w in enumerate(window.dimensions)
                 if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
@@ -80,7 +82,7 @@ def reduce_window(p, instr) -> PValue:
 
 
 @handles(Opcode.SELECT_AND_SCATTER)
-def select_and_scatter(p, instr) -> PValue:
+def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
     window = instr.window
     operand, source = instr.operands[0], instr.operands[1]
     target = p.target(instr)
@@ -117,7 +119,7 @@ def select_and_scatter(p, instr) -> PValue:
 _NEVER_SELECTED = {"GE": Opcode.MAXIMUM, "GT": Opcode.MAXIMUM, "LE": Opcode.MINIMUM, "LT": Opcode.MINIMUM}
 
 
-def _select_and_scatter_with_halos(p, instr, tm, target) -> PValue | None:
+def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PValue | None:
     """select-and-scatter whose windows straddle tile boundaries, as GSPMD does it: output
     rows [tL, tL+L) of tile t receive from every window that touches them, so tile t fetches
     the source values of those windows (source halo; windows outside the array get source 0)

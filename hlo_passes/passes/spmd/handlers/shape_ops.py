@@ -17,6 +17,8 @@ gather of everything) against gathering the operand, and takes the cheaper.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 import itertools
 import math
 
@@ -24,7 +26,7 @@ import numpy as np
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (PValue, is_manual, local_shape, same_placement, tile_map,
                                                        tm_local_dims, to_sharding)
@@ -33,7 +35,7 @@ from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
 
 
 @handles(Opcode.BROADCAST)
-def broadcast(p, instr) -> PValue:
+def broadcast(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     dims = instr.dimensions
     tm = tile_map(target, instr.shape.rank, p.n)
@@ -43,7 +45,7 @@ def broadcast(p, instr) -> PValue:
 
 
 @handles(Opcode.TRANSPOSE, Opcode.COPY)
-def transpose(p, instr) -> PValue:
+def transpose(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     rank = instr.shape.rank
     perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
@@ -54,7 +56,7 @@ def transpose(p, instr) -> PValue:
 
 
 @handles(Opcode.RESHAPE, Opcode.BITCAST)
-def reshape(p, instr) -> PValue:
+def reshape(p: HandlerContext, instr: Instruction) -> PValue:
     """Local reshape on a sharding whose tiles are contiguous chunks of both shapes, chosen by
     price among: the target's tiling carried back to the operand, the operand's own tiling
     carried forward (then the result is resharded, e.g. by an all-to-all), and replication."""
@@ -97,7 +99,7 @@ def reshape(p, instr) -> PValue:
     return p.reshard(PValue(_local(p, instr, x, out), out, instr.shape), target)
 
 
-def _local(p, instr, x, out):
+def _local(p: HandlerContext, instr, x, out):
     new = p.clone(instr, [x], local_shape(instr.shape, out))
     if new.opcode is Opcode.BITCAST:
         new.opcode = Opcode.RESHAPE

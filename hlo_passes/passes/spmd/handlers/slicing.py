@@ -13,6 +13,8 @@ keep a tiled dim tiled instead when a halo exchange moves less (`_shifted`).
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 import math
 
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
@@ -21,13 +23,13 @@ from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
-from hlo_passes.passes.spmd.handlers import handles
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.cost_model import ZERO
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
 
 
-def local_except(p, instr, fixed) -> PValue:
+def local_except(p: HandlerContext, instr, fixed) -> PValue:
     """Run `instr` locally with every dim in `fixed` untiled in operands and result.
 
     Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
@@ -55,7 +57,7 @@ def local_except(p, instr, fixed) -> PValue:
     return p.reshard(PValue(new, out, instr.shape), target)
 
 
-def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
+def _cheapest_local_tiling(p: HandlerContext, instr, first, first_target, tm, fixed):
     """The sharding `local_except` runs `instr` in (see there)."""
     rank = first.rank
     free = [d for d in range(rank) if d not in fixed]
@@ -96,7 +98,7 @@ def _cheapest_local_tiling(p, instr, first, first_target, tm, fixed):
 
 
 @handles(Opcode.SLICE)
-def slice_(p, instr) -> PValue:
+def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     spec = instr.attr("slice")
     dims = instr.operands[0].shape.dims
     fixed = [d for d in range(len(dims))
@@ -108,7 +110,7 @@ def slice_(p, instr) -> PValue:
 
 
 @handles(Opcode.PAD)
-def pad(p, instr) -> PValue:
+def pad(p: HandlerContext, instr: Instruction) -> PValue:
     cfg: PaddingConfig = instr.attr("padding")
     fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
     # output row r reads input row (r - low) / (interior + 1) where that is whole
@@ -117,7 +119,7 @@ def pad(p, instr) -> PValue:
     return done if done is not None else local_except(p, instr, fixed)
 
 
-def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
+def _shifted(p: HandlerContext, instr, fixed, windows, zero_padding: bool) -> PValue | None:
     """Slice or pad with the result's tiling kept on the dims it tiles among `fixed`: each device
     takes the input rows its output tile reads from its neighbours (halo exchange, as a
     reduce-window of size 1 would), then slices or pads them locally.  None when no dim gains
@@ -170,29 +172,29 @@ def _shifted(p, instr, fixed, windows, zero_padding: bool) -> PValue | None:
 
 
 @handles(Opcode.CONCATENATE)
-def concatenate(p, instr) -> PValue:
+def concatenate(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.REVERSE)
-def reverse(p, instr) -> PValue:
+def reverse(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.SORT)
-def sort(p, instr) -> PValue:
+def sort(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, list(instr.dimensions))
 
 
 @handles(Opcode.DYNAMIC_SLICE)
-def dynamic_slice(p, instr) -> PValue:
+def dynamic_slice(p: HandlerContext, instr: Instruction) -> PValue:
     sizes = instr.attr("dynamic_slice_sizes")
     dims = instr.operands[0].shape.dims
     return local_except(p, instr, [d for d in range(len(dims)) if sizes[d] != dims[d]])
 
 
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
-def dynamic_update_slice(p, instr) -> PValue:
+def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
     dims, upd = instr.shape.dims, instr.operands[1].shape.dims
     sliced = [d for d in range(len(dims)) if upd[d] != dims[d]]
     target = p.target(instr)
@@ -210,15 +212,15 @@ def dynamic_update_slice(p, instr) -> PValue:
     return local_except(p, instr, sliced)
 
 
-def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
+def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> PValue:
     """A dynamic-update-slice that keeps the operand tiled along the dims it updates part of:
     every device holds the whole update along those dims and writes the part that falls in its
     rows, wherever the (clamped, dynamic) offset puts it — no communication for the operand.
 
-        local row j of tile t is global row s + j (s = t·L); it takes update row s + j - o
-        when 0 <= s + j - o < U: a dynamic-slice of the update padded by L rows each side at
-        L + s - o (clamped to the padding when the update misses the tile), and a select."""
-    em, b = p.em, p.em.b()
+        local tile t holds global rows [s, s + L); the update covers [o, o + U).  The tile,
+        padded by U rows on each side, takes the whole update at U + o - s: an update that
+        misses the tile lands (clamped) in the padding, which is cut off again."""
+    b = p.em.b()
     update = instr.operands[1]
     dims, upd = tuple(instr.shape.dims), tuple(update.shape.dims)
     out = to_sharding(tm)
@@ -227,30 +229,25 @@ def _update_in_place(p, instr, tm, sliced, update_sharding) -> PValue:
     local = tm_local_dims(tm, dims)
     rank = len(dims)
     s32 = PrimitiveType.S32
-    offsets = []
+    zero = b.constant(0)
+    pad_cfg, starts = [], []
     for d in range(rank):
+        if d not in sliced:
+            pad_cfg.append((0, 0, 0))
+            starts.append(zero)
+            continue
         o = p.operand_as(instr, 2 + d, Sharding.replicated())
         if o.shape.element_type is not s32:
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
-        offsets.append(b.op(Opcode.CLAMP, o.shape, [b.constant(0), o, b.constant(dims[d] - upd[d])]))
-    pad_cfg = [(local[d], local[d], 0) if d in sliced else (0, 0, 0) for d in range(rank)]
-    padded = b.pad(u, b.constant(0, update.shape.element_type), PaddingConfig(tuple(pad_cfg)))
-    starts, mask = [], None
-    for d in range(rank):
-        if d not in sliced:
-            starts.append(b.constant(0))
-            continue
-        first = em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
-        starts.append(b.add(b.constant(local[d]), b.subtract(first, offsets[d])))
-        # which local rows along d the update covers: a 1-D mask, broadcast once below
-        rows = ArrayShape(s32, (local[d],))
-        rel = b.add(b.iota(rows, 0), b.broadcast(b.subtract(first, offsets[d]), rows))
-        inside = b.op(Opcode.AND, ArrayShape(PrimitiveType.PRED, (local[d],)), [
-            b.compare(rel, b.broadcast(b.constant(0), rows), "GE"),
-            b.compare(rel, b.broadcast(b.constant(upd[d]), rows), "LT")])
-        inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, local), [d])
-        mask = inside if mask is None else b.op(Opcode.AND, inside.shape, [mask, inside])
-    window = b.dynamic_slice(padded, starts, tuple(local))
-    new = b.select(mask, window, x)
+        o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
+        first = p.em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
+        pad_cfg.append((upd[d], upd[d], 0))
+        starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
+    padded = b.pad(x, b.constant(0, x.shape.element_type), PaddingConfig(tuple(pad_cfg)))
+    written = b.dynamic_update_slice(padded, u, starts)
+    lows = [c[0] for c in pad_cfg]
+    new = b.slice(written, lows, [lo + n for lo, n in zip(lows, local)])
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+
+

@@ -9,21 +9,23 @@ everything in between is copied unchanged.
 
 from __future__ import annotations
 
+from hlo_passes.ir.instruction import Instruction
+
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
 from hlo_passes.passes.spmd.partition_context import PValue, is_manual, local_shape
 
 
 @handles(Opcode.TUPLE)
-def tuple_(p, instr) -> PValue:
+def tuple_(p: HandlerContext, instr: Instruction) -> PValue:
     values = [p.value(op) for op in instr.operands]
     new = p.clone(instr, [v.instr for v in values], _tuple_shape([v.instr.shape for v in values]))
     return PValue(new, Sharding.tuple_of(v.sharding for v in values), instr.shape)
 
 
 @handles(Opcode.GET_TUPLE_ELEMENT)
-def get_tuple_element(p, instr) -> PValue:
+def get_tuple_element(p: HandlerContext, instr: Instruction) -> PValue:
     t = p.operand(instr, 0)
     index = instr.attr("index")
     new = p.clone(instr, [t.instr], t.instr.shape.elements[index])
@@ -31,13 +33,13 @@ def get_tuple_element(p, instr) -> PValue:
 
 
 @handles(Opcode.OPTIMIZATION_BARRIER)
-def barrier(p, instr) -> PValue:
+def barrier(p: HandlerContext, instr: Instruction) -> PValue:
     v = p.operand(instr, 0)
     return PValue(p.clone(instr, [v.instr], v.instr.shape), v.sharding, instr.shape)
 
 
 @handles_custom_call("Sharding")
-def sharding_annotation(p, instr) -> PValue:
+def sharding_annotation(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     if is_manual(target):
         return PValue(p.operand(instr, 0).instr, target, instr.shape)
@@ -45,7 +47,7 @@ def sharding_annotation(p, instr) -> PValue:
 
 
 @handles_custom_call("SPMDFullToShardShape")
-def full_to_shard(p, instr) -> PValue:
+def full_to_shard(p: HandlerContext, instr: Instruction) -> PValue:
     operand_sharding = (instr.operands[0].sharding if "sharding" in instr.operands[0].attributes
                         else p.operand(instr, 0).sharding)
     x = p.operand_as(instr, 0, operand_sharding)
@@ -57,7 +59,7 @@ def full_to_shard(p, instr) -> PValue:
 
 
 @handles_custom_call("SPMDShardToFullShape")
-def shard_to_full(p, instr) -> PValue:
+def shard_to_full(p: HandlerContext, instr: Instruction) -> PValue:
     x = p.operand(instr, 0).instr
     target = p.target(instr)
     want = local_shape(instr.shape, target)
@@ -66,7 +68,7 @@ def shard_to_full(p, instr) -> PValue:
     return PValue(x, target, instr.shape)
 
 
-def manual(p, instr) -> PValue:
+def manual(p: HandlerContext, instr: Instruction) -> PValue:
     """Inside a manual region: the op is already per-device; copy it.  A `Sharding` annotation
     there computes nothing and disappears (a partitioned program has none; XLA rejects one
     without a sharding)."""

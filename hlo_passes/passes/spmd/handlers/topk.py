@@ -25,7 +25,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.handlers import handles, handles_custom_call
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
 from hlo_passes.passes.spmd.handlers.slicing import local_except
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape, tile_map,
                                                        tm_local_dims, to_sharding)
@@ -33,7 +33,7 @@ from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, id
 
 @handles(Opcode.TOPK)
 @handles_custom_call("TopK")
-def topk(p, instr) -> PValue:
+def topk(p: HandlerContext, instr: Instruction) -> PValue:
     x = instr.operands[0]
     last = x.shape.rank - 1
     values, indices = instr.shape.elements
