@@ -16,6 +16,7 @@ from hlo_passes.ir import Opcode, Sharding, SubgroupKind
 from hlo_passes.passes.registry import lookup
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
+from hlo_passes.runtime.xla_backend import pass_dump
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "golden" / "corpus"
@@ -241,3 +242,37 @@ def test_demo_example_partitions_with_one_all_reduce():
     assert collectives(module) == {"all-reduce": 1}
     assert not [r for r in remarks if r.kind == "missed"]
     assert verify_equivalent(text, out, num_devices=8).ok
+
+
+PARTIALLY_MANUAL_AUTO_TILED = """HloModule partially_manual_auto_tiled, num_partitions=8
+
+region (a: f32[], b: f32[]) -> f32[] {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  w = f32[8,8] parameter(0), sharding={devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}
+  open = f32[8,8] custom-call(w), custom_call_target="Sharding", sharding={replicated}, backend_config="unspecified_dims=[0,1]"
+  inside = f32[8,8] custom-call(open), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  two = f32[] constant(2)
+  twos = f32[8,8] broadcast(two), dimensions={}
+  m = f32[8,8] multiply(inside, twos)
+  sum = f32[8,8] all-reduce(m), channel_id=1, replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, to_apply=region
+  back = f32[8,8] custom-call(sum), custom_call_target="Sharding", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  full = f32[8,8] custom-call(back), custom_call_target="SPMDShardToFullShape", sharding={replicated}, backend_config="unspecified_dims=[0,1]"
+  ROOT r = f32[8,8] subtract(w, full)
+}
+"""
+
+
+def test_partially_manual_region_tiled_over_its_automatic_devices():
+    """XLA's propagation tiles a shard_map region's values over the mesh axes it leaves
+    automatic (here the region's input takes w's split over 'model' through the open
+    dims).  The region is still copied unchanged: each manual group gets its whole shard, and
+    the result computes what XLA's partitioned program computes, device by device."""
+    module, out, _ = partition(PARTIALLY_MANUAL_AUTO_TILED)
+    xla = pass_dump(PARTIALLY_MANUAL_AUTO_TILED, "spmd-partitioning", num_partitions=8)
+    ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
+    assert ok, note
