@@ -6,7 +6,7 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup
+.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
@@ -38,10 +38,21 @@ fuzz-spmd: venv
 bench: venv
 	$(PY) benchmarks/parse_speed.py
 
+# weight-update-sharding on real Flax + Optax steps (GPT TP+DP, ResNet DP, ViT 2-D; 8 CPU devices), each
+# verified numerically; needs the benchmark extras flax and optax (not in CI).
+bench-wus: venv
+	$(PY) benchmarks/weight_update_sharding.py --flax
+
 # `hlo-passes view` on a GPT-24 training step (8 devices): page writing and Chromium open times.
 bench-view: venv
 	test -d bench-data/gpt24.dump || $(PY) benchmarks/gpt_dump.py
 	$(PY) benchmarks/view_speed.py
+
+# Our pass times beside XLA's own on generated JAX training steps (12-96 layers, 8-4096 devices); long.
+# ARGS=--quick for a few minutes' run, or e.g. ARGS="--layers 24 --devices 8,256 --only gspmd".
+.PHONY: bench-speed
+bench-speed: venv
+	$(PY) benchmarks/pass_speed.py $(ARGS)
 
 # The README's pictures (docs/*.png), with headless Chromium.
 screenshots: venv

@@ -176,4 +176,60 @@ def resnet_dp(width: int = 16, batch: int = 16, image: int = 16, classes: int = 
     return jax.jit(step), (variables, opt, images, labels)
 
 
-MODELS = {"gpt_tp": gpt_tp, "gpt_fsdp": gpt_fsdp, "resnet_dp": resnet_dp}
+def vit_2d(d: int = 128, layers: int = 2, heads: int = 4, patch: int = 4, image: int = 16, classes: int = 10,
+           batch: int = 16):
+    """A ViT: patch embedding (a strided conv), a class token, learned positions, pre-LN blocks
+    (attention heads and MLP sharded over model=2, Megatron style), a classifier head; batch over
+    data=4; AdamW."""
+    import flax.linen as nn
+    import optax
+
+    mesh = _mesh((4, 2), ("data", "model"))
+    tokens = (image // patch) ** 2 + 1
+
+    def part(names, init=nn.initializers.lecun_normal()):
+        return nn.with_logical_partitioning(init, names)
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.LayerNorm()(x)
+            h = nn.MultiHeadDotProductAttention(
+                num_heads=heads, kernel_init=part(("embed", "heads", "kv")),
+                out_kernel_init=part(("heads", "kv", "embed")))(h, h)
+            x = x + h
+            h = nn.LayerNorm()(x)
+            h = nn.Dense(4 * d, kernel_init=part(("embed", "mlp")))(h)
+            h = nn.Dense(d, kernel_init=part(("mlp", "embed")))(nn.gelu(h))
+            return x + h
+
+    class ViT(nn.Module):
+        @nn.compact
+        def __call__(self, images):
+            x = nn.Conv(d, (patch, patch), strides=(patch, patch), padding="VALID",
+                        kernel_init=part((None, None, None, "embed")))(images)
+            x = x.reshape(x.shape[0], -1, d)
+            cls = self.param("cls", part((None, None, "embed"), nn.initializers.zeros), (1, 1, d))
+            x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, d)), x], axis=1)
+            x = x + self.param("pos", part((None, None, "embed"), nn.initializers.normal(0.02)), (1, tokens, d))
+            for _ in range(layers):
+                x = Block()(x)
+            x = nn.LayerNorm()(x[:, 0])
+            return nn.Dense(classes, kernel_init=part(("embed", None)))(x)
+
+    model = ViT()
+    rules = (("embed", None), ("heads", "model"), ("kv", None), ("mlp", "model"))
+    example = jnp.zeros((batch, image, image, 3))
+
+    def loss(params, batch_):
+        images, labels = batch_
+        logits = model.apply(params, images)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+    fn, params, opt = _sharded_step(model, mesh, rules, example, optax.adamw(1e-3), loss)
+    data = (jax.ShapeDtypeStruct((batch, image, image, 3), jnp.float32, sharding=NamedSharding(mesh, P("data"))),
+            jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=NamedSharding(mesh, P("data"))))
+    return fn, (params, opt, data)
+
+
+MODELS = {"gpt_tp": gpt_tp, "gpt_fsdp": gpt_fsdp, "resnet_dp": resnet_dp, "vit_2d": vit_2d}

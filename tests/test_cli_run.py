@@ -195,3 +195,66 @@ def test_output_file_gets_the_usual_mode(dead, tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def _run_on_a_terminal(args, env_extra):
+    """Run the CLI with its stderr on a pseudo-terminal; what the terminal shows."""
+    import os
+    import pty
+
+    env = {**os.environ, **env_extra}
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hlo_passes", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=child_fd, cwd=ROOT, env=env)
+    os.close(child_fd)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    proc.wait(timeout=120)
+    os.close(main_fd)
+    return proc.returncode, shown.decode()
+
+
+def test_progress_line_on_a_terminal_only(tmp_path):
+    """A pass running past the threshold gets a ticking line and a final one with its time on a
+    terminal; --quiet removes it; a pipe never gets it (the end-to-end test above)."""
+    args = ["run", str(EXAMPLE), "--passes=collective-fusion,dce", "-o", str(tmp_path / "out.hlo")]
+    code, shown = _run_on_a_terminal(args, {"HLO_PASSES_PROGRESS_AFTER": "0"})
+    assert code == 0, shown
+    assert "[1/2] collective-fusion" in shown and "[2/2] dce" in shown
+    assert "\r\x1b[K[1/2] collective-fusion" in shown and " s\n" in shown.replace("\r\n", "\n")
+    code, shown = _run_on_a_terminal([*args, "--quiet"], {"HLO_PASSES_PROGRESS_AFTER": "0"})
+    assert code == 0 and "[1/2]" not in shown, shown
+
+
+def test_stats_report_each_pass_time_and_peak_memory(dead, capsys):
+    assert cli(["run", str(dead), "--passes=cse,dce", "--stats"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip().startswith(("cse", "dce"))]
+    assert len(lines) == 2, err
+    for line in lines:
+        assert " ms  cpu " in line and " MiB" in line
+        peak = float(line.split("peak")[1].split("MiB")[0])
+        assert 10 < peak < 100_000  # a Python process with the parser loaded: tens of MiB at least
+
+
+def test_final_module_is_always_checked_and_a_malformed_one_never_written(test_passes, dead, tmp_path, capsys):
+    """Without --verify-each the final module still goes through the structural verifier: a
+    pass that leaves a malformed module (and says it changed nothing) gets exit code 1 and no
+    output, to a file or to stdout."""
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(dead), "--passes=dce,break-shape", "-o", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: the final module is malformed (structural verifier), nothing written:")
+    assert "e/%r: shape should be f32[4] (from its operands), got f32[5]" in captured.err
+    assert "--verify-each" in captured.err
+    assert not out.exists()
+    assert cli(["run", str(dead), "--passes=break-shape"]) == 1
+    assert capsys.readouterr().out == ""
+    assert cli(["run", str(dead), "--passes=dce", "-o", str(out)]) == 0 and out.exists()

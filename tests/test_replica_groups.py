@@ -65,3 +65,79 @@ ENTRY e {{
     gathered = xla_backend.compile_hlo(module, num_replicas=8).run([])
     for device in range(8):
         assert list(gathered[device][0]) == list(groups.group_of(device))
+
+
+# ------------------------------------------------ compact spelling of groups a pass makes --
+
+def _mesh_groups(rng):
+    """Random groupings as a partitioner makes them: the devices of a mesh (iota, maybe with
+    its axes transposed) that differ only along a random subset of its axes."""
+    rank = int(rng.integers(1, 5))
+    dims = [int(rng.choice([1, 2, 3, 4])) for _ in range(rank)]
+    perm = [int(i) for i in rng.permutation(rank)]
+    mesh = np.arange(int(np.prod(dims))).reshape(dims).transpose(perm)
+    varying = [a for a in range(rank) if rng.random() < 0.5]
+    fixed = [a for a in range(rank) if a not in varying]
+    size = int(np.prod([mesh.shape[a] for a in varying]))
+    return [tuple(int(d) for d in row) for row in mesh.transpose(fixed + varying).reshape(-1, size)]
+
+
+def test_groups_a_pass_makes_print_in_iota_form_and_keep_their_meaning():
+    """Every mesh-axis grouping has an iota spelling; the spelling expands to exactly the groups."""
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        groups = _mesh_groups(rng)
+        made = ReplicaGroups.of(groups)
+        assert made.iota is not None, groups
+        assert made.to_hlo().startswith("["), made
+        again = reader_for("replica_groups")(made.to_hlo())
+        assert again.groups == tuple(groups) and again == made
+
+
+def test_groups_without_an_iota_form_stay_lists():
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+
+    for groups in ([(1, 0), (2, 3)], [(0, 1, 2), (3,)], [(0, 3), (1, 2)], [(0, 2)]):
+        assert ReplicaGroups.of(groups).to_hlo().startswith("{{"), groups
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compact_groups_mean_what_xla_means(seed):
+    """XLA runs an all-reduce over our iota spelling of random 8-device mesh groupings (axes
+    transposed, some varying) and sums exactly the devices of each device's group."""
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+
+    rng = np.random.default_rng(100 + seed)
+    groups = _mesh_groups(rng)
+    while len([d for g in groups for d in g]) != 8 or len(groups[0]) == 1:
+        groups = _mesh_groups(rng)
+    spelling = ReplicaGroups.of(groups).to_hlo()
+    assert spelling.startswith("["), spelling
+    sums = run_all_reduce_of_device_ids(spelling)
+    assert sums == [float(sum(g)) for d in range(8) for g in groups if d in g]
+
+
+def test_compact_groups_at_2048_devices():
+    """A transposed 3-axis mesh of 2048 devices: the grouping prints in a few characters and
+    XLA's parser accepts it and keeps it in that form."""
+    from hlo_passes.ir.replica_groups import ReplicaGroups
+    from hlo_passes.runtime import xla_backend
+
+    mesh = np.arange(2048).reshape(8, 16, 16).transpose(2, 0, 1)
+    groups = [tuple(int(d) for d in row) for row in mesh.transpose(0, 2, 1).reshape(-1, 8)]
+    compact = ReplicaGroups.of(groups).to_hlo()
+    assert len(compact) < 40 < len(ReplicaGroups.explicit(groups).to_hlo())
+    module = f"""HloModule m, num_partitions=2048
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(p), channel_id=1, replica_groups={compact}, use_global_device_ids=true, to_apply=add
+}}
+"""
+    assert f"replica_groups={compact}," in xla_backend.canonical_text(module)

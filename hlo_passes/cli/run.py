@@ -4,9 +4,10 @@ IN is a file, `-`, a binary HLO proto (`.pb`), or an XLA dump directory with
 `--module NAME|NUMBER` and `--stage` (default: the module's `before_optimizations`
 file; the file used is named on stderr).
 
-Exit codes: 0 done; 1 a check failed (--verify-each: a pass left a malformed module,
---verify: the result computes something else); 2 bad usage or input.  Nothing is
-written to OUT unless the command succeeds."""
+Exit codes: 0 done; 1 a check failed (the final module fails the structural verifier,
+which always runs; --verify-each: a pass left a malformed module; --verify: the result
+computes something else); 2 bad usage or input.  Nothing is written to OUT unless the
+command succeeds."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def add_arguments(p) -> None:
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
     p.add_argument("--verify-each", action="store_true", help="structural verifier after every pass")
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
-    p.add_argument("--stats", action="store_true", help="instructions, collectives and FLOPs before/after")
+    p.add_argument("--stats", action="store_true",
+                   help="instructions, collectives and FLOPs before/after; each pass's time and peak memory")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line (it appears only on a terminal, for passes over a second)")
     p.add_argument("--remarks", action="store_true", help="what each pass decided and why")
     p.add_argument("--report", metavar="OUT.html",
                    help="an HTML page: per pass its time, remarks, diff and before/after charts, and the "
@@ -41,7 +45,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from hlo_passes.passes.manager import PassFailed, PassManager
+    from hlo_passes.passes.manager import PassFailed, PassManager, structural_problems
     from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
     from hlo_passes.parse.module_parser import parse_module
     from hlo_passes.printer import print_module
@@ -71,7 +75,9 @@ def main(args) -> int:
     # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
     module_number = Path(source).name.split(".")[0].removeprefix("module_") \
         if Path(source).name.startswith("module_") else "0000"
-    tty = sys.stderr.isatty()
+    from hlo_passes.cli.progress import Progress
+
+    progress = Progress(len(pipeline.passes), enabled=False if args.quiet else None)
     pass_report = None
     if args.report:
         from hlo_passes.view.report_data import PassReport
@@ -81,8 +87,10 @@ def main(args) -> int:
     def dump(index, p, mod, when):
         if pass_report is not None:
             pass_report.observe(index, p, mod, when)
-        if tty and when == "before":
-            print(f"[{index + 1}/{len(pipeline.passes)}] {p.name}", file=sys.stderr)
+        if when == "before":
+            progress.pass_started(index, p.name)
+        else:
+            progress.pass_finished()
         if dump_dir is None:
             return
         dump_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +105,10 @@ def main(args) -> int:
 
     manager = PassManager(pipeline.passes, verify_each=args.verify_each, dump=dump)
     try:
-        manager.run(module)
+        try:
+            manager.run(module)
+        finally:
+            progress.close()
     except PassFailed as e:
         if e.pass_name == "input":
             raise UserError(f"{display}: {e}") from None
@@ -108,6 +119,13 @@ def main(args) -> int:
             where += f"\n(the pass report is {args.report})"
         print(f"error: {e}{where}", file=sys.stderr)
         return 1
+    if not args.verify_each:  # (--verify-each has checked every pass's output already)
+        problems = structural_problems(module)
+        if problems:  # cheap, and never write a module XLA's parser would reject
+            _print_remarks(manager, args.remarks)
+            print(f"error: the final module is malformed (structural verifier), nothing written:\n{problems}\n"
+                  "(run with --verify-each to find the pass that broke it)", file=sys.stderr)
+            return 1
     out = print_module(module)
     if pass_report is not None:  # a diagnostic, like --dump-dir: written before --verify judges
         write_text(args.report, pass_report.html(manager, module))

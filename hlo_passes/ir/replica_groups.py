@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from hlo_passes.ir.sharding import IotaDevices
 
@@ -29,6 +30,20 @@ class ReplicaGroups:
     @classmethod
     def explicit(cls, groups) -> "ReplicaGroups":
         return cls(tuple(tuple(int(d) for d in g) for g in groups))
+
+    @classmethod
+    def of(cls, groups) -> "ReplicaGroups":
+        """Groups made by a pass: printed in XLA's iota form `[G,S]<=[dims]T(perm)` when one
+        fits (every mesh axis and sub-axis grouping does), else as lists — so a collective over
+        2048 devices prints in a few characters, as XLA prints it."""
+        found = cls.explicit(groups)
+        sizes = {len(g) for g in found.groups}
+        if len(sizes) == 1:
+            flat = [d for g in found.groups for d in g]
+            devices = IotaDevices.find(flat) if sorted(flat) == list(range(len(flat))) else None
+            if devices is not None:
+                return cls(found.groups, iota=((len(found.groups), sizes.pop()), devices))
+        return found
 
     @classmethod
     def from_iota(cls, group_dims: tuple[int, int], devices: IotaDevices) -> "ReplicaGroups":
@@ -71,11 +86,15 @@ class ReplicaGroups:
         sizes = {len(g) for g in self.groups}
         return sizes.pop() if len(sizes) == 1 else None
 
+    @cached_property
+    def _group_by_device(self) -> dict[int, tuple[int, ...]]:
+        return {d: g for g in self.groups for d in g}
+
     def group_of(self, device: int) -> tuple[int, ...]:
-        for g in self.groups:
-            if device in g:
-                return g
-        raise KeyError(f"device {device} is in no replica group of {self.to_hlo()}")
+        try:
+            return self._group_by_device[device]
+        except KeyError:
+            raise KeyError(f"device {device} is in no replica group of {self.to_hlo()}") from None
 
     def to_hlo(self) -> str:
         if self.mesh_spelling:

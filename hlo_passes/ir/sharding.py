@@ -60,20 +60,45 @@ class IotaDevices:
         return text
 
     @staticmethod
-    def find(devices: tuple[int, ...], tile_dims: tuple[int, ...]) -> "IotaDevices | None":
-        """An iota spelling of `devices` (a tile grid of `tile_dims`) if one of the simple forms fits."""
-        n = len(devices)
-        if tuple(devices) == tuple(range(n)):
-            return IotaDevices((n,))
-        # Transposed 2-factor forms cover what JAX's meshes produce most often.
-        arr = np.asarray(devices)
-        for a in range(2, n):
-            if n % a:
-                continue
-            candidate = np.arange(n).reshape(a, n // a).T.reshape(-1)
-            if np.array_equal(candidate, arr):
-                return IotaDevices((a, n // a), (1, 0))
-        return None
+    def find(devices, tile_dims: tuple[int, ...] = ()) -> "IotaDevices | None":
+        """The iota spelling of a device list, if it has one: `devices` (row-major over any tile
+        grid or group layout; the grid does not matter) equals iota(n).reshape(dims).transpose(perm)
+        for some dims and perm exactly when walking it from its fastest-varying end finds
+        arithmetic runs whose strides are a mixed radix.  This is how XLA's meshes, their
+        transposes and sub-axes look, so big device lists print in a few characters, as XLA does."""
+        arr = np.asarray(devices, dtype=np.int64).reshape(-1)
+        n = arr.size
+        if n == 0 or arr[0] != 0:
+            return None
+        if n == 1:
+            return IotaDevices((1,))
+        axes: list[tuple[int, int]] = []  # (size, stride), fastest-varying first
+        block = 1
+        while block < n:
+            stride = int(arr[block] - arr[0])
+            if stride <= 0:
+                return None
+            steps = arr[::block]
+            off = np.flatnonzero(steps != np.arange(steps.size) * stride)
+            run = int(off[0]) if off.size else steps.size
+            size = max(k for k in range(1, run + 1) if (n // block) % k == 0)
+            if size == 1:
+                return None
+            axes.append((size, stride))
+            block *= size
+        by_stride = sorted(range(len(axes)), key=lambda i: axes[i][1])
+        expected = 1
+        for i in by_stride:
+            if axes[i][1] != expected:
+                return None
+            expected *= axes[i][0]
+        # reshape dims major-first (largest stride first); output axes major-first too
+        major_first = list(reversed(by_stride))
+        reshape_dims = tuple(axes[i][0] for i in major_first)
+        output = list(reversed(range(len(axes))))
+        perm = tuple(major_first.index(i) for i in output)
+        found = IotaDevices(reshape_dims, () if perm == tuple(range(len(perm))) else perm)
+        return found if np.array_equal(found.expand(), arr) else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,7 +150,7 @@ class Sharding:
         """A tiled sharding from an integer device array whose shape is the tile grid."""
         arr = np.asarray(tile_assignment)
         return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape),
-                   tuple(int(d) for d in arr.reshape(-1)), tuple(subgroups), iota=iota,
+                   tuple(arr.reshape(-1).tolist()), tuple(subgroups), iota=iota,
                    replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata,
                    devices_spelled_explicitly=devices_spelled_explicitly)
 
@@ -164,9 +189,18 @@ class Sharding:
         return (self.kind, self.device, self.shard_group)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Sharding) and self._key() == other._key()
+        # Shardings over thousands of devices carry long device tuples: the cached hashes
+        # settle most comparisons without walking them.
+        if self is other:
+            return True
+        return (isinstance(other, Sharding) and self._hash == other._hash
+                and self._key() == other._key())
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
         return hash(self._key())
 
     def normalized(self) -> "Sharding":
@@ -287,6 +321,13 @@ class Sharding:
         return replace(self, metadata="")
 
     # ------------------------------------------------------------ printing --
+    @cached_property
+    def _iota_spelling(self) -> IotaDevices | None:
+        """The iota form the device list prints in: as parsed, else found (unless the text
+        spelled the list out, which printing keeps)."""
+        iota = self.iota or (None if self.devices_spelled_explicitly else IotaDevices.find(self.devices))
+        return iota if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)) else None
+
     def to_hlo(self) -> str:
         if self.kind is ShardingKind.TUPLE:
             return "{" + ", ".join(e.to_hlo() for e in self.elements) + "}"
@@ -296,9 +337,8 @@ class Sharding:
         parts: list[str]
         if self.kind is ShardingKind.TILED:
             dims = "[" + ",".join(map(str, self.tile_dims)) + "]"
-            iota = self.iota or (None if self.devices_spelled_explicitly
-                                 else IotaDevices.find(self.devices, self.tile_dims))
-            if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)):
+            iota = self._iota_spelling
+            if iota is not None:
                 parts = ["devices=" + dims + iota.to_hlo()]
             else:
                 parts = ["devices=" + dims + ",".join(map(str, self.devices))]

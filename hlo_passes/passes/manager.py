@@ -22,6 +22,7 @@ Policies, for the callers that need them:
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -47,6 +48,8 @@ class PassRecord:
     changed: bool
     seconds: float
     remarks: int = 0
+    cpu_seconds: float = 0.0
+    peak_memory_bytes: int = 0  # the process's peak resident memory when the pass ended
 
 
 # Called as dump(index, pass, module, "before"|"after").
@@ -83,7 +86,7 @@ class PassManager:
             if self.dump is not None:
                 self.dump(i, p, module, "before")
             snapshot = module.clone() if self.on_failure == "rollback" else None
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             seen = len(p.remarks)
             try:
                 changed = bool(p.run(module))
@@ -97,7 +100,8 @@ class PassManager:
             finally:
                 self.remarks.extend(p.remarks[seen:])
             self.records.append(PassRecord(p.pipeline_text(), changed, time.perf_counter() - start,
-                                           len(p.remarks) - seen))
+                                           len(p.remarks) - seen, time.process_time() - cpu_start,
+                                           _peak_memory_bytes()))
             if self.dump is not None:  # a failed pass's output too: it is what there is to debug
                 self.dump(i, p, module, "after")
             if problem is not None:
@@ -130,11 +134,24 @@ class PassManager:
         return None
 
     def timing_report(self) -> str:
-        """One line per pass: changed or not, seconds, remarks."""
+        """One line per pass: changed or not, wall and CPU time, the process's peak memory when
+        it ended (a pass that raised the peak shows it first), remarks."""
         width = max((len(r.name) for r in self.records), default=0)
         return "\n".join(f"  {r.name:<{width}}  {'changed  ' if r.changed else 'no change'}  "
-                         f"{r.seconds * 1000:8.1f} ms  {r.remarks} remark{'s' if r.remarks != 1 else ''}"
+                         f"{r.seconds * 1000:9.1f} ms  cpu {r.cpu_seconds * 1000:9.1f} ms  "
+                         f"peak {r.peak_memory_bytes / 2**20:7.1f} MiB  "
+                         f"{r.remarks} remark{'s' if r.remarks != 1 else ''}"
                          for r in self.records)
+
+
+def _peak_memory_bytes() -> int:
+    """The process's peak resident set so far (0 where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 
 
 def _describe(headline: str, errors: list[VerifierError], limit: int = 5) -> str:

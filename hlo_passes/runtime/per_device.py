@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hlo_passes.ir.collective_groups import participant_groups
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.parse.module_parser import parse_module
 
 _GROUPED = {Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL,
@@ -83,8 +85,6 @@ def random_inputs(text: str, num_devices: int, *, replicated: list[bool] | None 
 def as_replica_program(text: str, num_devices: int) -> str:
     """A per-device `num_partitions=N` program as the equivalent `replica_count=N` program
     (and, when XLA already compiled it, as a fresh program: recompile.py)."""
-    from hlo_passes.ir.replica_groups import ReplicaGroups
-    from hlo_passes.passes.collectives.common import participant_groups
     from hlo_passes.printer import print_module
     from hlo_passes.runtime.recompile import make_fresh_program, needs_fresh_program
 

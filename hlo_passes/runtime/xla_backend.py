@@ -430,3 +430,58 @@ def xla_error_lines(error: BaseException, limit: int = 8) -> list[str]:
             break
         lines.append(s)
     return lines[:limit] or [type(error).__name__]
+
+
+# ------------------------------------------------------------ pass timing --
+# XLA's HloPassPipeline logs each pass it runs (at VLOG 1 of hlo_pass_pipeline.cc), e.g.
+#   hlo_pass_pipeline.cc:206] HLO pass: spmd-partitioning time: 527 us (527 us) (cumulative: ...)
+_PASS_TIME_LINE = re.compile(r"\] HLO pass: (\S+) time: ([\d.]+) ?(ns|us|ms|s|min|h)\b")
+_SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def pass_times(text: str, *, num_partitions: int, shardy: bool = False,
+               propagate_to_output: tuple[bool, ...] = (), propagate_to_parameters: tuple[bool, ...] = (),
+               timeout: float | None = None) -> dict[str, float]:
+    """Seconds XLA spends in each of its passes (by XLA's pass name, e.g. "sharding-propagation",
+    "spmd-partitioning", "shardy-xla"; a pass that runs several times is summed) when it compiles
+    `text` for `num_partitions` devices with SPMD partitioning — the figures benchmarks put beside
+    our passes' times.
+
+    XLA reports these only in its log, and reads the log's verbosity and its device count when it
+    starts, so the compile runs in a child process (`hlo_passes.runtime.xla_pass_timer`) started
+    with TF_CPP_VMODULE=hlo_pass_pipeline=1; its log is parsed here.  Note XLA's figure for a pass
+    is wall time, and "spmd-partitioning" includes the cleanup pipeline it runs inside.
+
+    Raises BackendUnavailable when the child fails, and subprocess.TimeoutExpired after `timeout`.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    env = dict(os.environ)
+    flags = re.sub(rf"{_DEVICE_FLAG}=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    env["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={num_partitions}".strip()
+    env["TF_CPP_VMODULE"] = "hlo_pass_pipeline=1"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    with tempfile.NamedTemporaryFile("w", suffix=".hlo") as f:
+        f.write(text)
+        f.flush()
+        argv = [sys.executable, "-m", "hlo_passes.runtime.xla_pass_timer", f.name, str(num_partitions),
+                "--shardy" if shardy else "--gspmd",
+                "--propagate-to-output", ",".join("1" if b else "0" for b in propagate_to_output),
+                "--propagate-to-parameters", ",".join("1" if b else "0" for b in propagate_to_parameters)]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        tail = [line for line in done.stderr.splitlines() if "HLO pass" not in line][-8:]
+        raise BackendUnavailable(f"XLA's compile for {num_partitions} devices failed (exit "
+                                 f"{done.returncode}): " + "\n".join(tail))
+    return _sum_pass_times(done.stderr)
+
+
+def _sum_pass_times(log: str) -> dict[str, float]:
+    """Seconds per pass name from XLA's pass-pipeline log, summed over the pass's runs."""
+    seconds: dict[str, float] = {}
+    for name, amount, unit in _PASS_TIME_LINE.findall(log):
+        seconds[name] = seconds.get(name, 0.0) + float(amount) * _SECONDS_PER_UNIT[unit]
+    return seconds

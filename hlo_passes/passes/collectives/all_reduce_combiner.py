@@ -31,8 +31,9 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, group_mode,
-                                                  replace_members, replica_groups, tuple_sharding)
+from hlo_passes.ir.collective_groups import group_mode
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, replace_members,
+                                                  replica_groups, tuple_sharding)
 from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass
 

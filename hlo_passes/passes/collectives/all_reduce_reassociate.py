@@ -27,7 +27,8 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import group_mode, reduction_of, replica_groups
+from hlo_passes.ir.collective_groups import group_mode
+from hlo_passes.passes.collectives.common import reduction_of, replica_groups
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 

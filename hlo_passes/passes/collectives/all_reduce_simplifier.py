@@ -21,7 +21,8 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import participant_groups, reduction_of
+from hlo_passes.ir.collective_groups import participant_groups
+from hlo_passes.passes.collectives.common import reduction_of
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 

@@ -26,6 +26,7 @@ from typing import Callable, ClassVar, Hashable, Iterable, Sequence
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.collective_groups import GroupMode, group_mode, participant_groups  # noqa: F401 (the family's vocabulary)
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
@@ -76,46 +77,8 @@ def combinable_reduction(instr: Instruction) -> ReductionKind | None:
 
 
 # ----------------------------------------------------------------- groups --
-@dataclass(frozen=True)
-class GroupMode:
-    """How a collective's replica_groups are read (XLA's CollectiveOpGroupMode)."""
-
-    has_channel: bool
-    use_global_device_ids: bool
-
-    @property
-    def name(self) -> str:
-        if not self.has_channel:
-            return "cross-replica"
-        return "flattened-id" if self.use_global_device_ids else "cross-replica-and-partition"
-
-
-def group_mode(instr: Instruction) -> GroupMode:
-    return GroupMode(instr.channel_id is not None, bool(instr.attr("use_global_device_ids", False)))
-
-
 def replica_groups(instr: Instruction) -> ReplicaGroups:
     return instr.replica_groups
-
-
-def participant_groups(instr: Instruction, module: Module) -> list[tuple[int, ...]] | None:
-    """The device groups (global ids, replica-major) a collective reduces over, or None when the
-    mode cannot be spelled out (a cross-replica-and-partition collective over several partitions
-    is read as such, with the partitions of each replica group joined)."""
-    replicas, partitions = module.replica_count, module.num_partitions
-    groups = replica_groups(instr).groups
-    mode = group_mode(instr)
-    if mode.use_global_device_ids:
-        return [tuple(g) for g in groups] if groups else [tuple(range(replicas * partitions))]
-    if mode.has_channel and instr.opcode in (Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL):
-        # XLA reads an all-to-all with a channel as cross-partition: groups of partition ids
-        partition_sets = [tuple(g) for g in groups] if groups else [tuple(range(partitions))]
-        return [tuple(r * partitions + p for p in g) for r in range(replicas) for g in partition_sets]
-    replica_sets = [tuple(g) for g in groups] if groups else [tuple(range(replicas))]
-    if not mode.has_channel:
-        # one group per (replica group, partition)
-        return [tuple(r * partitions + p for r in g) for p in range(partitions) for g in replica_sets]
-    return [tuple(r * partitions + p for r in g for p in range(partitions)) for g in replica_sets]
 
 
 def uniform_group_size(instr: Instruction, module: Module) -> int | None:

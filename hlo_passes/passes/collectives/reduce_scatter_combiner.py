@@ -44,9 +44,10 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
-from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, group_mode,
-                                                  most_frequent_dimension, replace_members, replica_groups,
-                                                  shape_free, uniform_group_size)
+from hlo_passes.ir.collective_groups import group_mode
+from hlo_passes.passes.collectives.common import (CombinerPass, combinable_reduction, most_frequent_dimension,
+                                                  replace_members, replica_groups, shape_free,
+                                                  uniform_group_size)
 from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
 from hlo_passes.passes.pass_base import option
 from hlo_passes.passes.registry import register_pass

@@ -45,8 +45,9 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import (callers_of, erase_if_dead, group_mode, participant_groups,
-                                                  replica_groups, shape_free, unique_caller)
+from hlo_passes.ir.collective_groups import group_mode, participant_groups
+from hlo_passes.passes.collectives.common import (callers_of, erase_if_dead, replica_groups, shape_free,
+                                                  unique_caller)
 from hlo_passes.passes.collectives.device_values import DeviceEvaluator, NotDeviceConstant
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass

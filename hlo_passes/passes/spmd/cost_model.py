@@ -200,40 +200,54 @@ _COLLECTIVE_KIND = {
 }
 
 
+def instruction_estimate(instr, module, model: CostModel = DEFAULT) -> Estimate:
+    """One instruction's share of `module_estimate`: a collective by its wire volume, any other
+    array-shaped op bound by its FLOPs or the bytes it touches (result and operands), nothing for
+    parameters, constants, tuples and bitcasts.  Called computations are not included."""
+    from hlo_passes.ir.opcode import Opcode
+    from hlo_passes.passes.collectives.common import uniform_group_size
+    from hlo_passes.stats import _flops
+
+    op = instr.opcode
+    kind = _COLLECTIVE_KIND.get(op.value)
+    if kind is not None:
+        group = uniform_group_size(instr, module) or module.num_partitions * module.replica_count
+        if kind == "collective-permute":
+            group = 2
+        # the larger side: the gathered result of an all-gather, the operand of a reduce-scatter;
+        # a variadic collective's result is a tuple whose elements add up (an async start's
+        # tuple also holds its operands: its operands count)
+        operands = sum(o.shape.byte_size() for o in instr.operands)
+        result = instr.shape.byte_size() if instr.shape.is_array or not op.value.endswith("-start") else 0
+        buffer = max(result, operands)
+        return model.collective(kind, buffer, group)
+    if op in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST) \
+            or not instr.shape.is_array:
+        return ZERO
+    touched = instr.shape.byte_size() + sum(o.shape.byte_size() for o in instr.operands if o.shape.is_array)
+    etype = instr.shape.element_type if instr.shape.element_type.is_array else None
+    return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
+
+
 def module_estimate(module, model: CostModel = DEFAULT) -> Estimate:
     """The estimated step time of a per-device module: every kernel bound by its FLOPs or the
     bytes it touches, every collective by its wire volume (plus latency in `step_seconds`).
     Call, fusion and while bodies count once per call site (trip counts are unknown)."""
     from hlo_passes.ir.opcode import Opcode
-    from hlo_passes.passes.collectives.common import uniform_group_size
-    from hlo_passes.stats import _flops
 
     def walk(comp, stack) -> Estimate:
         total = ZERO
         stack.add(comp)
         for instr in comp.instructions:
-            op = instr.opcode
-            kind = _COLLECTIVE_KIND.get(op.value)
-            if kind is not None:
-                group = uniform_group_size(instr, module) or module.num_partitions * module.replica_count
-                if kind == "collective-permute":
-                    group = 2
-                buffer = max(instr.shape.byte_size(), sum(o.shape.byte_size() for o in instr.operands)) \
-                    if instr.shape.is_array else sum(o.shape.byte_size() for o in instr.operands)
-                total = total + model.collective(kind, buffer, group)
-            elif op not in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE,
-                            Opcode.BITCAST) and instr.shape.is_array:
-                touched = instr.shape.byte_size() + sum(o.shape.byte_size() for o in instr.operands
-                                                        if o.shape.is_array)
-                etype = instr.shape.element_type if instr.shape.element_type.is_array else None
-                total = total + (model.compute(_flops(instr), touched, etype) if etype is not None else ZERO)
+            total = total + instruction_estimate(instr, module, model)
             for callee in instr.called_computations():
-                if callee not in stack and op in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL,
-                                                  Opcode.ASYNC_START):
+                if callee not in stack and instr.opcode in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE,
+                                                            Opcode.CONDITIONAL, Opcode.ASYNC_START):
                     total = total + walk(callee, stack)
         stack.discard(comp)
         return total
 
     return walk(module.entry, set())
 
-__all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "module_estimate"]
+__all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "instruction_estimate",
+           "module_estimate"]

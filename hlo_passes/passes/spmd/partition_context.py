@@ -102,20 +102,31 @@ def same_placement(a: TileMap, b: TileMap) -> bool:
 
 def groups_varying(tm: TileMap, dims) -> list[tuple[int, ...]]:
     """Device groups that differ only in the tile coordinates of `dims`: one holder of each
-    coordinate combination per group, ordered row-major by those coordinates."""
+    coordinate combination per group, ordered row-major by those coordinates (the j-th holder
+    of each combination, by device id, forms the j-th group); the groups sorted.  Computed
+    with array sorts, so 2048 devices cost what 8 do."""
     dims = list(dims)
     others = [k for k in range(tm.rank) if k not in dims]
-    buckets: dict[tuple, dict[tuple, list[int]]] = {}
-    for d in range(tm.num_devices):
-        key = tuple(int(tm.coords[d, k]) for k in others) + (int(tm.manual[d]),)
-        sub = tuple(int(tm.coords[d, k]) for k in dims)
-        buckets.setdefault(key, {}).setdefault(sub, []).append(d)
-    groups = []
-    for subs in buckets.values():
-        order = sorted(subs)
-        replicas = len(subs[order[0]])
-        for j in range(replicas):
-            groups.append(tuple(subs[s][j] for s in order))
+    n = tm.num_devices
+    devices = np.arange(n)
+    key = tm.manual.astype(np.int64)
+    for k in others:
+        key = key * tm.dims[k] + tm.coords[:, k]
+    sub = np.zeros(n, np.int64)
+    for k in dims:
+        sub = sub * tm.dims[k] + tm.coords[:, k]
+    order = np.lexsort((devices, sub, key))  # by key, then coordinates, then device id
+    key_sorted, sub_sorted = key[order], sub[order]
+    groups: list[tuple[int, ...]] = []
+    bounds = np.flatnonzero(np.diff(key_sorted)) + 1
+    for members, subs in zip(np.split(order, bounds), np.split(sub_sorted, bounds)):
+        combos, counts = np.unique(subs, return_counts=True)
+        replicas = int(counts[0])
+        if np.any(counts != replicas):  # unequal holders: the j-th of each where there is one
+            by_combo = np.split(members, np.cumsum(counts)[:-1])
+            groups.extend(tuple(int(c[j]) for c in by_combo) for j in range(replicas))
+            continue
+        groups.extend(map(tuple, members.reshape(len(combos), replicas).T.tolist()))
     return sorted(groups)
 
 
@@ -272,22 +283,22 @@ class Emitter:
         if all(len(g) == 1 for g in groups):
             return x
         red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
-        return self.b().all_reduce([x], ReplicaGroups.explicit(groups), red, channel_id=self.ctx.channel_id(),
+        return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
     def reduce_scatter(self, x: Instruction, dim: int, groups, opcode: Opcode) -> Instruction:
         red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
-        return self.b().reduce_scatter(x, dim, ReplicaGroups.explicit(groups), red,
+        return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 
     def all_gather(self, x: Instruction, dim: int, groups) -> Instruction:
         if all(len(g) == 1 for g in groups):
             return x
-        return self.b().all_gather(x, dim, ReplicaGroups.explicit(groups), channel_id=self.ctx.channel_id(),
+        return self.b().all_gather(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
     def all_to_all(self, x: Instruction, dim: int, groups) -> Instruction:
-        return self.b().all_to_all(x, dim, ReplicaGroups.explicit(groups), channel_id=self.ctx.channel_id())
+        return self.b().all_to_all(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id())
 
     def collective_permute(self, x: Instruction, pairs) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())

@@ -32,131 +32,15 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import participant_groups, reduction_of
+from hlo_passes.passes.collectives.common import reduction_of
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
+from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
                       Opcode.MINIMUM: math.inf}
 REDUCTION_NAME = {Opcode.ADD: "add", Opcode.MULTIPLY: "multiply", Opcode.MAXIMUM: "maximum",
                   Opcode.MINIMUM: "minimum"}
-
-# Ops whose result may differ from device to device even when their operands agree.
-_DEVICE_DEPENDENT = frozenset({
-    Opcode.REPLICA_ID, Opcode.PARTITION_ID, Opcode.RNG, Opcode.RNG_BIT_GENERATOR,
-    Opcode.RNG_GET_AND_UPDATE_STATE, Opcode.CUSTOM_CALL, Opcode.INFEED, Opcode.RECV, Opcode.RECV_DONE,
-    Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
-    Opcode.COLLECTIVE_PERMUTE_DONE, Opcode.ALL_REDUCE_START, Opcode.ALL_REDUCE_DONE,
-    Opcode.ALL_GATHER_START, Opcode.ALL_GATHER_DONE, Opcode.ASYNC_START, Opcode.ASYNC_DONE,
-})
-
-
-def device_groups(instr: Instruction, module: Module) -> tuple[tuple[int, ...], ...] | None:
-    groups = participant_groups(instr, module)
-    return tuple(tuple(g) for g in groups) if groups else None
-
-
-# ------------------------------------------------------------ replication --
-class Replication:
-    """Is a value identical on every device of each group in `groups`?
-
-    Constants and iotas are; so are results of all-reduces and all-gathers whose groups
-    contain ours, parameters declared replicated (`parameter_replication={true}`, a
-    replicated `sharding=`, or, under `assume_parameters`, every ENTRY parameter whose
-    sharding does not say it is tiled), the
-    parameters of a computation called once by a `call` whose operand is, and any
-    deterministic op of such values.  `extra` holds values known to be replicated
-    for other reasons (the reductions the rewrite all-reduces)."""
-
-    def __init__(self, module: Module, groups: tuple[tuple[int, ...], ...], *,
-                 assume_parameters: bool = False, extra: set[Instruction] | None = None):
-        self.module = module
-        self.groups = groups
-        self.assume_parameters = assume_parameters
-        self.extra = extra if extra is not None else set()
-        self.assumed: set[Instruction] = set()  # ENTRY parameters taken as replicated by assumption
-        self._memo: dict[Instruction, bool] = {}
-        self._callers = _call_sites(module)
-
-    def __call__(self, instr: Instruction) -> bool:
-        stack = [instr]
-        while stack:  # operands first, without recursion (long chains)
-            top = stack[-1]
-            if top in self._memo:
-                stack.pop()
-                continue
-            pending = [o for o in self._inputs(top) if o not in self._memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            self._memo[top] = self._decide(top)
-            stack.pop()
-        return self._memo[instr]
-
-    def _inputs(self, instr: Instruction) -> list[Instruction]:
-        if instr in self.extra or instr.opcode in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
-            return []
-        if instr.opcode is Opcode.PARAMETER:
-            caller = self._caller_operand(instr)
-            return [caller] if caller is not None else []
-        return list(instr.operands)
-
-    def _caller_operand(self, param: Instruction) -> Instruction | None:
-        comp = param.parent
-        if comp is None or comp.is_entry:
-            return None
-        sites = self._callers.get(comp, [])
-        if len(sites) == 1 and sites[0].opcode is Opcode.CALL:
-            return sites[0].operands[param.parameter_number]
-        return None
-
-    def _decide(self, instr: Instruction) -> bool:
-        if instr in self.extra:
-            return True
-        op = instr.opcode
-        if op in (Opcode.CONSTANT, Opcode.IOTA):
-            return True
-        if op in (Opcode.ALL_REDUCE, Opcode.ALL_GATHER):
-            theirs = device_groups(instr, self.module)
-            return theirs is not None and all(any(set(g) <= set(t) for t in theirs) for g in self.groups)
-        if op is Opcode.PARAMETER:
-            caller = self._caller_operand(instr)
-            if caller is not None:
-                return self._memo[caller]
-            return self._parameter(instr)
-        if op in _DEVICE_DEPENDENT or instr.has_side_effect:
-            return False
-        if any(_device_dependent_callee(c) for c in instr.called_computations()):
-            return False
-        return all(self._memo[o] for o in instr.operands)
-
-    def _parameter(self, param: Instruction) -> bool:
-        if "parameter_replication" in param.attributes:
-            flags = param.attr("parameter_replication")
-            if flags and all(flags):
-                return True
-        if "sharding" in param.attributes and param.sharding is not None and param.sharding.is_replicated:
-            return True
-        tiled = "sharding" in param.attributes and param.sharding is not None and param.sharding.is_tiled
-        if param.parent is not None and param.parent.is_entry and self.assume_parameters and not tiled:
-            self.assumed.add(param)
-            return True
-        return False
-
-
-def _device_dependent_callee(comp: Computation) -> bool:
-    return any(i.opcode in _DEVICE_DEPENDENT or i.opcode.is_collective or i.has_side_effect
-               or any(_device_dependent_callee(c) for c in i.called_computations())
-               for i in comp.instructions)
-
-
-def _call_sites(module: Module) -> dict[Computation, list[Instruction]]:
-    sites: dict[Computation, list[Instruction]] = {}
-    for instr in module.all_instructions():
-        for callee in instr.called_computations():
-            sites.setdefault(callee, []).append(instr)
-    return sites
-
 
 # ------------------------------------------------------------------ plan --
 @dataclass
@@ -177,8 +61,9 @@ class Component:
 
     stems: list[Stem]
     groups: tuple[tuple[int, ...], ...]
-    dims: tuple[int, ...]  # canonical shape of every shard value
+    dims: tuple[int, ...]  # canonical shape: the first gradient's, after its stem
     shard_values: list[Instruction] = field(default_factory=list)  # post-order, stem ends excluded
+    reshapes: set[Instruction] = field(default_factory=set)  # shard values that only regroup dims
     reductions: list[Instruction] = field(default_factory=list)
     exits: list[Instruction] = field(default_factory=list)
     tails: list[Instruction] = field(default_factory=list)  # layout ops between an exit and the ROOT
@@ -216,6 +101,12 @@ def _is_layout_op(instr: Instruction) -> bool:
     if instr.opcode in (Opcode.RESHAPE, Opcode.TRANSPOSE):
         return True
     return is_row_major_bitcast(instr) or _is_degenerate_reduce(instr)
+
+
+def _is_regroup(instr: Instruction) -> bool:
+    """A reshape that keeps row-major order: a reshape, a row-major bitcast, a sum over size-1 dims."""
+    return (instr.shape.is_array and instr.shape.rank > 0 and
+            (instr.opcode is Opcode.RESHAPE or is_row_major_bitcast(instr) or _is_degenerate_reduce(instr)))
 
 
 def is_elementwise(instr: Instruction) -> bool:
@@ -320,6 +211,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     origin: dict[Instruction, Instruction] = {}  # shard value -> a candidate it derives from
     problems: dict[Instruction, tuple[Instruction, str]] = {}
     reductions: dict[Instruction, Instruction] = {}
+    regroups: set[Instruction] = set()
     exits: dict[Instruction, Instruction] = {}
     tails: dict[Instruction, Instruction] = {}
     for c, s in stems.items():
@@ -345,6 +237,15 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                 and all(u.is_root and u.opcode is Opcode.TUPLE for u in instr.users)):
             tails[instr] = first  # a new weight reshaped on its way out: done on the full value
             exits[instr.operands[0]] = first
+            continue
+        if (_is_regroup(instr) and instr.operands[0] in origin
+                and instr.shape.element_count == instr.operands[0].shape.element_count):
+            # a reshape inside the update (BatchNorm's [16] -> [1,1,1,16] -> [16]): the same
+            # elements in the same row-major order, so the same shard
+            origin[instr] = first
+            regroups.add(instr)
+            if instr.is_root:
+                exits[instr] = first
             continue
         dims = shard_ops[0].shape.dims
         if is_elementwise(instr) and instr.shape.is_array and instr.shape.dims == dims:
@@ -390,11 +291,15 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         comp_ = by_root[find(c)]
         if device_groups(c, module) != comp_.groups:
             comp_.decline(c, "its gradients are reduced over different device groups")
-        if stems[c].end.shape.dims != comp_.dims:
-            comp_.decline(c, "its gradients have different shapes")
+        if stems[c].end.shape.element_count != comp_.size:
+            comp_.decline(c, "its gradients have different sizes")
+    ends = {s.end for s in stems.values()}
     for instr in comp.post_order():
-        if instr in origin and instr not in {s.end for s in stems.values()}:
-            by_root[find(origin[instr])].shard_values.append(instr)
+        if instr in origin and instr not in ends:
+            member = by_root[find(origin[instr])]
+            member.shard_values.append(instr)
+            if instr in regroups:
+                member.reshapes.add(instr)
     for instr, c in reductions.items():
         by_root[find(c)].reductions.append(instr)
     for instr, c in exits.items():
@@ -415,12 +320,13 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
     """Sort the outside operands of the shard values into pulled and sliced ones and check
     that everything the shards read is identical across the group."""
     members = set(component.shard_values) | {s.end for s in component.stems}
-    dims = component.dims
+    size = component.size
 
     def pullable(x: Instruction) -> bool:
         return (x not in members and x not in origin and is_elementwise(x) and x.shape.is_array
-                and x.shape.dims == dims and not x.has_side_effect
-                and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == dims) for o in x.operands))
+                and x.shape.rank > 0 and x.shape.element_count == size and not x.has_side_effect
+                and all(o.shape.is_array and (o.shape.rank == 0 or o.shape.dims == x.shape.dims)
+                        for o in x.operands))
 
     # Largest set of elementwise outside expressions used only by the region (a fixpoint).
     pulled: set[Instruction] = set()

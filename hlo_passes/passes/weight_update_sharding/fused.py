@@ -80,7 +80,7 @@ def normalize(module: Module, computations: list[Computation]) -> bool:
     """Split summed variadic all-reduces and hoist gradient transposes out of kLoop fusions."""
     changed = False
     for comp in computations:
-        changed |= _split_variadic_all_reduces(module, comp)
+        changed |= split_variadic_all_reduces(module, comp)
         changed |= _inline_gradient_reductions(module, comp)
         changed |= _hoist_gradient_transposes(module, comp)
     return changed
@@ -115,7 +115,7 @@ def _inline_gradient_reductions(module: Module, comp: Computation) -> bool:
     return changed
 
 
-def _split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
+def split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
     changed = False
     for ar in comp.instructions:
         if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_tuple or ar.is_root

@@ -1,0 +1,128 @@
+"""The gradient reductions and update regions in the one form the analysis reads.
+
+Partitioners and JAX spell the same data-parallel step in several ways; before the analysis
+each is rewritten into plain summed all-reduces of one gradient each, with the update around
+them in the same computation:
+
+* a summed variadic all-reduce (a combiner's, or XLA's fused form) becomes one all-reduce per
+  element: the sum of a tuple is the tuple of the sums (`fused.split_variadic_all_reduces`);
+* a reduce-scatter followed by an all-gather over the same groups and dimension (a partitioner
+  that reduces a gradient as a pair) is the all-reduce it computes:
+
+      rs = f32[32,16] reduce-scatter(dw), dimensions={0}   ag = f32[256,16] all-gather(rs), dimensions={0}
+        →  ag' = f32[256,16] all-reduce(dw)
+
+* a `call` that reads a reduced gradient (or a value computed from one) is inlined where it is:
+  `jnp.linalg.norm` and `jnp.where` lower to calls, and a norm inside one is a whole-tensor
+  reduction the analysis shards;
+* a summed all-reduce of a value that is already identical on every device of its groups (JAX's
+  `pmean` of a gradient that an earlier collective has reduced) is that value times the group
+  size, and needs no communication at all (`simplify_replicated_all_reduces`; never sharded).
+
+Each step preserves what the module computes.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.builder import Builder
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.cleanup.call_inliner import inline_call
+from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.passes.weight_update_sharding.fused import split_variadic_all_reduces
+from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
+
+
+def canonicalize(module: Module, computations: list[Computation]) -> bool:
+    """Split variadic all-reduces, join reduce-scatter + all-gather pairs, inline calls on gradients."""
+    changed = False
+    for comp in computations:
+        changed |= split_variadic_all_reduces(module, comp)
+        changed |= join_scatter_gather_pairs(module, comp)
+        changed |= inline_gradient_calls(module, comp)
+    return changed
+
+
+def _summed(instr: Instruction) -> bool:
+    kind = reduction_of(instr)
+    return kind is not None and kind.opcode is Opcode.ADD
+
+
+def join_scatter_gather_pairs(module: Module, comp: Computation) -> bool:
+    changed = False
+    for ag in comp.instructions:
+        if ag.opcode is not Opcode.ALL_GATHER or not ag.shape.is_array or len(ag.operands) != 1:
+            continue
+        rs = ag.operands[0]
+        if (rs.opcode is not Opcode.REDUCE_SCATTER or len(rs.operands) != 1 or len(rs.users) != 1
+                or not _summed(rs) or rs.dimensions != ag.dimensions or rs.control_successors
+                or ag.control_predecessors or rs.operands[0].shape.dims != ag.shape.dims
+                or device_groups(rs, module) != device_groups(ag, module)
+                or bool(rs.attr("use_global_device_ids")) != bool(ag.attr("use_global_device_ids"))
+                or (rs.channel_id is None) != (ag.channel_id is None)):
+            continue
+        attrs = {k: v for k, v in rs.attributes.items() if k not in ("dimensions", "sharding")}
+        new = Instruction(Opcode.ALL_REDUCE, ag.shape, [rs.operands[0]], attributes=attrs, called=dict(rs.called))
+        if rs.channel_id is not None:
+            new.set_attr("channel_id", module.new_channel_id())
+        new = comp.add(new, name_hint=ag.name, before=ag)
+        comp.replace(ag, new)
+        comp.remove(rs)
+        changed = True
+    return changed
+
+
+def inline_gradient_calls(module: Module, comp: Computation) -> bool:
+    """Inline the calls that read values computed from a summed all-reduce of this computation
+    (until none is left: a callee's own calls are inlined next round)."""
+    changed = False
+    while True:
+        reached: set[Instruction] = set()
+        calls = []
+        for instr in comp.post_order():
+            if instr.opcode is Opcode.ALL_REDUCE and _summed(instr):
+                reached.add(instr)
+            elif any(o in reached for o in instr.operands):
+                reached.add(instr)
+                if (instr.opcode is Opcode.CALL and not instr.control_predecessors
+                        and not instr.control_successors and not instr.has_side_effect):
+                    calls.append(instr)
+        if not calls:
+            return changed
+        for call in calls:
+            # The callee stays (as call-inliner leaves it, for dce): removing it would release
+            # instruction names that parsed modules reuse across computations.
+            inline_call(call)
+        changed = True
+
+
+def simplify_replicated_all_reduces(module: Module, comp: Computation) -> list[tuple[Instruction, str]]:
+    """Summed all-reduces of values provably identical on every device of their groups become a
+    multiply by the group size (no assumption about parameters: a batch is not a weight).
+    Returns (replacement, name of the all-reduce it replaced) pairs."""
+    done = []
+    checkers: dict[tuple, Replication] = {}
+    for ar in comp.post_order():
+        if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_array or len(ar.operands) != 1
+                or not _summed(ar) or ar.control_predecessors or ar.control_successors
+                or ar.shape.element_type.value == "pred"):
+            continue
+        groups = device_groups(ar, module)
+        if not groups or len({len(g) for g in groups}) != 1:
+            continue
+        replicated = checkers.get(groups)
+        if replicated is None:
+            replicated = checkers[groups] = Replication(module, groups)
+        x = ar.operands[0]
+        if not replicated(x):
+            continue
+        b = Builder(comp, before=ar, metadata=ar.attributes.get("metadata"))
+        n = b.constant(len(groups[0]), ar.shape.element_type)
+        scaled = b.multiply(x, b.broadcast(n, x.shape.without_layout(), ()))
+        scaled.shape = ar.shape
+        name = ar.name
+        comp.replace(ar, scaled)
+        done.append((scaled, name))
+    return done

@@ -1,0 +1,417 @@
+"""The rewrite of one component (see the pass's docstring for a before/after).
+
+    gradient all-reduce          →  reduce-scatter of the formatted gradient        [chunk]
+    elementwise update ops       →  the same ops on [chunk] (kLoop fusions: the same fusion on [chunk])
+    whole-tensor reductions      →  the reduction of the chunk, padding masked, + a scalar all-reduce
+    new weights                  →  all-gather of the chunks, unformatted
+    new optimizer state          →  all-gathered too, or kept as the device's tile (`keep-state-sharded`)
+
+Everything the update reads besides the gradient is cut to the chunk (`dynamic-slice` of its
+formatted value at this device's offset) or, for state kept sharded, read from the tile the
+parameter now holds.  `ComponentRewriter.apply` returns what it changed; with a `price` it also
+adds up the cost of what it removed, for the pass to compare with the cost of what it added.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hlo_passes.ir.builder import Builder, reduction_computation
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape, TupleShape
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
+from hlo_passes.passes.weight_update_sharding.analysis import (REDUCTION_NAME, Component, _is_degenerate_reduce,
+                                                               is_row_major_bitcast)
+from hlo_passes.passes.weight_update_sharding.formatting import Formatting
+from hlo_passes.passes.weight_update_sharding.fused import shard_fused_computation
+from hlo_passes.passes.weight_update_sharding.replication import Replication
+from hlo_passes.passes.weight_update_sharding.state import Signature, refined_sharding
+
+S32 = PrimitiveType.S32
+Remark = Callable[[Instruction | None, str, str], None]
+
+
+class DeviceIndex:
+    """This device's position in its group (s32), built once per computation and groups."""
+
+    def __init__(self, module: Module, comp: Computation):
+        self.module, self.comp = module, comp
+        self._built: dict[tuple, Instruction] = {}
+
+    def position(self, groups: tuple[tuple[int, ...], ...]) -> Instruction:
+        found = self._built.get(groups)
+        if found is not None and found.parent is self.comp:
+            return found
+        b = Builder(self.comp, before=self.comp.root)
+        replicas, partitions = self.module.replica_count, self.module.num_partitions
+        if replicas == 1:
+            dev = b.convert(b.partition_id(), S32)
+        elif partitions == 1:
+            dev = b.convert(b.replica_id(), S32)
+        else:
+            dev = b.add(b.multiply(b.convert(b.replica_id(), S32), b.constant(partitions, S32)),
+                        b.convert(b.partition_id(), S32))
+        table = [0] * (replicas * partitions)
+        for group in groups:
+            for pos, d in enumerate(group):
+                table[d] = pos
+        if table != list(range(len(table))):
+            looked_up = b.dynamic_slice(b.constant_array(table), [dev], (1,))
+            dev = b.reshape(looked_up, ArrayShape(S32, ()))
+        self._built[groups] = dev
+        return dev
+
+
+def _replace_root_operand(root: Instruction, old: Instruction, new: Instruction, sharding: Sharding | None,
+                          out_shardings: dict[int, Sharding]) -> None:
+    """`old` becomes `new` where the ROOT reads it (only there: `replace_operand` would list the
+    ROOT as a user of `new` even where `old` is not an operand)."""
+    if not any(o is old for o in root.operands):
+        return
+    for i, o in enumerate(root.operands):
+        if o is old and sharding is not None:
+            out_shardings[i] = sharding
+    root.replace_operand(old, new)
+
+
+def place_before(module: Module, callee: Computation, comp: Computation) -> Computation:
+    """XLA's parser wants callees defined before their callers."""
+    comps = module.computations
+    if comps.index(callee) > comps.index(comp):
+        comps.remove(callee)
+        comps.insert(comps.index(comp), callee)
+    return callee
+
+
+class ComponentRewriter:
+    def __init__(self, module: Module, comp: Computation, component: Component, fmt: Formatting, *,
+                 keep_state: bool, assume_parameters: bool, index: DeviceIndex, remark: Remark,
+                 price: Callable[[Instruction], Estimate] | None = None):
+        self.module, self.comp, self.c, self.fmt = module, comp, component, fmt
+        self.keep_state = keep_state
+        self.assume_parameters = assume_parameters
+        self.devices = index
+        self.remark = remark
+        self.price = price
+        self.removed_cost: Estimate = ZERO
+        self.n = component.group_size
+        first = component.stems[0].all_reduce
+        self.groups = first.attr("replica_groups")
+        self.has_channel = first.channel_id is not None
+        self.global_ids = first.attr("use_global_device_ids")
+        self.shard: dict[Instruction, Instruction] = {}
+        self._sliced: dict[Instruction, Instruction] = {}
+        self._offset: Instruction | None = None
+        self.state_params: dict[Instruction, Sharding] = {}  # kept-sharded parameter -> its new sharding
+        self.kept_outputs: list[Instruction] = []
+        self.gathered_state: list[Instruction] = []  # optimizer state returned whole (all-gathered)
+        self.weights: set[Instruction] = set()
+        self.signature: Signature | None = None
+        self.gathered: list[Instruction] = []  # the all-gathers made (the pass may pack them)
+        self.scattered: list[Instruction] = []  # the reduce-scatters made
+
+    # ------------------------------------------------------------- helpers --
+    def builder(self, like: Instruction | None = None) -> Builder:
+        meta = like.attributes.get("metadata") if like is not None else None
+        return Builder(self.comp, before=self.comp.root, metadata=meta)
+
+    def flat(self, etype: PrimitiveType) -> ArrayShape:
+        return ArrayShape(etype, (self.fmt.chunk,))
+
+    def collective(self, b: Builder, opcode: Opcode, shape: ArrayShape, operand: Instruction,
+                   reduction: Computation | None = None, dimension: int | None = None) -> Instruction:
+        """A collective over the component's groups, spelled like its gradient all-reduces."""
+        return b.op(opcode, shape, [operand], called={"to_apply": reduction} if reduction else None,
+                    channel_id=self.module.new_channel_id() if self.has_channel else None,
+                    replica_groups=self.groups, dimensions=(dimension,) if dimension is not None else None,
+                    use_global_device_ids=self.global_ids)
+
+    def reduction(self, kind: str, etype: PrimitiveType) -> Computation:
+        return place_before(self.module, reduction_computation(self.module, kind, etype), self.comp)
+
+    def offset(self) -> Instruction:
+        if self._offset is None or self._offset.parent is not self.comp:
+            index = self.devices.position(self.c.groups)
+            if self.fmt.chunk == 1:
+                self._offset = index
+            else:
+                b = self.builder()
+                self._offset = b.multiply(index, b.constant(self.fmt.chunk, S32))
+        return self._offset
+
+    def shard_of(self, value: Instruction) -> Instruction:
+        """The chunk of an operand of a shard value."""
+        if value in self.shard:
+            return self.shard[value]
+        if value.shape.rank == 0:
+            return value
+        if value.opcode is Opcode.BROADCAST and value.operands[0].shape.rank == 0:
+            b = self.builder(value)
+            return b.broadcast(value.operands[0], self.flat(value.shape.element_type), ())
+        got = self._sliced.get(value)
+        if got is None:
+            b = self.builder(value)
+            if value in self.state_params:
+                got = self.fmt.from_tile(b, value)
+            else:
+                got = b.dynamic_slice(self.fmt.format(b, value), [self.offset()], (self.fmt.chunk,))
+            self._sliced[value] = got
+        return got
+
+    # ------------------------------------------------------------ rewrite --
+    def apply(self) -> None:
+        c = self.c
+        self.weights = self.weight_exits()  # before anything here reads the inputs
+        if self.keep_state:
+            self._choose_state_params()
+        for stem in c.stems:
+            self._stem(stem)
+        for instr in c.pulled + c.shard_values:  # pulled ops precede their users
+            self._elementwise(instr)
+        for instr in c.reductions:
+            self._reduction(instr)
+        self._exits()
+        for param in c.assumed:
+            if param.shape.is_array:
+                param.set_attr("parameter_replication", (True,))
+        self._cleanup()
+
+    def _stem(self, stem) -> None:
+        ar = stem.all_reduce
+        b = self.builder(ar)
+        x = ar.operands[0]
+        for op in stem.ops:
+            if op.opcode is Opcode.TRANSPOSE:
+                x = b.op(Opcode.TRANSPOSE, op.shape, [x], dimensions=op.attr("dimensions"))
+            else:  # reshape, or a sum over size-1 dimensions
+                assert op.opcode is Opcode.RESHAPE or is_row_major_bitcast(op) or _is_degenerate_reduce(op)
+                x = b.reshape(x, op.shape)
+        etype = x.shape.element_type
+        scattered = self.collective(b, Opcode.REDUCE_SCATTER, self.flat(etype), self.fmt.format(b, x),
+                                    self.reduction("add", etype), dimension=0)
+        self.scattered.append(scattered)
+        self.shard[stem.end] = scattered
+
+    def _elementwise(self, instr: Instruction) -> None:
+        if instr in self.c.reshapes:  # the same elements in the same order: the same chunk
+            self.shard[instr] = self.shard_of(instr.operands[0])
+            return
+        operands = [self.shard_of(o) for o in instr.operands]
+        attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
+        called = dict(instr.called)
+        if instr.opcode is Opcode.FUSION:  # an elementwise kLoop fusion: the same fusion on [chunk]
+            called["calls"] = shard_fused_computation(self.module, instr.called["calls"], self.fmt.chunk)
+            attrs.pop("backend_config", None)  # its loop partitioning counts the old dimensions
+        new = Instruction(instr.opcode, self.flat(instr.shape.element_type), operands,
+                          attributes=attrs, called=called)
+        self.shard[instr] = self.comp.add(new, name_hint=instr.name, before=self.comp.root)
+
+    def _reduction(self, instr: Instruction) -> None:
+        data, init = instr.operands
+        b = self.builder(instr)
+        part = self.shard[data]
+        etype = part.shape.element_type
+        chunk = self.fmt.chunk
+        if self.fmt.padded > self.fmt.size:  # padding must not take part: fill it with the identity
+            position = b.add(b.iota(ArrayShape(S32, (chunk,)), 0),
+                             b.broadcast(self.offset(), ArrayShape(S32, (chunk,)), ()))
+            real = b.compare(position, b.broadcast(b.constant(self.fmt.size, S32),
+                                                   ArrayShape(S32, (chunk,)), ()), "LT")
+            part = b.select(real, part, b.broadcast(init, self.flat(etype), ()))
+        partial = b.reduce(part, init, (0,), instr.called["to_apply"])
+        kind = reduction_of(instr)
+        total = self.collective(b, Opcode.ALL_REDUCE, instr.shape, partial,
+                                self.reduction(REDUCTION_NAME[kind.opcode], kind.element_type))
+        instr.replace_all_uses_with(total)
+
+    def _exits(self) -> None:
+        root = self.comp.root
+        kept = self._kept_outputs() if self.keep_state else {}
+        self.gathered_state = [v for v in self.c.exits if v not in kept and v not in self.weights]
+        out_shardings: dict[int, Sharding] = {}
+        for value in self.c.exits:
+            b = self.builder(value)
+            chunk = self.shard[value]
+            if value in kept:
+                out = self.fmt.to_tile(b, chunk, self._tile_dims(value.shape.dims))
+                self.kept_outputs.append(out)
+            else:
+                full = ArrayShape(value.shape.element_type, (self.fmt.padded,))
+                gathered = self.collective(b, Opcode.ALL_GATHER, full, chunk, dimension=0)
+                self.gathered.append(gathered)
+                out = self.fmt.unformat(b, gathered, value.shape)
+                out.shape = value.shape  # made here (same dims): keep the output's layout
+            if value is root:
+                self.comp.root = out
+                continue
+            for tail in self.c.tails:
+                if tail.operands[0] is value:
+                    b = self.builder(tail)
+                    if value in kept:  # a reshape that only changes the layout: the same tile
+                        shaped = b.reshape(out, ArrayShape(out.shape.element_type, out.shape.dims, layout=tail.shape.layout))
+                    elif tail.opcode is Opcode.TRANSPOSE:
+                        shaped = b.op(Opcode.TRANSPOSE, tail.shape, [out], dimensions=tail.attr("dimensions"))
+                    else:
+                        shaped = b.reshape(out, tail.shape)
+                    _replace_root_operand(root, tail, shaped, kept.get(value), out_shardings)
+            _replace_root_operand(root, value, out, kept.get(value), out_shardings)
+        if root.opcode is Opcode.TUPLE:
+            root.shape = TupleShape(tuple(o.shape for o in root.operands))
+        if kept:
+            self._record_shardings(out_shardings)
+
+    # ------------------------------------------------------ optimizer state --
+    def _tile_dim(self, dims: tuple[int, ...]) -> int | None:
+        if self.fmt.is_tiled:
+            return self.fmt.tile_dim if tuple(dims) == self.fmt.dims else None
+        return self.fmt.flat_tile_dim(tuple(dims))
+
+    def _tile_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        k = self._tile_dim(dims)
+        return tuple(-(-d // self.n) if i == k else d for i, d in enumerate(dims))
+
+    def _refined(self, sharding: Sharding | None, dims: tuple[int, ...]) -> Sharding | None:
+        k = self._tile_dim(dims)
+        if k is None:
+            return None
+        return refined_sharding(sharding, len(dims), k, dims[k], self.c.groups, self.module.num_partitions)
+
+    def can_keep_state(self) -> str | None:
+        """Why state cannot stay sharded here (None: it can)."""
+        if self.signature is None:
+            self.signature = Signature(self.module, self.comp)
+        return self.signature.why
+
+    def _choose_state_params(self) -> None:
+        """Parameters read only by the update, standing for ENTRY parameters read only here,
+        whose tiles the refined sharding describes: from now on they take their tile."""
+        if self.can_keep_state() is not None:
+            return
+        inside = set(self.c.shard_values) | set(self.c.pulled)
+        for p in self.c.sliced:
+            if (p.opcode is not Opcode.PARAMETER or p.parent is not self.comp or not p.shape.is_array
+                    or not all(u in inside for u in p.users)):
+                continue
+            outer = self.signature.entry_parameter(p)
+            if outer is None:
+                continue
+            new = self._refined(outer.sharding if outer.has_attr("sharding") else None, p.shape.dims)
+            if new is None:
+                continue
+            self.state_params[p] = new
+            tile = self._tile_dims(p.shape.dims)
+            for x in {p, outer}:
+                x.shape = ArrayShape(x.shape.element_type, tile, layout=x.shape.layout)
+            outer.sharding = new
+
+    def _kept_outputs(self) -> dict[Instruction, Sharding]:
+        """Optimizer-state exits, returned as tiles, with their new sharding.  An exit that leaves
+        through a reshape to another shape or a transpose is gathered: its tile would be a tile of
+        another shape."""
+        why = self.can_keep_state()
+        if why is not None:
+            self.remark(self.c.stems[0].all_reduce, f"optimizer state all-gathered: {why}", "missed")
+            return {}
+        sig = self.signature
+        root = self.comp.root
+        holder = sig.holder
+        current = holder.sharding if holder.has_attr("sharding") else None
+        if current is None:
+            replicated = Replication(self.module, self.c.groups, extra=set(self.c.reductions),
+                                     assume_parameters=self.assume_parameters)
+            if not all(o in self.c.exits or replicated(o) for o in root.operands):
+                self.remark(self.c.stems[0].all_reduce, "optimizer state all-gathered: the program's result "
+                            "has no sharding and not every output is provably replicated", "missed")
+                return {}
+        tails: dict[Instruction, list[Instruction]] = {}
+        for t in self.c.tails:
+            tails.setdefault(t.operands[0], []).append(t)
+        kept: dict[Instruction, Sharding] = {}
+        for value in self.c.exits:
+            if value in self.weights or value.is_root:
+                continue
+            if any(t.opcode is Opcode.TRANSPOSE or t.shape.dims != value.shape.dims for t in tails.get(value, ())):
+                continue  # its tile would be a tile of another shape: gathered
+            outs = {value, *tails.get(value, ())}
+            positions = [i for j, o in enumerate(root.operands) if o in outs for i in sig.output_positions(j)]
+            if not positions:
+                continue
+            olds = {current.elements[i] if current is not None and current.is_tuple else None for i in positions}
+            if len(olds) != 1:
+                continue
+            new = self._refined(olds.pop(), value.shape.dims)
+            if new is not None:
+                kept[value] = new
+        return kept
+
+    def weight_exits(self) -> set[Instruction]:
+        """Exits computed from a weight: from a parameter (or a slice of one) that something
+        outside the update reads too (the forward pass reads the weight; only the update reads
+        its optimizer state).  The other exits are optimizer state.  Other values the update
+        reads (BatchNorm's 1/sigma, which scales the gradient of its scale) say neither."""
+        inside = set(self.c.shard_values) | set(self.c.pulled)
+        slicing = (Opcode.DYNAMIC_SLICE, Opcode.SLICE, Opcode.RESHAPE, Opcode.BITCAST, Opcode.COPY)
+
+        def shared(value: Instruction) -> bool:
+            chain, x = [value], value
+            while x.opcode in slicing:
+                x = x.operands[0]
+                chain.append(x)
+            if x.opcode is not Opcode.PARAMETER or x in self.state_params:
+                return False
+            members = set(chain)
+            return any(u not in inside and u not in members for y in chain for u in y.users)
+
+        reads: dict[Instruction, bool] = {}
+        for instr in self.c.pulled + self.c.shard_values:
+            reads[instr] = any(reads.get(o, False) if o in inside else (o in self.c.sliced and shared(o))
+                               for o in instr.operands)
+        return {v for v in self.c.exits if reads.get(v, False)}
+
+    def _record_shardings(self, out_shardings: dict[int, Sharding]) -> None:
+        """`out_shardings`: by position in the update's result; recorded on the program's result."""
+        sig = self.signature
+        holder = sig.holder
+        current = holder.sharding if holder.has_attr("sharding") else None
+        by_output = {i: sharding for j, sharding in out_shardings.items() for i in sig.output_positions(j)}
+        elements = []
+        for i in range(sig.output_count()):
+            if i in by_output:
+                elements.append(by_output[i])
+            elif current is not None and current.is_tuple:
+                elements.append(current.elements[i])
+            else:
+                elements.append(Sharding.replicated())
+        sig.update_shapes()
+        holder.sharding = Sharding.tuple_of(elements)
+
+    # ------------------------------------------------------------ cleanup --
+    def _cleanup(self) -> None:
+        c = self.c
+        dead = [*c.tails, *reversed(c.shard_values), *reversed(c.pulled), *c.reductions]
+        for stem in c.stems:
+            dead += [*reversed(stem.ops), stem.all_reduce]
+        dead_set = set(dead)
+        work = list(dead)
+        while work:
+            instr = work.pop(0)
+            if instr.parent is not self.comp or instr.users or instr.is_root:
+                continue
+            if instr not in dead_set and (instr.opcode is Opcode.PARAMETER or instr.has_side_effect
+                                          or instr.opcode.is_collective):
+                continue
+            if self.price is not None:
+                self.removed_cost = self.removed_cost + self.price(instr)
+            operands = list(instr.operands)
+            fused = instr.called.get("calls") if instr.opcode is Opcode.FUSION else None
+            self.comp.remove(instr)
+            work.extend(operands)
+            if fused is not None and not any(fused in i.called_computations()
+                                             for i in self.module.all_instructions()):
+                self.module.remove_computation(fused)  # the fusion was its only caller
