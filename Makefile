@@ -6,7 +6,7 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup
+.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup typecheck
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
@@ -24,6 +24,10 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -n 2 tests
+
+# mypy over hlo_passes/ (pyproject.toml's [tool.mypy]: strict for ir/, parse/ and the pass framework); the suite runs it too.
+typecheck: venv
+	$(PY) -m mypy
 
 # The dump workflow as a user runs it: JAX programs dumped by XLA (both lowerings), every command on every stage.
 check-dumps: venv

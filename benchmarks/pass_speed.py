@@ -340,7 +340,7 @@ def run_file(name: str, pipeline: str, timeout: float) -> FileResult | str:
     except subprocess.TimeoutExpired:
         result.xla_note = f"timeout {timeout:.0f}s"
     except BackendUnavailable as e:
-        result.xla_note = str(e).splitlines()[0][:120]
+        result.xla_note = str(e)[:200]
     out, problem = child(["--xla-output", str(path), "--num-partitions", str(n)]
                          + (["--shardy"] if spec["shardy"] else []), n, timeout)
     result.xla_out = json.loads(out) if out.strip() and not problem else None
@@ -374,7 +374,7 @@ def print_result(result: FileResult | str, name: str) -> None:
         cells = [f"{result.name if first else '':26}", f"{result.instructions if first else '':>7}",
                  f"{result.devices if first else '':>5}", f"{row.name:22}", f"{_fmt(row.cpu, '.2f'):>10}",
                  f"{_fmt(row.wall, '.2f'):>8}",
-                 f"{_fmt(xla_s, '.3f', result.xla_note[:8] if counterpart else '-'):>8}",
+                 f"{_fmt(xla_s, '.3f', ('timeout' if 'timeout' in result.xla_note else 'failed') if counterpart else '-'):>8}",
                  f"{_fmt(ratio, '.1f'):>7}", f"{_fmt(per_k, '.3f'):>10}",
                  f"{_fmt(row.peak / 2**20 if row.peak else None, '.0f'):>8}",
                  f"{_fmt(row.out_bytes / 1000 if row.out_bytes else None, '.0f'):>8}",

@@ -9,6 +9,8 @@ such a module a stand-in that imports numpy the first time an attribute is read
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
+from typing import Any
 
 
 class Deferred:
@@ -18,9 +20,9 @@ class Deferred:
 
     def __init__(self, name: str):
         self._name = name
-        self._module = None
+        self._module: ModuleType | None = None
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> Any:
         module = self._module
         if module is None:
             module = self._module = importlib.import_module(self._name)

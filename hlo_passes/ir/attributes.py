@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 _UNSET = object()
 
@@ -45,7 +45,7 @@ class Attr:
         if self._value is _UNSET:
             if reader is None:
                 return self.raw
-            self._value = reader(self.raw)
+            self._value = reader(cast(str, self.raw))  # a slot without a value has text
         return self._value
 
     def text(self, key: str) -> str:
@@ -72,7 +72,7 @@ def quote(text: str) -> str:
 def format_plain_value(key: str, value: Any) -> str:
     """Print a typed value that has no `to_hlo` of its own."""
     if hasattr(value, "to_hlo"):
-        return value.to_hlo()
+        return cast(str, value.to_hlo())
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -209,7 +209,7 @@ class OpMetadata:
 
     fields: tuple[tuple[str, str | int], ...] = ()
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: str | int | None = None) -> str | int | None:
         for k, v in self.fields:
             if k == key:
                 return v
@@ -217,21 +217,21 @@ class OpMetadata:
 
     @property
     def op_name(self) -> str | None:
-        return self.get("op_name")
+        return cast("str | None", self.get("op_name"))
 
     @property
     def source_file(self) -> str | None:
-        return self.get("source_file")
+        return cast("str | None", self.get("source_file"))
 
     @property
     def source_line(self) -> int | None:
-        return self.get("source_line")
+        return cast("int | None", self.get("source_line"))
 
     @property
     def stack_frame_id(self) -> int | None:
-        return self.get("stack_frame_id")
+        return cast("int | None", self.get("stack_frame_id"))
 
-    def with_fields(self, **updates) -> "OpMetadata":
+    def with_fields(self, **updates: str | int) -> "OpMetadata":
         fields = [(k, updates.pop(k)) if k in updates else (k, v) for k, v in self.fields]
         fields += list(updates.items())
         return OpMetadata(tuple(fields))
@@ -253,7 +253,7 @@ class FrontendAttributes:
     entries: tuple[tuple[str, str], ...] = ()  # value: the decoded string, or raw text for groups
     raw_value_keys: frozenset[str] = frozenset()
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: str | None = None) -> str | None:
         for k, v in self.entries:
             if k == key:
                 return v

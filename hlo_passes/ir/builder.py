@@ -13,15 +13,21 @@ them.  Shapes are given by the caller or inferred for the simple cases here.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import builtins
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
-from hlo_passes.ir.attributes import Attr, SliceSpec, quote
+from hlo_passes.ir.attributes import Attr, PaddingConfig, SliceSpec, quote
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.types import PrimitiveType
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from hlo_passes.ir.module import Module
 
 S32 = PrimitiveType.S32
 U32 = PrimitiveType.U32
@@ -37,7 +43,9 @@ class Builder:
 
     # ---------------------------------------------------------------- core --
     def op(self, opcode: Opcode, shape: Shape, operands: Sequence[Instruction] = (), *,
-           name: str | None = None, called: dict | None = None, literal: str | None = None,
+           name: str | None = None,
+           called: Mapping[str, Computation | builtins.tuple[Computation, ...]] | None = None,
+           literal: str | None = None,
            parameter_number: int | None = None, **attrs: Any) -> Instruction:
         instr = Instruction(opcode, shape, operands, name=name or opcode.value, called=called,
                             literal=literal, parameter_number=parameter_number)
@@ -49,7 +57,7 @@ class Builder:
         return self.comp.add(instr, name_hint=instr.name, before=self.before)
 
     # ----------------------------------------------------------- constants --
-    def constant(self, value, element_type: PrimitiveType = S32) -> Instruction:
+    def constant(self, value: float, element_type: PrimitiveType = S32) -> Instruction:
         """A scalar constant."""
         if element_type is PRED:
             text = "true" if value else "false"
@@ -64,7 +72,7 @@ class Builder:
         text = "{" + ", ".join(str(int(v)) for v in values) + "}"
         return self.op(Opcode.CONSTANT, ArrayShape(element_type, (len(values),)), literal=text, name="constant")
 
-    def constant_from_array(self, values, element_type: PrimitiveType) -> Instruction:
+    def constant_from_array(self, values: ArrayLike, element_type: PrimitiveType) -> Instruction:
         """A constant of any rank holding `values` (a numpy array)."""
         import numpy as np
 
@@ -75,70 +83,71 @@ class Builder:
                        literal=format_literal(arr), name="constant")
 
     # --------------------------------------------------------- elementwise --
-    def _binary(self, opcode: Opcode, a: Instruction, b: Instruction, **attrs) -> Instruction:
+    def _binary(self, opcode: Opcode, a: Instruction, b: Instruction, **attrs: Any) -> Instruction:
         return self.op(opcode, _strip_layout_like(a.shape), [a, b], **attrs)
 
-    def add(self, a, b):
+    def add(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.ADD, a, b)
 
-    def subtract(self, a, b):
+    def subtract(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.SUBTRACT, a, b)
 
-    def multiply(self, a, b):
+    def multiply(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.MULTIPLY, a, b)
 
-    def divide(self, a, b):
+    def divide(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.DIVIDE, a, b)
 
-    def maximum(self, a, b):
+    def maximum(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.MAXIMUM, a, b)
 
-    def minimum(self, a, b):
+    def minimum(self, a: Instruction, b: Instruction) -> Instruction:
         return self._binary(Opcode.MINIMUM, a, b)
 
-    def compare(self, a, b, direction: str) -> Instruction:
-        shape = ArrayShape(PRED, a.shape.dims, a.shape.dynamic, a.shape.layout)
+    def compare(self, a: Instruction, b: Instruction, direction: str) -> Instruction:
+        a_shape = _array(a)
+        shape = ArrayShape(PRED, a_shape.dims, a_shape.dynamic, a_shape.layout)
         return self.op(Opcode.COMPARE, shape, [a, b], direction=direction)
 
-    def select(self, pred, on_true, on_false):
+    def select(self, pred: Instruction, on_true: Instruction, on_false: Instruction) -> Instruction:
         return self.op(Opcode.SELECT, on_true.shape, [pred, on_true, on_false])
 
-    def convert(self, a, element_type: PrimitiveType):
-        return self.op(Opcode.CONVERT, a.shape.with_element_type(element_type), [a])
+    def convert(self, a: Instruction, element_type: PrimitiveType) -> Instruction:
+        return self.op(Opcode.CONVERT, _array(a).with_element_type(element_type), [a])
 
     # --------------------------------------------------------------- shape --
-    def broadcast(self, a, shape: ArrayShape, dimensions: Sequence[int] = ()) -> Instruction:
+    def broadcast(self, a: Instruction, shape: ArrayShape, dimensions: Sequence[int] = ()) -> Instruction:
         return self.op(Opcode.BROADCAST, shape, [a], dimensions=tuple(dimensions))
 
-    def reshape(self, a, shape: ArrayShape) -> Instruction:
+    def reshape(self, a: Instruction, shape: ArrayShape) -> Instruction:
         return self.op(Opcode.RESHAPE, shape, [a])
 
-    def transpose(self, a, permutation: Sequence[int]) -> Instruction:
-        dims = tuple(a.shape.dims[p] for p in permutation)
-        return self.op(Opcode.TRANSPOSE, a.shape.with_dims(dims), [a], dimensions=tuple(permutation))
+    def transpose(self, a: Instruction, permutation: Sequence[int]) -> Instruction:
+        dims = tuple(_array(a).dims[p] for p in permutation)
+        return self.op(Opcode.TRANSPOSE, _array(a).with_dims(dims), [a], dimensions=tuple(permutation))
 
-    def slice(self, a, starts, limits, strides=None) -> Instruction:
+    def slice(self, a: Instruction, starts: Sequence[int], limits: Sequence[int],
+              strides: Sequence[int] | None = None) -> Instruction:
         strides = tuple(strides or (1,) * len(starts))
         dims = tuple(-(-(l - s) // st) for s, l, st in zip(starts, limits, strides))
-        return self.op(Opcode.SLICE, a.shape.with_dims(dims), [a],
+        return self.op(Opcode.SLICE, _array(a).with_dims(dims), [a],
                        slice=SliceSpec(tuple(starts), tuple(limits), strides))
 
-    def dynamic_slice(self, a, offsets: Sequence[Instruction], sizes: Sequence[int]) -> Instruction:
-        return self.op(Opcode.DYNAMIC_SLICE, a.shape.with_dims(tuple(sizes)), [a, *offsets],
+    def dynamic_slice(self, a: Instruction, offsets: Sequence[Instruction], sizes: Sequence[int]) -> Instruction:
+        return self.op(Opcode.DYNAMIC_SLICE, _array(a).with_dims(tuple(sizes)), [a, *offsets],
                        dynamic_slice_sizes=tuple(sizes))
 
-    def dynamic_update_slice(self, a, update, offsets: Sequence[Instruction]) -> Instruction:
+    def dynamic_update_slice(self, a: Instruction, update: Instruction, offsets: Sequence[Instruction]) -> Instruction:
         return self.op(Opcode.DYNAMIC_UPDATE_SLICE, a.shape, [a, update, *offsets])
 
-    def pad(self, a, value, config) -> Instruction:
-        """`config`: a PaddingConfig."""
-        dims = tuple(d + lo + hi + max(d - 1, 0) * it for d, (lo, hi, it) in zip(a.shape.dims, config.dimensions))
-        return self.op(Opcode.PAD, a.shape.with_dims(dims), [a, value], padding=config)
+    def pad(self, a: Instruction, value: Instruction, config: PaddingConfig) -> Instruction:
+        dims = tuple(d + lo + hi + max(d - 1, 0) * it for d, (lo, hi, it) in zip(_array(a).dims, config.dimensions))
+        return self.op(Opcode.PAD, _array(a).with_dims(dims), [a, value], padding=config)
 
     def concatenate(self, parts: Sequence[Instruction], dimension: int) -> Instruction:
-        dims = list(parts[0].shape.dims)
-        dims[dimension] = sum(p.shape.dims[dimension] for p in parts)
-        return self.op(Opcode.CONCATENATE, parts[0].shape.with_dims(dims), parts, dimensions=(dimension,))
+        dims = list(_array(parts[0]).dims)
+        dims[dimension] = sum(_array(p).dims[dimension] for p in parts)
+        return self.op(Opcode.CONCATENATE, _array(parts[0]).with_dims(dims), parts, dimensions=(dimension,))
 
     def iota(self, shape: ArrayShape, dimension: int) -> Instruction:
         return self.op(Opcode.IOTA, shape, iota_dimension=dimension)
@@ -147,11 +156,12 @@ class Builder:
         return self.op(Opcode.TUPLE, TupleShape(tuple(e.shape for e in elements)), elements)
 
     def get_tuple_element(self, t: Instruction, index: int) -> Instruction:
-        return self.op(Opcode.GET_TUPLE_ELEMENT, t.shape.elements[index], [t], index=index)
+        return self.op(Opcode.GET_TUPLE_ELEMENT, cast(TupleShape, t.shape).elements[index], [t], index=index)
 
-    def reduce(self, a, init, dimensions: Sequence[int], to_apply: Computation) -> Instruction:
-        dims = tuple(d for i, d in enumerate(a.shape.dims) if i not in dimensions)
-        return self.op(Opcode.REDUCE, a.shape.with_dims(dims), [a, init], dimensions=tuple(dimensions),
+    def reduce(self, a: Instruction, init: Instruction, dimensions: Sequence[int],
+               to_apply: Computation) -> Instruction:
+        dims = tuple(d for i, d in enumerate(_array(a).dims) if i not in dimensions)
+        return self.op(Opcode.REDUCE, _array(a).with_dims(dims), [a, init], dimensions=tuple(dimensions),
                        called={"to_apply": to_apply})
 
     # --------------------------------------------------------- collectives --
@@ -172,9 +182,9 @@ class Builder:
     def all_gather(self, operand: Instruction, dimension: int, groups: ReplicaGroups, *,
                    channel_id: int | None = None, use_global_device_ids: bool | None = None) -> Instruction:
         n = len(groups.groups[0])
-        dims = list(operand.shape.dims)
+        dims = list(_array(operand).dims)
         dims[dimension] *= n
-        return self.op(Opcode.ALL_GATHER, operand.shape.with_dims(dims), [operand], channel_id=channel_id,
+        return self.op(Opcode.ALL_GATHER, _array(operand).with_dims(dims), [operand], channel_id=channel_id,
                        replica_groups=groups, dimensions=(dimension,),
                        use_global_device_ids=use_global_device_ids)
 
@@ -182,9 +192,9 @@ class Builder:
                        reduction: Computation, *, channel_id: int | None = None,
                        use_global_device_ids: bool | None = None) -> Instruction:
         n = len(groups.groups[0])
-        dims = list(operand.shape.dims)
+        dims = list(_array(operand).dims)
         dims[dimension] //= n
-        return self.op(Opcode.REDUCE_SCATTER, operand.shape.with_dims(dims), [operand],
+        return self.op(Opcode.REDUCE_SCATTER, _array(operand).with_dims(dims), [operand],
                        channel_id=channel_id, replica_groups=groups, dimensions=(dimension,),
                        use_global_device_ids=use_global_device_ids, called={"to_apply": reduction})
 
@@ -193,7 +203,7 @@ class Builder:
         return self.op(Opcode.ALL_TO_ALL, operand.shape, [operand], channel_id=channel_id,
                        replica_groups=groups, dimensions=(split_dimension,))
 
-    def collective_permute(self, operand: Instruction, pairs: Sequence[tuple[int, int]], *,
+    def collective_permute(self, operand: Instruction, pairs: Sequence[builtins.tuple[int, int]], *,
                            channel_id: int | None = None) -> Instruction:
         return self.op(Opcode.COLLECTIVE_PERMUTE, operand.shape, [operand], channel_id=channel_id,
                        source_target_pairs=tuple(tuple(p) for p in pairs))
@@ -203,30 +213,22 @@ def _strip_layout_like(shape: Shape) -> Shape:
     return shape
 
 
-def next_channel_id(module) -> int:
+def _array(instr: Instruction) -> ArrayShape:
+    """`instr`'s shape, where the op being built takes an array."""
+    return cast(ArrayShape, instr.shape)
+
+
+def next_channel_id(module: Module) -> int:
     """A fresh channel id (Module.new_channel_id, the module's allocator)."""
     return module.new_channel_id()
 
 
-def reduction_computation(module, kind: str, element_type: PrimitiveType) -> Computation:
-    """A scalar reduction computation (`add`, `maximum`, `minimum`, `multiply`, `and`, `or`) for
-    all-reduce / reduce-scatter / reduce, shared by name within the module."""
-    opcode = {"add": Opcode.ADD, "maximum": Opcode.MAXIMUM, "minimum": Opcode.MINIMUM,
-              "multiply": Opcode.MULTIPLY, "and": Opcode.AND, "or": Opcode.OR}[kind]
-    name = f"{kind}.{element_type.value}.reduction"
-    for comp in module.computations:
-        if comp.name == name:
-            return comp
-    comp = Computation(name)
-    scalar = ArrayShape(element_type, ())
-    a = Instruction(Opcode.PARAMETER, scalar, name="lhs", parameter_number=0)
-    b = Instruction(Opcode.PARAMETER, scalar, name="rhs", parameter_number=1)
-    comp.add(a)
-    comp.add(b)
-    root = comp.add(Instruction(opcode, scalar, [a, b], name=kind))
-    comp.root = root
-    module.add_computation(comp, before=module.entry)
-    return comp
+def reduction_computation(module: Module, kind: str, element_type: PrimitiveType) -> Computation:
+    """The module's scalar reducer `kind` (`add`, `maximum`, ...) over `element_type`:
+    `Reduction(...).computation(module)` for callers that hold the name."""
+    from hlo_passes.ir.reduction import Reduction  # reduction builds on this module's imports
+
+    return Reduction(Opcode(kind), element_type).computation(module)
 
 
 __all__ = ["Builder", "next_channel_id", "quote", "reduction_computation"]

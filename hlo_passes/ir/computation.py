@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import Shape
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -40,12 +41,12 @@ class Computation:
     def __contains__(self, instr: Instruction) -> bool:
         return instr in self._instructions
 
-    def _copy_body_from(self, other: "Computation", comp_map: dict) -> None:
+    def _copy_body_from(self, other: "Computation", comp_map: dict[Computation, Computation]) -> None:
         """Fill this (empty) computation with copies of `other`'s instructions, in order, calling
         the computations `comp_map` maps `other`'s callees to (Module.clone)."""
         mapping: dict[Instruction, Instruction] = {}
 
-        def callee(value):
+        def callee(value: Computation | tuple[Computation, ...]) -> Computation | tuple[Computation, ...]:
             return tuple(comp_map[c] for c in value) if isinstance(value, tuple) else comp_map[value]
 
         for instr in other.post_order():  # operands first, whatever order the text had
@@ -79,7 +80,7 @@ class Computation:
             self._instructions[instr] = None
         else:
             items = list(self._instructions)
-            index = items.index(before) if before is not None else items.index(after) + 1
+            index = items.index(before) if before is not None else items.index(cast(Instruction, after)) + 1
             items.insert(index, instr)
             self._instructions = dict.fromkeys(items)
         if instr.opcode is Opcode.PARAMETER:
@@ -87,9 +88,9 @@ class Computation:
         return instr
 
     def _register_parameter(self, instr: Instruction) -> None:
-        n = instr.parameter_number
+        n = cast(int, instr.parameter_number)  # a parameter has its number
         while len(self.parameters) <= n:
-            self.parameters.append(None)  # type: ignore[arg-type]
+            self.parameters.append(None)  # type: ignore[arg-type]  # a gap until that parameter is added
         if self.parameters[n] is not None:
             raise IRError(f"{self.name} has two parameters numbered {n}")
         self.parameters[n] = instr
@@ -106,7 +107,7 @@ class Computation:
         instr.drop_operands()
         del self._instructions[instr]
         if instr.opcode is Opcode.PARAMETER:
-            self.parameters[instr.parameter_number] = None  # type: ignore[call-overload]
+            self.parameters[instr.parameter_number] = None  # type: ignore[call-overload]  # gaps hold None
             while self.parameters and self.parameters[-1] is None:
                 self.parameters.pop()
         if self.module is not None:
@@ -120,13 +121,13 @@ class Computation:
             self.add(new, before=old)
         old.replace_all_uses_with(new)
         for succ in list(old.control_successors):
-            succ.control_predecessors.remove(old)
-            old.control_successors.remove(succ)
+            cast("list[Instruction]", succ.control_predecessors).remove(old)  # both hold the edge: lists
+            cast("list[Instruction]", old.control_successors).remove(succ)
             if succ is not new:
                 succ.add_control_predecessor(new)
         for pred in list(old.control_predecessors):
-            pred.control_successors.remove(old)
-            old.control_predecessors.remove(pred)
+            cast("list[Instruction]", pred.control_successors).remove(old)
+            cast("list[Instruction]", old.control_predecessors).remove(pred)
             if pred is not new and pred not in new.control_predecessors:
                 new.add_control_predecessor(pred)
         self.remove(old)
@@ -169,7 +170,7 @@ class Computation:
                 return instr
         return None
 
-    def parameter_shapes(self):
+    def parameter_shapes(self) -> list[Shape]:
         return [p.shape for p in self.parameters]
 
     def __repr__(self) -> str:

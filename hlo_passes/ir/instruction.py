@@ -16,15 +16,17 @@ control edges change through `add_control_predecessor`).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, GatherDimensions, OpMetadata,
                                       ScatterDimensions, Window, WindowDimension, reader_for)
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from hlo_passes.ir.computation import Computation
     from hlo_passes.ir.replica_groups import ReplicaGroups
 
@@ -41,7 +43,7 @@ CALLED_COMPUTATION_KEYS = (
 
 # What an instruction holds where it calls nothing / has no control edges; never mutated.
 NO_CALLS: Mapping[str, Any] = MappingProxyType({})
-NO_CONTROL_EDGES: tuple = ()
+NO_CONTROL_EDGES: tuple[()] = ()
 
 
 class Instruction:
@@ -62,8 +64,8 @@ class Instruction:
         self.attributes: dict[str, Attr] = dict(attributes) if attributes else {}
         self.called: Mapping[str, Computation | tuple[Computation, ...]] = dict(called) if called else NO_CALLS
         self.parent: Computation | None = None
-        self.control_predecessors: list[Instruction] | tuple = NO_CONTROL_EDGES
-        self.control_successors: list[Instruction] | tuple = NO_CONTROL_EDGES
+        self.control_predecessors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
+        self.control_successors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
         self.literal = literal
         self.parameter_number = parameter_number
         self.operands: list[Instruction]
@@ -78,7 +80,7 @@ class Instruction:
             return ()
         if type(users) is dict:
             return users.keys()
-        return (users,)
+        return (cast(Instruction, users),)
 
     def _add_user(self, user: "Instruction") -> None:
         users = self._users
@@ -87,7 +89,7 @@ class Instruction:
         elif type(users) is dict:
             users[user] = None
         elif users is not user:
-            self._users = {users: None, user: None}
+            self._users = {cast(Instruction, users): None, user: None}
 
     def _remove_user(self, user: "Instruction") -> None:
         users = self._users
@@ -106,7 +108,7 @@ class Instruction:
             elif type(users) is dict:
                 users[self] = None
             elif users is not self:
-                op._users = {users: None, self: None}
+                op._users = {cast(Instruction, users): None, self: None}
 
     def append_operand(self, operand: "Instruction") -> None:
         self.operands.append(operand)
@@ -133,7 +135,7 @@ class Instruction:
             op._remove_user(self)
         self.operands = []
         for pred in self.control_predecessors:
-            pred.control_successors.remove(self)
+            cast("list[Instruction]", pred.control_successors).remove(self)  # holds self: a list
         self.control_predecessors = NO_CONTROL_EDGES
 
     def replace_all_uses_with(self, new: "Instruction") -> None:
@@ -189,19 +191,19 @@ class Instruction:
             labels = self.attr("dim_labels")
             spatial = len(labels.input_spatial) if labels is not None else 0
             return Window(tuple(WindowDimension(1) for _ in range(spatial)))
-        return w
+        return cast("Window | None", w)
 
     @property
     def conv_labels(self) -> ConvDimensionLabels | None:
-        return self.attr("dim_labels")
+        return cast("ConvDimensionLabels | None", self.attr("dim_labels"))
 
     @property
     def feature_group_count(self) -> int:
-        return self.attr("feature_group_count") or 1
+        return cast(int, self.attr("feature_group_count") or 1)
 
     @property
     def batch_group_count(self) -> int:
-        return self.attr("batch_group_count") or 1
+        return cast(int, self.attr("batch_group_count") or 1)
 
     @property
     def gather_dimensions(self) -> GatherDimensions:
@@ -226,7 +228,7 @@ class Instruction:
         from hlo_passes.ir.replica_groups import ReplicaGroups
 
         groups = self.attr("replica_groups")
-        return groups if groups is not None else ReplicaGroups.explicit(())
+        return cast(ReplicaGroups, groups) if groups is not None else ReplicaGroups.explicit(())
 
     def set_attr(self, key: str, value: Any) -> None:
         self.attributes[key] = Attr(value=value)
@@ -239,7 +241,7 @@ class Instruction:
 
     @property
     def sharding(self) -> Sharding | None:
-        return self.attr("sharding")
+        return cast("Sharding | None", self.attr("sharding"))
 
     @sharding.setter
     def sharding(self, value: Sharding | None) -> None:
@@ -250,26 +252,26 @@ class Instruction:
 
     @property
     def metadata(self) -> OpMetadata | None:
-        return self.attr("metadata")
+        return cast("OpMetadata | None", self.attr("metadata"))
 
     def called_computations(self) -> list["Computation"]:
-        result = []
+        result: list[Computation] = []
         for value in self.called.values():
             result.extend(value if isinstance(value, tuple) else (value,))
         return result
 
-    def literal_value(self):
+    def literal_value(self) -> "np.ndarray":
         """The constant's values as a numpy array (constants only)."""
         from hlo_passes.ir.literal import literal_array
 
         if self.opcode is not Opcode.CONSTANT:
             raise ValueError(f"{self.name} is a {self.opcode.value}, not a constant")
-        return literal_array(self.literal, self.shape)
+        return literal_array(cast(str, self.literal), cast(ArrayShape, self.shape))
 
     # -------------------------------------------------------------- traits --
     @property
     def custom_call_target(self) -> str | None:
-        return self.attr("custom_call_target") if self.opcode is Opcode.CUSTOM_CALL else None
+        return cast("str | None", self.attr("custom_call_target")) if self.opcode is Opcode.CUSTOM_CALL else None
 
     @property
     def has_side_effect(self) -> bool:
@@ -288,7 +290,7 @@ class Instruction:
 
     @property
     def channel_id(self) -> int | None:
-        return self.attr("channel_id")
+        return cast("int | None", self.attr("channel_id"))
 
     def __repr__(self) -> str:
         return f"<{self.opcode.value} %{self.name}: {self.shape.to_hlo(False)}>"

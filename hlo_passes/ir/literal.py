@@ -8,6 +8,7 @@ with `literal_array`.  `format_literal` prints an array the way XLA does.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def format_literal(values: np.ndarray) -> str:
     """XLA's spelling of an array literal: nested braces, `true`/`false`, `nan`/`inf`."""
     arr = np.asarray(values)
 
-    def scalar(v) -> str:
+    def scalar(v: Any) -> str:
         if arr.dtype == np.bool_:
             return "true" if v else "false"
         if np.issubdtype(arr.dtype, np.integer):
@@ -56,7 +57,7 @@ def format_literal(values: np.ndarray) -> str:
             return "inf" if v > 0 else "-inf"
         return repr(float(v)).removesuffix(".0") if float(v).is_integer() else repr(float(v))
 
-    def nest(a) -> str:
+    def nest(a: np.ndarray) -> str:
         if a.ndim == 0:
             return scalar(a.item() if arr.dtype != np.bool_ else bool(a))
         return "{" + ", ".join(nest(x) for x in a) + "}"

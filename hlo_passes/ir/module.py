@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
@@ -29,7 +30,7 @@ class NameTable:
     @property
     def _used(self) -> set[str]:
         if self._names is None:
-            self._names = set(self._taken())
+            self._names = set(cast(Callable[[], Iterable[str]], self._taken)())  # set until first use
             self._taken = None
         return self._names
 
@@ -50,7 +51,7 @@ class NameTable:
         if hint not in used and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
             used.add(hint)
             return hint
-        base = self._SUFFIX.match(hint).group(1) or hint
+        base = cast(re.Match[str], self._SUFFIX.match(hint)).group(1) or hint  # matches any text
         n = self._next.get(base, 1)
         while f"{base}.{n}" in used:
             n += 1
@@ -108,7 +109,7 @@ class Module:
         self.names = NameTable()  # instruction names, unique across the module
         self.computation_names = NameTable()
         # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
-        self.parsed_entry_signature: tuple | None = None
+        self.parsed_entry_signature: tuple[tuple[Shape, ...], Shape] | None = None
         self._next_channel: int | None = None  # see new_channel_id
 
     def new_channel_id(self) -> int:
@@ -202,7 +203,7 @@ class Module:
         for instr in comp.instructions:
             for pred in instr.control_predecessors:
                 mapping[instr].add_control_predecessor(mapping[pred])
-        new.root = mapping[comp.root]
+        new.root = mapping[cast(Instruction, comp.root)]
         return self.add_computation(new, before=comp)
 
     def clone(self) -> "Module":
@@ -250,7 +251,7 @@ class Module:
 
     @property
     def num_partitions(self) -> int:
-        return self.header_attr("num_partitions", 1)
+        return cast(int, self.header_attr("num_partitions", 1))
 
     @num_partitions.setter
     def num_partitions(self, n: int) -> None:
@@ -258,7 +259,7 @@ class Module:
 
     @property
     def replica_count(self) -> int:
-        return self.header_attr("replica_count", 1)
+        return cast(int, self.header_attr("replica_count", 1))
 
     def __repr__(self) -> str:
         return f"<module {self.name}: {len(self.computations)} computations>"

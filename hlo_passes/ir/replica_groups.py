@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterable, cast
 
 from hlo_passes.ir.sharding import IotaDevices
 
@@ -21,18 +22,18 @@ class ReplicaGroups:
     iota: tuple[tuple[int, int], IotaDevices] | None = None  # ((num_groups, group_size), devices)
     mesh_spelling: str = ""  # verbatim mesh form, printed when set
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ReplicaGroups) and self.groups == other.groups
 
     def __hash__(self) -> int:
         return hash(self.groups)
 
     @classmethod
-    def explicit(cls, groups) -> "ReplicaGroups":
+    def explicit(cls, groups: Iterable[Iterable[int]]) -> "ReplicaGroups":
         return cls(tuple(tuple(int(d) for d in g) for g in groups))
 
     @classmethod
-    def of(cls, groups) -> "ReplicaGroups":
+    def of(cls, groups: Iterable[Iterable[int]]) -> "ReplicaGroups":
         """Groups made by a pass: printed in XLA's iota form `[G,S]<=[dims]T(perm)` when one
         fits (every mesh axis and sub-axis grouping does), else as lists — so a collective over
         2048 devices prints in a few characters, as XLA prints it."""
@@ -48,7 +49,8 @@ class ReplicaGroups:
     @classmethod
     def from_iota(cls, group_dims: tuple[int, int], devices: IotaDevices) -> "ReplicaGroups":
         arr = devices.expand().reshape(group_dims)
-        return cls(tuple(tuple(int(d) for d in row) for row in arr), iota=(tuple(group_dims), devices))
+        return cls(tuple(tuple(int(d) for d in row) for row in arr),
+                   iota=(cast("tuple[int, int]", tuple(group_dims)), devices))
 
     @classmethod
     def from_mesh(cls, axes: list[tuple[str, int]], selected: list[tuple[str, int | None, int | None]],

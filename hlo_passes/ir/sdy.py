@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
 from hlo_passes.ir.sharding import Sharding, SubgroupKind
 

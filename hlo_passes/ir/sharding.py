@@ -18,8 +18,13 @@ import enum
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Hashable, Iterable
 
-from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
+else:
+    from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
 
 class ShardingKind(enum.Enum):
@@ -60,7 +65,7 @@ class IotaDevices:
         return text
 
     @staticmethod
-    def find(devices, tile_dims: tuple[int, ...] = ()) -> "IotaDevices | None":
+    def find(devices: ArrayLike, tile_dims: tuple[int, ...] = ()) -> "IotaDevices | None":
         """The iota spelling of a device list, if it has one: `devices` (row-major over any tile
         grid or group layout; the grid does not matter) equals iota(n).reshape(dims).transpose(perm)
         for some dims and perm exactly when walking it from its fastest-varying end finds
@@ -140,11 +145,12 @@ class Sharding:
         return cls(ShardingKind.MAXIMAL, device=device)
 
     @classmethod
-    def tuple_of(cls, elements) -> "Sharding":
+    def tuple_of(cls, elements: Iterable[Sharding]) -> "Sharding":
         return cls(ShardingKind.TUPLE, elements=tuple(elements))
 
     @classmethod
-    def tiled(cls, tile_assignment, subgroups=(), *, iota: IotaDevices | None = None,
+    def tiled(cls, tile_assignment: ArrayLike, subgroups: Iterable[SubgroupKind] = (), *,
+              iota: IotaDevices | None = None,
               replicate_spelled_as_flag: bool = True, metadata: str = "",
               devices_spelled_explicitly: bool = False) -> "Sharding":
         """A tiled sharding from an integer device array whose shape is the tile grid."""
@@ -156,7 +162,7 @@ class Sharding:
 
     @classmethod
     def from_mesh(cls, mesh_shape: tuple[int, ...], dim_to_axes: list[tuple[int, ...]],
-                  device_ids=None) -> "Sharding":
+                  device_ids: ArrayLike | None = None) -> "Sharding":
         """Tile a rank-r array over a logical mesh: `dim_to_axes[i]` lists the mesh axes
         (major to minor) that split data dim i; mesh axes used by no dim replicate."""
         n = math.prod(mesh_shape)
@@ -173,11 +179,11 @@ class Sharding:
         return cls.tiled(arr.reshape(tile_dims))
 
     # ----------------------------------------------------------- meaning --
-    def _key(self):
+    def _key(self) -> Hashable:
         return self._meaning
 
     @cached_property
-    def _meaning(self):
+    def _meaning(self) -> Hashable:
         """What equality and hashing compare (computed once: shardings are hashed a lot)."""
         if self.kind is ShardingKind.TILED:
             norm = self.normalized()
@@ -188,7 +194,7 @@ class Sharding:
             return (self.kind, tuple(e._key() for e in self.elements))
         return (self.kind, self.device, self.shard_group)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         # Shardings over thousands of devices carry long device tuples: the cached hashes
         # settle most comparisons without walking them.
         if self is other:
@@ -221,7 +227,8 @@ class Sharding:
             order = sorted(range(len(new_subgroups)), key=lambda i: _SUBGROUP_ORDER.index(new_subgroups[i]))
             arr = arr.transpose(list(range(d_rank)) + [d_rank + i for i in order])
             kinds = [new_subgroups[i] for i in order]
-            merged_dims, merged_kinds = list(arr.shape[:d_rank]), []
+            merged_dims = list(arr.shape[:d_rank])
+            merged_kinds: list[SubgroupKind] = []
             for k, size in zip(kinds, arr.shape[d_rank:]):
                 if merged_kinds and merged_kinds[-1] is k:
                     merged_dims[-1] *= size

@@ -21,7 +21,7 @@ fingerprints never hide a collision.
 
 from __future__ import annotations
 
-from typing import Hashable
+from typing import Any, Hashable, cast
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -39,10 +39,10 @@ def attribute_value(instr: Instruction, key: str) -> Hashable:
         hash(value)
     except (TypeError, ValueError):
         return instr.attributes[key].text(key)
-    return value
+    return cast(Hashable, value)
 
 
-def compared_attributes(instr: Instruction, ignore: frozenset[str] = frozenset()) -> tuple:
+def compared_attributes(instr: Instruction, ignore: frozenset[str] = frozenset()) -> tuple[Any, ...]:
     """(key, value) pairs of the attributes that decide what `instr` computes, sorted by key;
     called computations and the keys in `ignore` left out."""
     return tuple(sorted((k, attribute_value(instr, k)) for k in instr.attributes
@@ -54,14 +54,14 @@ class Fingerprint:
 
     __slots__ = ("structure", "_hash")
 
-    def __init__(self, structure: tuple):
+    def __init__(self, structure: tuple[Any, ...]):
         self.structure = structure
         self._hash = hash(structure)
 
     def __hash__(self) -> int:
         return self._hash
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if self is other:
             return True
         return (isinstance(other, Fingerprint) and self._hash == other._hash
@@ -87,7 +87,7 @@ class StructuralFingerprints:
     def equal(self, a: Computation, b: Computation) -> bool:
         return a is b or self.of(a) == self.of(b)
 
-    def called(self, instr: Instruction) -> tuple:
+    def called(self, instr: Instruction) -> tuple[Any, ...]:
         """(key, fingerprint or tuple of fingerprints) for each computation `instr` calls."""
         return tuple(sorted(
             (k, tuple(self.of(c) for c in v) if isinstance(v, tuple) else self.of(v))
@@ -96,7 +96,7 @@ class StructuralFingerprints:
     def shape_key(self, instr: Instruction) -> Hashable:
         return instr.shape if self.layout_sensitive else instr.shape.to_hlo(with_layout=False)
 
-    def _structure(self, comp: Computation) -> tuple:
+    def _structure(self, comp: Computation) -> tuple[Any, ...]:
         index: dict[Instruction, int] = {}
         entries = []
         for instr in comp.post_order():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,7 +82,7 @@ class PrimitiveType(enum.Enum):
             return np.dtype(_NUMPY_NAMES[self])
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, _ML_DTYPES_NAMES[self]))
+        return cast("np.dtype", np.dtype(getattr(ml_dtypes, _ML_DTYPES_NAMES[self])))
 
 
 _BIT_WIDTH = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, cast
 
 import lark
 from lark import Token
@@ -35,14 +35,14 @@ def _axis_ref(selected: tuple[str, int | None, int | None]) -> AxisRef:
     return AxisRef(name, pre_size or 1, size)
 
 
-def _ints(items) -> tuple[int, ...]:
+def _ints(items: Iterable[Any]) -> tuple[int, ...]:
     try:
         return tuple(parse_int64(str(x)) for x in items)
     except ValueError as e:
         raise AttributeError_(str(e)) from None
 
 
-def _device_count(dims, what: str) -> int:
+def _device_count(dims: Iterable[int], what: str) -> int:
     """The product of `dims`, refused past MAX_DEVICES before anything is expanded."""
     n = 1
     for d in dims:
@@ -54,20 +54,20 @@ def _device_count(dims, what: str) -> int:
     return n
 
 
-class _TypedBuilder(lark.Transformer):
+class _TypedBuilder(lark.Transformer[lark.Token, Any]):
     # shared pieces
-    def int_seq(self, c):
+    def int_seq(self, c: list[Any]) -> Any:
         return _ints(c)
 
-    def int_group(self, c):
+    def int_group(self, c: list[Any]) -> Any:
         return c[0] if c else ()
 
-    def iota_transpose(self, c):
+    def iota_transpose(self, c: list[Any]) -> Any:
         return c[0]
 
     raw = ""  # the value text being read; groups are returned as slices of it
 
-    def group(self, c):
+    def group(self, c: list[Any]) -> Any:
         first, last = c[0], c[-1]
         start = first.start_pos if isinstance(first, lark.Token) else first[0]
         end = last.end_pos if isinstance(last, lark.Token) else last[1]
@@ -75,57 +75,57 @@ class _TypedBuilder(lark.Transformer):
 
     inner_group = group
 
-    def _text(self, span) -> str:
+    def _text(self, span: tuple[int, int]) -> str:
         return self.raw[span[0]:span[1]]
 
     # sharding
-    def replicated(self, c):
+    def replicated(self, c: list[Any]) -> Any:
         return ("replicated",)
 
-    def manual(self, c):
+    def manual(self, c: list[Any]) -> Any:
         return ("manual",)
 
-    def unknown(self, c):
+    def unknown(self, c: list[Any]) -> Any:
         return ("unknown",)
 
-    def maximal(self, c):
+    def maximal(self, c: list[Any]) -> Any:
         return ("maximal", _ints(c)[0])
 
-    def explicit_devices(self, c):
+    def explicit_devices(self, c: list[Any]) -> Any:
         return ("explicit", _ints(c))
 
-    def iota_devices(self, c):
+    def iota_devices(self, c: list[Any]) -> Any:
         _device_count(c[0], "the iota device list")
         perm = c[1] if len(c) > 1 else ()
         if perm and sorted(perm) != list(range(len(c[0]))):
             raise AttributeError_(f"iota transpose T{perm} is not a permutation of {len(c[0])} dimensions")
         return ("iota", IotaDevices(c[0], perm))
 
-    def tiled(self, c):
+    def tiled(self, c: list[Any]) -> Any:
         _device_count(c[0], "the tile assignment")
         return ("tiled", c[0], c[1])
 
-    def last_tile_dim_replicate(self, c):
+    def last_tile_dim_replicate(self, c: list[Any]) -> Any:
         return ("subgroups", (SubgroupKind.REPLICATED,), True)
 
-    def subgroup_kind(self, c):
+    def subgroup_kind(self, c: list[Any]) -> Any:
         return SubgroupKind(c[0].value)
 
-    def last_tile_dims(self, c):
+    def last_tile_dims(self, c: list[Any]) -> Any:
         return ("subgroups", tuple(c), False)
 
-    def sharding_metadata(self, c):
+    def sharding_metadata(self, c: list[Any]) -> Any:
         text = self._text(c[0])
         _check_sharding_metadata(text)
         return ("metadata", text)
 
-    def shard_as(self, c):
+    def shard_as(self, c: list[Any]) -> Any:
         return ("shard_group", ("shard_as", _ints(c)[0]))
 
-    def shard_like(self, c):
+    def shard_like(self, c: list[Any]) -> Any:
         return ("shard_group", ("shard_like", _ints(c)[0]))
 
-    def sharding_body(self, c):
+    def sharding_body(self, c: list[Any]) -> Any:
         kind, options = c[0], c[1:]
         subgroups, flag, metadata, shard_group = (), True, "", None
         for opt in options:
@@ -160,45 +160,45 @@ class _TypedBuilder(lark.Transformer):
             s = replace(s, metadata=metadata, shard_group=shard_group)
         return s
 
-    def attr_sharding(self, c):
+    def attr_sharding(self, c: list[Any]) -> Any:
         return c[0]
 
     # named (mesh-form) sharding
-    def named_mesh(self, c):
+    def named_mesh(self, c: list[Any]) -> Any:
         axes = tuple(x for x in c if x is not None)
         _device_count([size for _, size in axes], "the mesh")
         return SdyMesh(axes)
 
-    def mesh_device_ids(self, c):
+    def mesh_device_ids(self, c: list[Any]) -> Any:
         return ("device_ids", c[0])
 
-    def named_replicated(self, c):
+    def named_replicated(self, c: list[Any]) -> Any:
         return ("replicated",)
 
-    def named_manual(self, c):
+    def named_manual(self, c: list[Any]) -> Any:
         return ("manual",)
 
-    def named_unknown(self, c):
+    def named_unknown(self, c: list[Any]) -> Any:
         return ("unknown",)
 
-    def dim_axes(self, c):
+    def dim_axes(self, c: list[Any]) -> Any:
         """(axes, open): the axes splitting a dimension, and whether it ends with `?`."""
         axes = tuple(_axis_ref(x) for x in c if isinstance(x, tuple))
         return axes, any(isinstance(x, Token) and x.type == "OPEN_DIM" for x in c)
 
-    def named_dims(self, c):
+    def named_dims(self, c: list[Any]) -> Any:
         return ("dims", tuple(x for x in c if x is not None))
 
-    def named_replicated_axes(self, c):
+    def named_replicated_axes(self, c: list[Any]) -> Any:
         return ("replicated_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_unreduced_axes(self, c):
+    def named_unreduced_axes(self, c: list[Any]) -> Any:
         return ("unreduced_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_manual_axes(self, c):
+    def named_manual_axes(self, c: list[Any]) -> Any:
         return ("manual_axes", tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_sharding(self, c):
+    def named_sharding(self, c: list[Any]) -> Any:
         mesh, rest = c[0], [x for x in c[1:] if x is not None]
         if rest[0][0] == "device_ids":
             mesh, rest = replace(mesh, device_ids=rest[0][1]), rest[1:]
@@ -220,19 +220,19 @@ class _TypedBuilder(lark.Transformer):
                 s = replace(s, open_dims=open_dims)
         return replace(s, metadata=metadata or s.metadata, named_mesh=True)
 
-    def tuple_sharding(self, c):
+    def tuple_sharding(self, c: list[Any]) -> Any:
         return Sharding.tuple_of(c)
 
-    def empty_tuple_sharding(self, c):
+    def empty_tuple_sharding(self, c: list[Any]) -> Any:
         return Sharding.tuple_of(())
 
     # replica groups
-    def explicit_groups(self, c):
+    def explicit_groups(self, c: list[Any]) -> Any:
         if sum(len(g) for g in c) > MAX_DEVICES:
             raise AttributeError_(f"replica groups name more than {MAX_DEVICES:,} devices (MAX_DEVICES)")
         return ReplicaGroups.explicit(c)
 
-    def iota_groups(self, c):
+    def iota_groups(self, c: list[Any]) -> Any:
         dims = c[0]
         if len(dims) != 2:
             raise AttributeError_("iota replica groups need [num_groups,group_size]")
@@ -240,42 +240,42 @@ class _TypedBuilder(lark.Transformer):
             raise AttributeError_(f"replica groups {list(dims)} do not cover the iota of {list(c[1])} devices")
         return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices(c[1], c[2] if len(c) > 2 else ()))
 
-    def mesh_axis(self, c):
+    def mesh_axis(self, c: list[Any]) -> Any:
         return c[0].value.strip("'"), _ints([c[1]])[0]
 
-    def mesh_selected(self, c):
+    def mesh_selected(self, c: list[Any]) -> Any:
         name = c[0].value.strip("'")
         return (name, *_ints(c[1:3])) if len(c) == 3 else (name, None, None)
 
-    def mesh_groups(self, c):
+    def mesh_groups(self, c: list[Any]) -> Any:
         axes = [x for x in c if len(x) == 2]
         selected = [x for x in c if len(x) == 3]
         return ReplicaGroups.from_mesh(axes, selected, spelling="")
 
-    def attr_pairs(self, c):
+    def attr_pairs(self, c: list[Any]) -> Any:
         return tuple(c)
 
-    def attr_int_list(self, c):
+    def attr_int_list(self, c: list[Any]) -> Any:
         return c[0] if c else ()
 
-    def slice_dim(self, c):
+    def slice_dim(self, c: list[Any]) -> Any:
         v = _ints(c)
         return v if len(v) == 3 else (v[0], v[1], 1)
 
-    def attr_slice(self, c):
+    def attr_slice(self, c: list[Any]) -> Any:
         return SliceSpec(tuple(d[0] for d in c), tuple(d[1] for d in c), tuple(d[2] for d in c))
 
-    def attr_padding(self, c):
+    def attr_padding(self, c: list[Any]) -> Any:
         dims = []
         for part in c[0].value.split("x"):
             nums = _ints(part.split("_"))
             dims.append((nums[0], nums[1], nums[2] if len(nums) > 2 else 0))
         return PaddingConfig(tuple(dims))
 
-    def window_field(self, c):
+    def window_field(self, c: list[Any]) -> Any:
         return c[0].value, c[1].value.split("x")
 
-    def attr_window(self, c):
+    def attr_window(self, c: list[Any]) -> Any:
         fields = dict(c)
         n = len(fields.get("size", []))
         dims = []
@@ -293,12 +293,12 @@ class _TypedBuilder(lark.Transformer):
                 rhs_dilation=at("rhs_dilate", "1"), reversal=at("rhs_reversal", "0") == 1))
         return Window(tuple(dims))
 
-    def attr_dim_labels(self, c):
+    def attr_dim_labels(self, c: list[Any]) -> Any:
         lhs, out = c[0].value.split("->")
         inp, kernel = lhs.split("_")
         return ConvDimensionLabels(inp, kernel, out)
 
-    def metadata_field(self, c):
+    def metadata_field(self, c: list[Any]) -> Any:
         v = c[1]
         if v.type == "STRING":
             return c[0].value, _unquote(v.value)
@@ -306,16 +306,16 @@ class _TypedBuilder(lark.Transformer):
             return c[0].value, _ints([v.value])[0]
         return c[0].value, v.value
 
-    def attr_metadata(self, c):
+    def attr_metadata(self, c: list[Any]) -> Any:
         return OpMetadata(tuple(c))
 
-    def frontend_entry(self, c):
+    def frontend_entry(self, c: list[Any]) -> Any:
         v = c[1]
         if isinstance(v, lark.Token) and v.type == "STRING":
             return c[0].value, _unquote(v.value), False
         return c[0].value, self._text(v), True
 
-    def attr_frontend_attributes(self, c):
+    def attr_frontend_attributes(self, c: list[Any]) -> Any:
         return FrontendAttributes(tuple((k, v) for k, v, _ in c),
                                   frozenset(k for k, _, raw in c if raw))
 
@@ -341,14 +341,14 @@ def _check_sharding_metadata(text: str) -> None:
             check_metadata(item.strip())
 
 
-def _prod(xs) -> int:
+def _prod(xs: Iterable[int]) -> int:
     n = 1
     for x in xs:
         n *= x
     return n
 
 
-_typed_parser_holder: list = []
+_typed_parser_holder: list[lark.Lark] = []
 
 
 def _typed_parser() -> lark.Lark:
@@ -362,7 +362,7 @@ _BUILDER = _TypedBuilder()
 
 def _structured(start: str) -> Callable[[str], Any]:
     @functools.lru_cache(maxsize=4096)
-    def read(raw: str):
+    def read(raw: str) -> Any:
         try:
             tree = _typed_parser().parse(raw, start=start)
             _BUILDER.raw = raw
@@ -420,7 +420,7 @@ def _read_int_list(raw: str) -> tuple[int, ...]:
             return tuple(parse_int64(x.strip()) for x in body.split(",")) if body else ()
         except ValueError:
             pass
-    return _structured("attr_int_list")(raw)
+    return cast("tuple[int, ...]", _structured("attr_int_list")(raw))
 
 
 def _read_word(raw: str) -> str:
@@ -428,7 +428,7 @@ def _read_word(raw: str) -> str:
 
 
 def _read_replica_groups(raw: str) -> ReplicaGroups:
-    groups = _structured("attr_replica_groups")(raw)
+    groups: ReplicaGroups = _structured("attr_replica_groups")(raw)
     if raw.startswith("mesh"):
         return ReplicaGroups(groups.groups, mesh_spelling=raw)
     return groups
@@ -445,11 +445,12 @@ _INT_KEYS = (
     "index", "index_vector_dim", "channel_id", "iota_dimension", "feature_index", "k",
     "exponent_bits", "mantissa_bits", "feature_group_count", "batch_group_count",
     "split_dimension", "concat_dimension", "all_gather_dimension", "replica_count",
-    "num_partitions", "parameter_number",
+    "num_partitions", "parameter_number", "num_carries",
 )
 _BOOL_KEYS = (
     "use_global_device_ids", "constrain_layout", "indices_are_sorted", "unique_indices", "is_stable",
-    "largest", "custom_call_has_side_effect", "is_host_transfer", "is_scheduled",
+    "largest", "custom_call_has_side_effect", "is_host_transfer", "is_scheduled", "is_reverse",
+    "is_associative",
 )
 _STRING_KEYS = ("custom_call_target", "execution_thread", "async_execution_thread", "opaque")
 

@@ -7,6 +7,8 @@ message quoting huge text is cut, so one bad file cannot flood a terminal.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from hlo_passes.parse.limits import MAX_SHOWN_LINE
 
 MAX_MESSAGE = 2000
@@ -51,10 +53,26 @@ def window(line: str, index: int, width: int = MAX_SHOWN_LINE) -> tuple[str, int
     return shown, max(caret, 0)
 
 
+class TokenLike(Protocol):
+    """What the parser reads of a token: a lark Token, or the line scanner's lighter one."""
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def value(self) -> Any: ...  # the token's text (a str)
+
+    @property
+    def start_pos(self) -> int | None: ...
+
+    @property
+    def end_pos(self) -> int | None: ...
+
+
 class SemanticError(Exception):
     """Raised inside the parser's callbacks; turned into HloParseError with the position."""
 
-    def __init__(self, message: str, token=None, pos: int | None = None):
+    def __init__(self, message: str, token: TokenLike | None = None, pos: int | None = None):
         super().__init__(message)
         self.message = message
         self.token = token

@@ -13,6 +13,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import lark
 
@@ -43,7 +44,7 @@ def grammar_text() -> str:
 
 
 @functools.cache
-def lark_parser(transformer: lark.Transformer | None = None) -> lark.Lark:
+def lark_parser(transformer: lark.Transformer[lark.Token, Any] | None = None) -> lark.Lark:
     return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", start=list(START_RULES),
                      transformer=transformer, maybe_placeholders=False, cache=_cache_file() or False)
 

@@ -24,13 +24,20 @@ parses the whole text with the grammar.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from lark.exceptions import UnexpectedInput
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.parse import grammar
 from hlo_passes.parse.errors import SemanticError
+from hlo_passes.ir.shape import Shape
 from hlo_passes.parse.shapes import cached_shape
+
+if TYPE_CHECKING:
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.module import Module
+    from hlo_passes.parse.module_parser import _Builder, _Record
 
 
 class Token:
@@ -159,13 +166,13 @@ def split_attributes(tail: str, offset: int, original: str | None = None) -> lis
 class LineScanner:
     """Builds a module from XLA-printed text through the parser's builder callbacks."""
 
-    def __init__(self, builder, text: str):
+    def __init__(self, builder: _Builder, text: str):
         self.b = builder
         self.text = text
         self.parser = grammar.lark_parser(builder)
-        self.shapes: dict[str, object] = {}
+        self.shapes: dict[str, Shape] = {}
 
-    def sub_parse(self, text: str, start: str):
+    def sub_parse(self, text: str, start: str) -> Any:
         """Parse one piece with a grammar start rule; attribute texts are sliced from `text`."""
         full = self.b.text
         self.b.text = text
@@ -174,7 +181,7 @@ class LineScanner:
         finally:
             self.b.text = full
 
-    def shape(self, text: str):
+    def shape(self, text: str) -> Shape:
         shape = self.shapes.get(text)
         if shape is None:
             try:
@@ -184,10 +191,10 @@ class LineScanner:
             self.shapes[text] = shape
         return shape
 
-    def _parse_shape(self, text: str):
-        return self.parser.parse(text, start="shape")
+    def _parse_shape(self, text: str) -> Shape:
+        return cast(Shape, self.parser.parse(text, start="shape"))  # the builder makes a Shape
 
-    def lines(self):
+    def lines(self) -> Iterator[tuple[int, str]]:
         """(offset, line) for each line, with its newline; no list of all lines is made."""
         text = self.text
         n = len(text)
@@ -197,13 +204,13 @@ class LineScanner:
             yield pos, text[pos:end]
             pos = end
 
-    def scan(self):
+    def scan(self) -> Module:
         b = self.b
         header = None
-        tables: list = []
-        computations: list = []
-        current = None  # [computation header, instruction records...]
-        table = None  # the lines (title, rows) of the table being read
+        tables: list[Any] = []
+        computations: list[Computation] = []
+        current: list[Any] | None = None  # [computation header, instruction records...]
+        table: list[str] | None = None  # the lines (title, rows) of the table being read
         for start, line in self.lines():
             stripped = line.strip()
             if table is not None:
@@ -248,7 +255,7 @@ class LineScanner:
             raise Fallback
         return b.finish_module(header, tables)
 
-    def instruction_by_grammar(self, line: str, offset: int):
+    def instruction_by_grammar(self, line: str, offset: int) -> _Record:
         """Read one instruction line with the grammar (same builder state); errors are reported
         at their place in the file, except one at the end of the line (the instruction may go
         on below), which sends the whole text to the grammar."""
@@ -257,7 +264,7 @@ class LineScanner:
         full = self.b.text
         self.b.text = line
         try:
-            return self.parser.parse(line, start="instruction")
+            return cast("_Record", self.parser.parse(line, start="instruction"))  # built inline
         except SemanticError as e:
             pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
             raise SemanticError(e.message, pos=offset + (pos or 0)) from None
@@ -269,7 +276,7 @@ class LineScanner:
         finally:
             self.b.text = full
 
-    def module_header(self, line: str, offset: int):
+    def module_header(self, line: str, offset: int) -> Any:
         original, line = line, blank_comments(line)
         m = _MODULE_HEAD.match(line)
         if m is None:
@@ -282,7 +289,7 @@ class LineScanner:
         return self.b.module_header([name_tok, split_attributes(line[rest:].rstrip("\r\n"), offset + rest,
                                                                  original[rest:].rstrip("\r\n"))])
 
-    def computation_header(self, line: str, offset: int):
+    def computation_header(self, line: str, offset: int) -> Any:
         m = _COMP_HEAD.match(line)
         if m is None:
             raise Fallback
@@ -311,11 +318,11 @@ class LineScanner:
         children = [c for c in (entry, name_tok, signature) if c is not None]
         return self.b.computation_header(children)
 
-    def table(self, block: list[str]):
+    def table(self, block: list[str]) -> tuple[str, dict[int, Any]]:
         from hlo_passes.parse.module_parser import record_problem
 
         title = block[0].strip()
-        rows = []
+        rows: list[tuple[int, Any]] = []
         for line in block[1:]:
             if title in ("FileNames", "FunctionNames"):
                 m = _STRING_ROW.match(line)
@@ -336,7 +343,7 @@ class LineScanner:
                "FileLocations": "file_locations", "StackFrames": "stack_frames"}[title]
         return key, dict(rows)
 
-    def instruction(self, line: str, offset: int):
+    def instruction(self, line: str, offset: int) -> _Record:
         original, line = line, blank_comments(line)
         m = _HEAD_ARRAY.match(line)
         if m is not None:  # the common case: an array-shaped instruction
@@ -376,7 +383,7 @@ class LineScanner:
             if not literal:
                 raise Fallback
             s = body_offset + lstrip
-            operands = [("lit", (s, s + len(literal)))]
+            operands: list[Any] = [("lit", (s, s + len(literal)))]
         elif not body.strip():
             operands = []
         else:
@@ -407,9 +414,10 @@ class LineScanner:
                     nm = _OPERAND_NAME.match(part)
                     if nm is None:
                         raise Fallback
-                    ref = nm.group(1)
-                    found = defined.get(ref[1:] if ref[0] == "%" else ref)
-                    operands[i] = found if found is not None else Token("NAME", ref, body_offset + at + nm.start(1))
+                    ref_text = nm.group(1)
+                    found = defined.get(ref_text[1:] if ref_text[0] == "%" else ref_text)
+                    operands[i] = found if found is not None else Token("NAME", ref_text,
+                                                                        body_offset + at + nm.start(1))
                     at += len(part) + 1
         attrs = split_attributes(line[close + 1:].rstrip("\r\n"), offset + close + 1,
                                  original[close + 1:].rstrip("\r\n"))

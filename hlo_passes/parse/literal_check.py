@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence, cast
 
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.types import PrimitiveType as T
@@ -65,7 +66,7 @@ def tokens(text: str) -> list[_Tok]:
         if m is None:
             bad = re.match(r"\S+", text[pos:])
             raise LiteralProblem(f"unexpected token {quote(bad.group() if bad else text[pos])} in a literal", pos)
-        kind = m.lastgroup
+        kind = cast(str, m.lastgroup)  # the pattern is all named groups
         if kind == "payload":
             kind = "nan"
         if kind != "ws":
@@ -286,7 +287,7 @@ class _Reader:
             if level == 0:
                 return
 
-    def element(self, rank: int, level: int, seen: list[int], dims, tok: _Tok) -> None:
+    def element(self, rank: int, level: int, seen: list[int], dims: Sequence[int], tok: _Tok) -> None:
         # XLA counts elements only when they are nested right, and ignores the verdict on a
         # value outside braces (so `f32[2] constant(1)` reads); a value at the wrong depth
         # inside braces is caught when its brace closes.

@@ -24,6 +24,7 @@ import gc
 import re
 import threading
 from sys import intern
+from typing import Any, Sequence, cast
 
 import lark
 from lark import Token
@@ -38,16 +39,16 @@ from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
 from hlo_passes.parse import opcode_attributes as schema
-from hlo_passes.parse.errors import HloParseError, SemanticError, position_of
+from hlo_passes.parse.errors import HloParseError, SemanticError, TokenLike, position_of
 from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
 from hlo_passes.parse.line_scanner import strip_comments
 from hlo_passes.parse.literal_check import LiteralProblem, check_literal
 from hlo_passes.parse.shapes import ShapeBuilder, depth
 
 
-def _span(item) -> tuple[int, int]:
+def _span(item: Token | tuple[int, int]) -> tuple[int, int]:
     if isinstance(item, Token):
-        return item.start_pos, item.end_pos
+        return cast(int, item.start_pos), cast(int, item.end_pos)  # the parser's tokens have positions
     return item
 
 
@@ -55,7 +56,7 @@ def _bare(name: str) -> str:
     return name[1:] if name.startswith("%") else name
 
 
-def _positioned(ref):
+def _positioned(ref: Any) -> Any:
     """`ref` when it can carry an error position (a token), else None."""
     return ref if hasattr(ref, "start_pos") else None
 
@@ -70,7 +71,7 @@ class _Record:
 
     __slots__ = ("instr", "is_root", "name_token")
 
-    def __init__(self, instr: Instruction, is_root: bool, name_token):
+    def __init__(self, instr: Instruction, is_root: bool, name_token: TokenLike):
         self.instr = instr
         self.is_root = is_root
         self.name_token = name_token
@@ -95,7 +96,8 @@ class _Builder(ShapeBuilder):
         self.computations: dict[str, Computation] = {}
         self.order: list[Computation] = []
         self.entry: Computation | None = None
-        self.first_computation = None  # (is_entry, has a signature, name token) of the first one
+        # (is_entry, has a signature, name token) of the first one
+        self.first_computation: tuple[bool, bool, TokenLike] | None = None
         self.async_chain: dict[Instruction, tuple[Opcode, Computation, str]] = {}
         self.async_callers: dict[Computation, Instruction] = {}
         self.synthesized: list[Computation] = []
@@ -106,65 +108,65 @@ class _Builder(ShapeBuilder):
         self.by_name: dict[str, Instruction] = {}
         self.current: list[Instruction] = []
         self.params: dict[int, Instruction] = {}
-        self.element_refs: dict = {}
+        self.element_refs: dict[tuple[Instruction, int], Instruction] = {}
         self.pending_computations: list[Computation] = []
         self.nested_built: dict[int, Instruction] = {}
 
     # ------------------------------------------------------------- literals --
-    def literal_scalar(self, c):
+    def literal_scalar(self, c: list[Any]) -> Any:
         return ("lit", _span(c[0]))
 
-    def _literal_span(self, c):
+    def _literal_span(self, c: list[Any]) -> Any:
         return _span(c[0])[0], _span(c[-1])[1]
 
-    def literal_braces(self, c):
+    def literal_braces(self, c: list[Any]) -> Any:
         return self._literal_span(c)
 
-    def literal_paren(self, c):
+    def literal_paren(self, c: list[Any]) -> Any:
         return self._literal_span(c)
 
     # -------------------------------------------------------------- operands --
-    def operand_ref(self, c):
+    def operand_ref(self, c: list[Any]) -> Any:
         return c[0]  # the name token
 
-    def typed_operand_ref(self, c):
+    def typed_operand_ref(self, c: list[Any]) -> Any:
         self.operand_shapes = True
         return ("typed", c[0], c[1])
 
-    def nested_instruction(self, c):
+    def nested_instruction(self, c: list[Any]) -> Any:
         return ("nested", c[0], c[1], c[2])
 
-    def untyped_nested_instruction(self, c):
+    def untyped_nested_instruction(self, c: list[Any]) -> Any:
         return ("nested", None, c[0], c[1])
 
-    def operand(self, c):  # a literal reached through `operand`
+    def operand(self, c: list[Any]) -> Any:  # a literal reached through `operand`
         item = c[0]
         return item if isinstance(item[0], str) else ("lit", item)
 
-    def operand_list(self, c):
+    def operand_list(self, c: list[Any]) -> Any:
         return c
 
     # ------------------------------------------------------------ attributes --
-    def group(self, c):
+    def group(self, c: list[Any]) -> Any:
         return _span(c[0])[0], _span(c[-1])[1]
 
     inner_group = group
 
-    def attr_value(self, c):
+    def attr_value(self, c: list[Any]) -> Any:
         start, end = _span(c[0])[0], _span(c[-1])[1]
         return strip_comments(self.text[start:end])
 
-    def attribute(self, c):
+    def attribute(self, c: list[Any]) -> Any:
         return c[0], Attr(raw=c[1])
 
-    def instruction_attrs(self, c):
+    def instruction_attrs(self, c: list[Any]) -> Any:
         return c
 
     computation_attrs = instruction_attrs
     module_attrs = instruction_attrs
 
     # ----------------------------------------------------------- instruction --
-    def instruction(self, c):
+    def instruction(self, c: list[Any]) -> Any:
         is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
         if is_root:
             c = c[1:]
@@ -175,7 +177,8 @@ class _Builder(ShapeBuilder):
             shape = None
         return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs)
 
-    def add_instruction(self, name_tok, is_root: bool, shape, opcode_tok, operands, attrs) -> _Record:
+    def add_instruction(self, name_tok: TokenLike, is_root: bool, shape: Shape | None, opcode_tok: TokenLike,
+                        operands: list[Any], attrs: Sequence[tuple[TokenLike, Attr]]) -> _Record:
         """Build one top-level instruction of the computation being read (both parser paths)."""
         name = name_tok.value
         if name.startswith("%"):
@@ -184,7 +187,8 @@ class _Builder(ShapeBuilder):
         instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs)
         return _Record(instr, is_root, name_tok)
 
-    def _build(self, name: str, name_tok, shape, opcode_tok, operands: list, attrs: list,
+    def _build(self, name: str, name_tok: TokenLike, shape: Shape | None, opcode_tok: TokenLike, operands: list[Any],
+               attrs: Sequence[tuple[TokenLike, Attr]],
                nested_depth: int = 0) -> Instruction:
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
@@ -222,7 +226,7 @@ class _Builder(ShapeBuilder):
         return instr
 
     # ----------------------------------------------------------------- operands
-    def _operands(self, instr: Instruction, opcode: Opcode, operands: list, nested_depth: int) -> list:
+    def _operands(self, instr: Instruction, opcode: Opcode, operands: list[Any], nested_depth: int) -> list[Any]:
         """Operands as instructions (literals stay as spans for constant/parameter)."""
         if opcode is Opcode.CONSTANT or opcode is Opcode.PARAMETER:
             literal = []
@@ -260,7 +264,7 @@ class _Builder(ShapeBuilder):
                 raise SemanticError("unreadable operand")
         return out
 
-    def _build_nested(self, top) -> Instruction:
+    def _build_nested(self, top: Any) -> Instruction:
         """Build the nested operand `top` and every operand nested in it, innermost first and left
         to right (as XLA creates them), without recursion: nesting may be 1,000 deep."""
         stack = [(top, 0, 1)]
@@ -282,7 +286,7 @@ class _Builder(ShapeBuilder):
             self.nested_built[id(op)] = instr
         raise AssertionError("unreachable")
 
-    def _resolve(self, ref) -> Instruction:
+    def _resolve(self, ref: Any) -> Instruction:
         """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`); it must
         be defined above, in the same computation."""
         bare = _bare(ref if type(ref) is str else ref.value)
@@ -298,7 +302,7 @@ class _Builder(ShapeBuilder):
             return self._tuple_element(target, _small_int(index), ref)
         return target
 
-    def _tuple_element(self, tuple_instr: Instruction, index: int, tok) -> Instruction:
+    def _tuple_element(self, tuple_instr: Instruction, index: int, tok: Any) -> Instruction:
         """`%call#1` — XLA's shorthand for element 1 of a tuple — as the get-tuple-element
         XLA's parser makes of it (named `call_1`, added just before its first user)."""
         key = (tuple_instr, index)
@@ -323,7 +327,7 @@ class _Builder(ShapeBuilder):
             if name not in self.by_name:
                 return name
 
-    def _operand_count(self, instr: Instruction, tok) -> None:
+    def _operand_count(self, instr: Instruction, tok: TokenLike) -> None:
         from hlo_passes.verifier.shape_rules import operand_count_problem
 
         problem = operand_count_problem(instr)
@@ -331,14 +335,14 @@ class _Builder(ShapeBuilder):
             raise SemanticError(f"'{instr.name}' {problem}", tok)
 
     # ------------------------------------------------------ constant, parameter
-    def _literal_text(self, ops: list, opcode_tok) -> tuple[str, int]:
+    def _literal_text(self, ops: list[Any], opcode_tok: TokenLike) -> tuple[str, int]:
         if not ops or any(type(o) is Instruction for o in ops):
             what = "a literal, as in constant(0)" if opcode_tok.value == "constant" else "its number"
             raise SemanticError(f"{opcode_tok.value} needs {what}", opcode_tok)
         start, end = ops[0][1][0], ops[-1][1][1]
         return self.text[start:end], start
 
-    def _parameter(self, instr: Instruction, ops: list, opcode_tok) -> None:
+    def _parameter(self, instr: Instruction, ops: list[Any], opcode_tok: TokenLike) -> None:
         text, start = self._literal_text(ops, opcode_tok)
         if len(ops) != 1 or not re.fullmatch(r"-?[0-9]+", text):
             raise SemanticError("parameter needs its number, as in parameter(0)", pos=start)
@@ -354,7 +358,7 @@ class _Builder(ShapeBuilder):
         instr.parameter_number = n
         self.params[n] = instr
 
-    def _constant(self, instr: Instruction, ops: list, opcode_tok) -> None:
+    def _constant(self, instr: Instruction, ops: list[Any], opcode_tok: TokenLike) -> None:
         text, start = self._literal_text(ops, opcode_tok)
         instr.literal = text
         if instr.shape is None:
@@ -377,7 +381,8 @@ class _Builder(ShapeBuilder):
                 return _BROADCAST_ARRAY_KEYS
         return plan.keys
 
-    def _attributes(self, instr: Instruction, attrs: list, keys: "_Keys", opcode_tok, nested: bool) -> None:
+    def _attributes(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]], keys: "_Keys",
+                    opcode_tok: TokenLike, nested: bool) -> None:
         slots = self.attr_slots
         attributes = instr.attributes
         specs = keys.specs
@@ -390,7 +395,7 @@ class _Builder(ShapeBuilder):
             if spec is None:
                 raise SemanticError(f"unexpected attribute '{key}' for {opcode_tok.value}; it takes: "
                                     f"{', '.join(sorted(specs))}", key_tok)
-            raw = attr.raw
+            raw = cast(str, attr.raw)  # parsed: has text
             if (key, raw) not in checked:
                 try:
                     spec.check(raw)
@@ -405,13 +410,13 @@ class _Builder(ShapeBuilder):
                 where = " (a nested instruction takes no attributes)" if nested else ""
                 raise SemanticError(f"attribute {key} is expected but not seen{where}", opcode_tok)
 
-    def _references(self, instr: Instruction, attrs: list) -> None:
+    def _references(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]]) -> None:
         """Called computations and control predecessors, defined above their use."""
         called = None
         for key_tok, attr in attrs:
             key = key_tok.value
             if key in CALLED_COMPUTATION_KEYS:
-                raw = attr.raw.strip()
+                raw = cast(str, attr.raw).strip()  # parsed: has text
                 names = [_bare(x.strip()) for x in raw[1:-1].split(",") if x.strip()] if raw.startswith("{") \
                     else [_bare(raw)]
                 comps = []
@@ -425,7 +430,7 @@ class _Builder(ShapeBuilder):
                     called = {}
                 called[key] = tuple(comps) if raw.startswith("{") or key in _REFERENCE_LIST_KEYS else comps[0]
             elif key == "control-predecessors":
-                for n in (_bare(x.strip()) for x in attr.raw.strip()[1:-1].split(",")):
+                for n in (_bare(x.strip()) for x in cast(str, attr.raw).strip()[1:-1].split(",")):
                     pred = self.by_name.get(n)
                     if pred is None:
                         raise SemanticError(f"control predecessor '{n}' is not defined in "
@@ -435,7 +440,7 @@ class _Builder(ShapeBuilder):
             instr.called = called
 
     # ------------------------------------------------------ per-opcode checks --
-    def _opcode_checks(self, instr: Instruction, tok, wrapped: Opcode | None) -> None:
+    def _opcode_checks(self, instr: Instruction, tok: TokenLike, wrapped: Opcode | None) -> None:
         """What XLA's parser checks per opcode before it builds the instruction."""
         op, ops = instr.opcode, instr.operands
         attr = instr.attributes
@@ -455,13 +460,21 @@ class _Builder(ShapeBuilder):
                 or (op is Opcode.ALL_TO_ALL and "dimensions" in attr):
             if len(instr.attr("dimensions", ())) != 1:
                 raise SemanticError(f"{op.value} needs dimensions={{d}} naming exactly one dimension", tok)
+            if op is Opcode.SCAN and ops:
+                comp = cast("Computation | None", instr.called.get("to_apply"))
+                if comp is not None and len(comp.parameters) != len(ops):
+                    raise SemanticError(f"expects {len(ops)} operands to match the number of parameters of "
+                                        f"to_apply, but to_apply has {len(comp.parameters)} parameters", tok)
+                if len(ops) < instr.attr("num_carries", 0):
+                    raise SemanticError("a scan has fewer operands than num_carries", tok)
         elif op in (Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE) and ops:
             lead = 1 if op is Opcode.DYNAMIC_SLICE else 2
             if len(ops) < lead:
                 raise SemanticError(f"expected at least {lead} operands", tok)
             x = ops[0].shape
             rank = len(x.dims) if type(x) is ArrayShape else 0
-            vector = len(ops) == lead + 1 and type(ops[lead].shape) is ArrayShape and len(ops[lead].shape.dims) == 1
+            vector = (len(ops) == lead + 1 and type(ops[lead].shape) is ArrayShape
+                      and len(cast(ArrayShape, ops[lead].shape).dims) == 1)
             if not vector and len(ops) != lead + rank:
                 raise SemanticError(f"wrong number of operands: {op.value} of a rank {rank} operand takes "
                                     f"{lead + rank} (or {lead + 1} with an index vector)", tok)
@@ -473,26 +486,19 @@ class _Builder(ShapeBuilder):
             source = ops[0]
             if source.opcode in (Opcode.RECV, Opcode.SEND) and instr.attr("channel_id") != source.attr("channel_id"):
                 raise SemanticError(f"channel_id must match the channel_id of {source.name}", tok)
-        elif op is Opcode.SCAN and ops:
-            comp = instr.called.get("to_apply")
-            if comp is not None and len(comp.parameters) != len(ops):
-                raise SemanticError(f"expects {len(ops)} operands to match the number of parameters of "
-                                    f"to_apply, but to_apply has {len(comp.parameters)} parameters", tok)
-            if len(ops) < instr.attr("num_carries", 0):
-                raise SemanticError("a scan has fewer operands than num_carries", tok)
         elif op in (Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
             self._async_link(instr, tok, wrapped)
         elif op is Opcode.ASYNC_START and wrapped is None:
-            comp = instr.called.get("calls")
+            comp = cast("Computation | None", instr.called.get("calls"))
             if comp is not None:
                 if comp in self.async_callers:
                     raise SemanticError(f"computation {comp.name} is called by more than one async op "
                                         f"({self.async_callers[comp].name} and {instr.name})", tok)
                 self.async_callers[comp] = instr
                 thread = instr.attr("async_execution_thread", "main")
-                self.async_chain[instr] = (comp.root.opcode, comp, thread)
+                self.async_chain[instr] = (cast(Instruction, comp.root).opcode, comp, thread)
 
-    def _async_link(self, instr: Instruction, tok, wrapped: Opcode | None) -> None:
+    def _async_link(self, instr: Instruction, tok: TokenLike, wrapped: Opcode | None) -> None:
         """async-update/-done: one operand, an async-start or -update; the same wrapped op,
         computation and thread as the chain it continues."""
         ops = instr.operands
@@ -502,7 +508,7 @@ class _Builder(ShapeBuilder):
         chain_opcode, comp, thread = link
         if wrapped is not None and wrapped is not chain_opcode:
             raise SemanticError(f"expect async wrapped opcode to be {chain_opcode.value}, but got {wrapped.value}", tok)
-        given = instr.called.get("calls")
+        given = cast("Computation | None", instr.called.get("calls"))
         if given is not None and given is not comp:
             raise SemanticError(f"expect async_wrapped_computation to be {comp.name}, but got {given.name}", tok)
         if "async_execution_thread" in instr.attributes and instr.attr("async_execution_thread") != thread:
@@ -511,7 +517,7 @@ class _Builder(ShapeBuilder):
         if instr.opcode is Opcode.ASYNC_UPDATE:
             self.async_chain[instr] = link
 
-    def _infer(self, instr: Instruction, tok) -> None:
+    def _infer(self, instr: Instruction, tok: TokenLike) -> None:
         from hlo_passes.verifier.shape_rules import ShapeProblem, infer_shape
 
         try:
@@ -521,7 +527,7 @@ class _Builder(ShapeBuilder):
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
             raise SemanticError(f"failed to infer shape for opcode: {instr.opcode.value}: {e}", tok) from None
 
-    def _shape_checks(self, instr: Instruction, tok) -> None:
+    def _shape_checks(self, instr: Instruction, tok: TokenLike) -> None:
         op, shape = instr.opcode, instr.shape
         if type(shape) is TupleShape and depth(shape) > MAX_TUPLE_DEPTH:
             raise SemanticError(f"tuple shapes are nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH)", tok)
@@ -544,12 +550,12 @@ class _Builder(ShapeBuilder):
         elif op is Opcode.CUSTOM_CALL and "operand_layout_constraints" in instr.attributes:
             self._layout_constraints(instr, tok)
 
-    def _layout_constraints(self, instr: Instruction, tok) -> None:
+    def _layout_constraints(self, instr: Instruction, tok: TokenLike) -> None:
         """One constraint per operand, each compatible with its operand (XLA fills a layout left
         out with the default one, here and on the result, so neither can lack one)."""
         from hlo_passes.parse.shapes import parse_shape
 
-        raw = instr.attributes["operand_layout_constraints"].raw.strip()[1:-1]
+        raw = cast(str, instr.attributes["operand_layout_constraints"].raw).strip()[1:-1]  # parsed: has text
         shapes = [parse_shape(part.strip()) for part in schema.split_top_level(raw) if part.strip()]
         if len(shapes) != len(instr.operands):
             raise SemanticError(f"expected {len(instr.operands)} operand layout constraints, {len(shapes)} given", tok)
@@ -559,7 +565,7 @@ class _Builder(ShapeBuilder):
                                     f"compatible with operand shape {operand.shape.to_hlo()}", tok)
 
     # ------------------------------------------------------------ async sugar --
-    def _async_sugar(self, instr: Instruction, tok, wrapped: Opcode) -> Instruction:
+    def _async_sugar(self, instr: Instruction, tok: TokenLike, wrapped: Opcode) -> Instruction:
         """`custom-call-start(p), custom_call_target="x"` → an async-start calling a computation
         whose root is the custom-call, as XLA's parser builds it; -update/-done continue it."""
         if instr.opcode is not Opcode.ASYNC_START:
@@ -607,7 +613,7 @@ class _Builder(ShapeBuilder):
         return start
 
     # ------------------------------------------------------------- definitions --
-    def _define(self, instr: Instruction, name_tok) -> None:
+    def _define(self, instr: Instruction, name_tok: TokenLike) -> None:
         name = instr.name
         if name in self.by_name:
             raise SemanticError(f"instruction name '{name}' is used twice in computation "
@@ -616,13 +622,13 @@ class _Builder(ShapeBuilder):
         self.current.append(instr)
 
     # ------------------------------------------------------------ computation --
-    def param_decl(self, c):
+    def param_decl(self, c: list[Any]) -> Any:
         return c[0], c[1]
 
-    def signature(self, c):
+    def signature(self, c: list[Any]) -> Any:
         return ("signature", c[:-1], c[-1])
 
-    def computation_header(self, c):
+    def computation_header(self, c: list[Any]) -> Any:
         is_entry = getattr(c[0], "type", None) == "ENTRY"
         if is_entry:
             c = c[1:]
@@ -632,13 +638,14 @@ class _Builder(ShapeBuilder):
             self.first_computation = (is_entry, signature is not None, c[0])
         return is_entry, c[0], signature
 
-    def computation(self, c):
+    def computation(self, c: list[Any]) -> Any:
         is_entry, name_tok, signature = c[0]
         attrs = c[-1]
         records = [r for r in c[1:-1] if isinstance(r, _Record)]
         return self.finish_computation(is_entry, name_tok, signature, records, attrs)
 
-    def finish_computation(self, is_entry: bool, name_tok, signature, records: list, attrs: list) -> Computation:
+    def finish_computation(self, is_entry: bool, name_tok: TokenLike, signature: Any, records: list[_Record],
+                           attrs: Sequence[tuple[TokenLike, Attr]]) -> Computation:
         name = _bare(name_tok.value)
         if name in self.computations:
             raise SemanticError(f"computation name '{name}' is used twice", name_tok)
@@ -670,7 +677,7 @@ class _Builder(ShapeBuilder):
             if key in comp.attributes:
                 raise SemanticError(f"attribute '{key}' given twice", key_tok)
             try:
-                spec.check(attr.raw)
+                spec.check(cast(str, attr.raw))
             except ValueError as e:
                 raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
             comp.attributes[key] = attr
@@ -693,16 +700,16 @@ class _Builder(ShapeBuilder):
         return comp
 
     # ---------------------------------------------------------------- tables --
-    def string_row(self, c):
+    def string_row(self, c: list[Any]) -> Any:
         try:
             return _int_token(c[0]), _unquote(c[1].value)
         except SemanticError as e:
             raise SemanticError(e.message, c[1]) from None
 
-    def record_field(self, c):
+    def record_field(self, c: list[Any]) -> Any:
         return c[0].value, _int_token(c[1])
 
-    def record_row(self, c):
+    def record_row(self, c: list[Any]) -> Any:
         fields = {}
         for key, value in c[1:]:
             if key in fields:
@@ -710,7 +717,7 @@ class _Builder(ShapeBuilder):
             fields[key] = value
         return _int_token(c[0]), fields, c[0]
 
-    def _records(self, c, table: str) -> dict:
+    def _records(self, c: list[Any], table: str) -> dict[int, dict[str, int]]:
         keys = TABLE_FIELDS[table]
         rows = {}
         for number, fields, tok in c:
@@ -720,30 +727,30 @@ class _Builder(ShapeBuilder):
             rows[number] = fields
         return rows
 
-    def file_names_table(self, c):
+    def file_names_table(self, c: list[Any]) -> Any:
         return ("file_names", dict(c))
 
-    def function_names_table(self, c):
+    def function_names_table(self, c: list[Any]) -> Any:
         return ("function_names", dict(c))
 
-    def file_locations_table(self, c):
+    def file_locations_table(self, c: list[Any]) -> Any:
         return ("file_locations", self._records(c, "file_locations"))
 
-    def stack_frames_table(self, c):
+    def stack_frames_table(self, c: list[Any]) -> Any:
         return ("stack_frames", self._records(c, "stack_frames"))
 
     # ---------------------------------------------------------------- module --
-    def module_header(self, c):
+    def module_header(self, c: list[Any]) -> Any:
         c = [x for x in c if not (isinstance(x, Token) and x.type == "HEADER_COLON")]
         return ("header", c[0], c[1])
 
-    def module(self, c):
+    def module(self, c: list[Any]) -> Any:
         header = c[0] if isinstance(c[0], tuple) and c[0][0] == "header" else None
         tables = [x for x in c if isinstance(x, tuple) and x[0] in ("file_names", "function_names",
                                                                       "file_locations", "stack_frames")]
         return self.finish_module(header, tables)
 
-    def finish_module(self, header, tables: list) -> Module:
+    def finish_module(self, header: Any, tables: list[Any]) -> Module:
         name_tok, header_attrs = (header[1], header[2]) if header is not None else (None, [])
         if header is None and self.first_computation is not None:
             # XLA reads text without a header as a module only when it starts with ENTRY or
@@ -811,21 +818,23 @@ class _Builder(ShapeBuilder):
                 self._check_aliasing(module, key_tok, attr.raw)
         return module
 
-    def _check_aliasing(self, module: Module, key_tok, raw: str) -> None:
+    def _check_aliasing(self, module: Module, key_tok: TokenLike, raw: str) -> None:
         """Each entry names an existing output index, parameter and parameter index."""
-        entry = module.entry
+        entry = cast(Computation, module.entry)  # set by finish_module
         if key_tok.value == "input_output_alias":
             for m in schema.ALIAS_ENTRY.finditer(raw):
                 out = _shape_index(m.group(1))
-                if _subshape(entry.root.shape, out) is None:
+                result = cast(Instruction, entry.root).shape
+                if _subshape(result, out) is None:
                     raise SemanticError(f"input_output_alias: output index {{{','.join(map(str, out))}}} is not an "
-                                        f"index of the result {entry.root.shape.to_hlo(False)}", key_tok)
+                                        f"index of the result {result.to_hlo(False)}", key_tok)
                 self._check_parameter_index(entry, _small_int(m.group(2)), _shape_index(m.group(3)), key_tok)
         else:
             for m in schema.DONOR_ENTRY.finditer(raw):
                 self._check_parameter_index(entry, _small_int(m.group(1)), _shape_index(m.group(2)), key_tok)
 
-    def _check_parameter_index(self, entry: Computation, number: int, index: tuple, key_tok) -> None:
+    def _check_parameter_index(self, entry: Computation, number: int, index: tuple[int, ...],
+                               key_tok: TokenLike) -> None:
         what = key_tok.value
         if not 0 <= number < len(entry.parameters):
             raise SemanticError(f"{what}: the entry has no parameter {number}", key_tok)
@@ -845,7 +854,7 @@ TABLE_FIELDS = {
 }
 
 
-def record_problem(table: str, fields: dict) -> str | None:
+def record_problem(table: str, fields: dict[str, int]) -> str | None:
     """What is wrong with one record of a FileLocations or StackFrames table, or None."""
     keys = TABLE_FIELDS[table]
     for key in fields:
@@ -860,7 +869,7 @@ def record_problem(table: str, fields: dict) -> str | None:
     return None
 
 
-def _int_token(tok) -> int:
+def _int_token(tok: TokenLike) -> int:
     try:
         return parse_int64(tok.value)
     except ValueError as e:
@@ -897,9 +906,10 @@ def _with_default_layouts(shape: Shape) -> Shape:
     """`shape` with XLA's default layout wherever none is written (as XLA's parser fills them)."""
     if type(shape) is TupleShape:
         return TupleShape(tuple(_with_default_layouts(e) for e in shape.elements))
-    if shape.layout is None:
-        return ArrayShape(shape.element_type, shape.dims, shape.dynamic, Layout.default_for_rank(len(shape.dims)),
-                          shape.unbounded)
+    array = cast(ArrayShape, shape)
+    if array.layout is None:
+        return ArrayShape(array.element_type, array.dims, array.dynamic, Layout.default_for_rank(len(array.dims)),
+                          array.unbounded)
     return shape
 
 
@@ -912,9 +922,9 @@ def _unquote(s: str) -> str:
         raise SemanticError(str(e)) from None
 
 
-def entry_signature(module: Module) -> tuple:
-    entry = module.entry
-    return (tuple(p.shape for p in entry.parameters), entry.root.shape)
+def entry_signature(module: Module) -> tuple[tuple[Shape, ...], Shape]:
+    entry = cast(Computation, module.entry)  # a parsed module has an entry with a root
+    return (tuple(p.shape for p in entry.parameters), cast(Instruction, entry.root).shape)
 
 
 class _Keys:
@@ -922,7 +932,7 @@ class _Keys:
 
     __slots__ = ("specs", "required")
 
-    def __init__(self, own: dict):
+    def __init__(self, own: dict[str, schema.Spec]):
         self.specs = {**schema.COMMON, **own}
         self.required = tuple(k for k, spec in own.items() if spec.required)
 
@@ -972,7 +982,7 @@ _CHECKED_VALUES: set[tuple[str, str]] = set()
 _CHECKED_LIMIT = 1 << 17
 
 
-def _plan(tok) -> _Plan:
+def _plan(tok: TokenLike) -> _Plan:
     """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
     text = tok.value
     opcode = OPCODES_BY_NAME.get(text)
@@ -1042,7 +1052,7 @@ def _parse_locked(text: str, filename: str, engine: str, check_semantics: bool) 
                     if engine == "fast":
                         raise
             _builder._reset(text)
-            return grammar.lark_parser(_builder).parse(text, start="module")
+            return cast(Module, grammar.lark_parser(_builder).parse(text, start="module"))  # built inline
         except SemanticError as e:
             pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
             raise _error(text, filename, pos if pos is not None else 0, e.message) from None
@@ -1098,7 +1108,7 @@ def lark_error_message(text: str, e: lark.exceptions.UnexpectedInput) -> tuple[i
         expected = sorted({grammar.terminal_description(t) for t in e.expected})
         message = f"expected {_one_of(expected)}, got {got}"
     elif isinstance(e, lark.exceptions.UnexpectedCharacters):
-        pos = e.pos_in_stream
+        pos = cast(int, e.pos_in_stream)  # set on every UnexpectedCharacters
         expected = sorted({grammar.terminal_description(t) for t in (e.allowed or ())})
         message = f"unexpected character {quote(text[pos])}" + (
             f"; expected {_one_of(expected)}" if expected else "")

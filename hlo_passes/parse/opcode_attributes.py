@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.parse.limits import INT64_MAX, INT64_MIN, MAX_DEVICES, parse_int64, quote
@@ -164,7 +164,7 @@ def _typed(key: str) -> Callable[[str], None]:
         from hlo_passes.parse.attribute_reader import reader_for
 
         try:
-            reader_for(key)(raw)
+            cast("Callable[[str], object]", reader_for(key))(raw)  # keys with a typed reader
         except ValueError as e:
             raise AttributeValueError(str(e)) from None
 
@@ -259,7 +259,7 @@ ALIAS_ENTRY = re.compile(rf"({_SHAPE_INDEX})\s*:\s*\(\s*({_INT})\s*,\s*({_SHAPE_
 DONOR_ENTRY = re.compile(rf"\(\s*({_INT})\s*,\s*({_SHAPE_INDEX})\s*\)")
 
 
-def _entries(raw: str, entry: re.Pattern, what: str) -> list[re.Match]:
+def _entries(raw: str, entry: re.Pattern[str], what: str) -> list[re.Match[str]]:
     body = raw.strip()
     if not (body.startswith("{") and body.endswith("}")):
         raise AttributeValueError(f"expects '{{' at the start of the {what} description")
@@ -379,8 +379,8 @@ def check_window(raw: str) -> None:
                 raise AttributeValueError("expects padding_low and padding_high separated by '_'")
             if key != "pad" and len(numbers) != 1:
                 raise AttributeValueError(f"expects sub-attribute '{key}=ixj...', got {quote(value)}")
-            for n in numbers:
-                check_int(n)
+            for number in numbers:
+                check_int(number)
         fields[key] = items
     if fields and "size" not in fields:
         raise AttributeValueError("window needs size=")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import lark
 
@@ -27,47 +28,48 @@ class SdyAttributeError(ValueError):
     """A Shardy attribute string that does not read as expected."""
 
 
-class _Build(lark.Transformer):
-    def STRING(self, t):
-        return json.loads(t.value)
+class _Build(lark.Transformer[lark.Token, Any]):
+    def STRING(self, t: lark.Token) -> str:
+        return cast(str, json.loads(t.value))
 
-    def NAME(self, t):
-        return t.value
+    def NAME(self, t: lark.Token) -> str:
+        return cast(str, t.value)
 
-    def INT(self, t):
+    def INT(self, t: lark.Token) -> int:
         return int(t.value)
 
-    def int_seq(self, c):
+    def int_seq(self, c: list[int]) -> tuple[int, ...]:
         return tuple(c)
 
-    def mesh_axis(self, c):
+    def mesh_axis(self, c: list[Any]) -> tuple[str, int]:
         return (c[0], c[1])
 
-    def mesh_body(self, c):
+    def mesh_body(self, c: list[Any]) -> SdyMesh:
         axes = tuple(x for x in c if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str))
         ids = next((x for x in c if isinstance(x, tuple) and x and isinstance(x[0], int)), ())
         return SdyMesh(axes, ids)
 
-    def mesh_entry(self, c):
+    def mesh_entry(self, c: list[Any]) -> tuple[str, SdyMesh]:
         return c[0], c[1]
 
-    def sdy_meshes(self, c):
+    def sdy_meshes(self, c: list[Any]) -> dict[str, SdyMesh]:
         return dict(x for x in c if x is not None)
 
-    def axis_ref(self, c):
+    def axis_ref(self, c: list[Any]) -> AxisRef:
         if len(c) == 3:
             return AxisRef(c[0], c[1], c[2])
         return AxisRef(c[0])
 
-    def dim_axes(self, c):
+    def dim_axes(self, c: list[Any]) -> tuple[tuple[AxisRef, ...], bool]:
         refs = tuple(x for x in c if isinstance(x, AxisRef))
         return refs, any(isinstance(x, lark.Token) and x.type == "OPEN" for x in c)
 
-    def open_only(self, c):
+    def open_only(self, c: list[Any]) -> tuple[tuple[AxisRef, ...], bool]:
         return (), True
 
-    def dim_sharding(self, c):
-        axes, is_open, priority = (), False, None
+    def dim_sharding(self, c: list[Any]) -> DimSharding:
+        axes: tuple[AxisRef, ...] = ()
+        is_open, priority = False, None
         for x in c:
             if isinstance(x, tuple):
                 axes, is_open = x
@@ -75,31 +77,31 @@ class _Build(lark.Transformer):
                 priority = int(x.value[1:])
         return DimSharding(axes, is_open, priority)
 
-    def sharding_extra(self, c):
+    def sharding_extra(self, c: list[Any]) -> tuple[str, tuple[AxisRef, ...]]:
         return c[0].value, tuple(x for x in c[1:] if x is not None)
 
-    def mesh_by_name(self, c):
+    def mesh_by_name(self, c: list[Any]) -> Any:
         return c[0]
 
-    def mesh_inline(self, c):
+    def mesh_inline(self, c: list[Any]) -> Any:
         return c[0]
 
-    def tensor_sharding(self, c):
+    def tensor_sharding(self, c: list[Any]) -> SdySharding:
         mesh = c[0]
         dims = tuple(x for x in c[1:] if isinstance(x, DimSharding))
-        extras = dict(x for x in c[1:] if isinstance(x, tuple))
+        extras: dict[str, tuple[AxisRef, ...]] = dict(x for x in c[1:] if isinstance(x, tuple))
         return SdySharding(mesh, dims, extras.get("replicated", ()), extras.get("unreduced", ()))
 
-    def value_sharding(self, c):
+    def value_sharding(self, c: list[Any]) -> Any:
         return c[0]
 
-    def sdy_sharding(self, c):
+    def sdy_sharding(self, c: list[Any]) -> Any:
         return c[0]
 
-    def sdy_sharding_per_value(self, c):
+    def sdy_sharding_per_value(self, c: list[Any]) -> tuple[SdySharding, ...]:
         return tuple(x for x in c if x is not None)
 
-    def sdy_manual_axes(self, c):
+    def sdy_manual_axes(self, c: list[Any]) -> tuple[AxisRef, ...]:
         return tuple(x for x in c if x is not None)
 
 
@@ -110,12 +112,13 @@ def _parser() -> lark.Lark:
 
 
 @functools.lru_cache(maxsize=4096)
-def _read(start: str, text: str):
+def _read(start: str, text: str) -> Any:
     try:
         return _Build().transform(_parser().parse(text, start=start))
     except lark.exceptions.UnexpectedInput as e:
         expected = sorted(getattr(e, "expected", None) or getattr(e, "allowed", None) or ())
-        got = text[e.pos_in_stream:e.pos_in_stream + 12] if getattr(e, "pos_in_stream", None) is not None else "?"
+        pos: int | None = getattr(e, "pos_in_stream", None)
+        got = text[pos:pos + 12] if pos is not None else "?"
         raise SdyAttributeError(
             f"cannot read {start.replace('_', ' ')} '{text}': at column {getattr(e, 'column', '?')} "
             f"expected {' or '.join(expected) or 'more input'}, got '{got}'") from None
@@ -124,16 +127,16 @@ def _read(start: str, text: str):
 
 
 def read_meshes(text: str) -> dict[str, SdyMesh]:
-    return _read("sdy_meshes", text)
+    return cast("dict[str, SdyMesh]", _read("sdy_meshes", text))
 
 
 def read_sharding(text: str) -> SdySharding:
-    return _read("sdy_sharding", text)
+    return cast(SdySharding, _read("sdy_sharding", text))
 
 
 def read_sharding_per_value(text: str) -> tuple[SdySharding, ...]:
-    return _read("sdy_sharding_per_value", text)
+    return cast("tuple[SdySharding, ...]", _read("sdy_sharding_per_value", text))
 
 
 def read_manual_axes(text: str) -> tuple[AxisRef, ...]:
-    return _read("sdy_manual_axes", text)
+    return cast("tuple[AxisRef, ...]", _read("sdy_manual_axes", text))

@@ -14,10 +14,11 @@ readers of shapes inside attribute values (`operand_layout_constraints=`,
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, cast
 
 import lark
 
-from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 from hlo_passes.parse.errors import SemanticError
 from hlo_passes.parse.limits import INT64_MAX, MAX_TUPLE_DEPTH, parse_int64
@@ -35,7 +36,7 @@ _LAYOUT_EXTRAS = re.compile(rf"""\s*
     (?:M\({_INT}\)\s*)?""", re.X)
 
 
-def _int(token) -> int:
+def _int(token: lark.Token) -> int:
     try:
         return parse_int64(token.value)
     except ValueError as e:
@@ -52,28 +53,28 @@ def check_layout_extras(extras: str) -> str | None:
     return None
 
 
-class ShapeBuilder(lark.Transformer):
+class ShapeBuilder(lark.Transformer[lark.Token, Any]):
     """Transformer callbacks for the grammar's shape rules (array, tuple, layout, dims)."""
 
     def __init__(self) -> None:
         super().__init__(visit_tokens=False)
 
-    def static_dim(self, c):
+    def static_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
         size = _int(c[0])
         if size < 0:
             raise SemanticError(f"dimension size {size} is negative", c[0])
         return size, False, False
 
-    def bounded_dim(self, c):
+    def bounded_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
         size = _int(c[0])
         if size < 0:
             raise SemanticError(f"dimension bound {size} is negative", c[0])
         return size, True, False
 
-    def unbounded_dim(self, c):
+    def unbounded_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
         return -1, False, True
 
-    def layout(self, c):
+    def layout(self, c: list[lark.Token]) -> Layout:
         tok = c[0]
         body = tok.value[1:-1]
         m2m, colon, extras = body.partition(":")
@@ -92,7 +93,7 @@ class ShapeBuilder(lark.Transformer):
                 raise SemanticError(problem, tok)
         return Layout(dims, extras)
 
-    def array_shape(self, c):
+    def array_shape(self, c: list[Any]) -> ArrayShape:
         type_tok = c[0]
         etype = PRIMITIVE_TYPES_BY_NAME.get(type_tok.value)
         if etype is None:
@@ -110,13 +111,13 @@ class ShapeBuilder(lark.Transformer):
                           tuple(d[1] for d in dims) if any(d[1] for d in dims) else (),
                           layout, tuple(d[2] for d in dims) if any(d[2] for d in dims) else ())
 
-    def tuple_shape(self, c):
+    def tuple_shape(self, c: list[Shape]) -> TupleShape:
         if any(type(e) is TupleShape for e in c) and 1 + max(depth(e) for e in c) > MAX_TUPLE_DEPTH:
             raise SemanticError(f"tuple shapes are nested more than {MAX_TUPLE_DEPTH} deep (MAX_TUPLE_DEPTH)")
         return TupleShape(tuple(c))
 
 
-def depth(shape) -> int:
+def depth(shape: Shape) -> int:
     """How many tuples deep a shape nests (0 for an array), without recursion."""
     best, stack = 0, [(shape, 0)]
     while stack:
@@ -129,11 +130,11 @@ def depth(shape) -> int:
 
 # Shape text -> Shape, shared by every parse: shapes are frozen values, and a model repeats a
 # few hundred shape spellings tens of thousands of times (and across the files of a dump).
-_SHAPE_CACHE: dict[str, object] = {}
+_SHAPE_CACHE: dict[str, Shape] = {}
 _SHAPE_CACHE_LIMIT = 1 << 16
 
 
-def cached_shape(text: str, parse) -> object:
+def cached_shape(text: str, parse: Callable[[str], Shape]) -> Shape:
     """The Shape spelled `text`, parsed by `parse(text)` the first time it is seen."""
     shape = _SHAPE_CACHE.get(text)
     if shape is None:
@@ -144,16 +145,16 @@ def cached_shape(text: str, parse) -> object:
     return shape
 
 
-def parse_shape(text: str):
+def parse_shape(text: str) -> Shape:
     """A shape from its text (SemanticError or a lark error when it does not read)."""
     from hlo_passes.parse import grammar
 
     return cached_shape(text, lambda t: shape_from_tree(grammar.lark_parser(None).parse(t, start="shape")))
 
 
-def shape_from_tree(tree):
+def shape_from_tree(tree: lark.Tree[lark.Token]) -> Shape:
     """The Shape of a parse tree of the grammar's `shape` rule (read without a transformer)."""
-    return ShapeBuilder().transform(tree)
+    return cast(Shape, ShapeBuilder().transform(tree))
 
 
 __all__ = ["INT64_MAX", "ShapeBuilder", "check_layout_extras", "depth", "shape_from_tree"]

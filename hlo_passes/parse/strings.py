@@ -22,7 +22,7 @@ def unquote(text: str) -> str:
     if "\\" not in body:
         return body
 
-    def one(m: re.Match) -> str:
+    def one(m: re.Match[str]) -> str:
         simple, hex_, octal, u4, u8, bad = m.groups()
         if simple:
             return _SIMPLE[simple]

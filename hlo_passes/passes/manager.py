@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Any, Callable, Literal, cast
 
 from hlo_passes.ir.module import Module
 from hlo_passes.passes.pass_base import ModulePass, Remark
@@ -71,7 +71,7 @@ class PassManager:
     failed_pass: str | None = None  # the pass that raised or broke the module (on_failure="raise")
 
     @classmethod
-    def from_pipeline(cls, text: str, **kwargs) -> "PassManager":
+    def from_pipeline(cls, text: str, **kwargs: Any) -> "PassManager":
         return cls(parse_pipeline(text).passes, **kwargs)
 
     def run(self, module: Module) -> bool:
@@ -88,6 +88,7 @@ class PassManager:
             snapshot = module.clone() if self.on_failure == "rollback" else None
             start, cpu_start = time.perf_counter(), time.process_time()
             seen = len(p.remarks)
+            problem: PassFailed | str | None
             try:
                 changed = bool(p.run(module))
                 problem = self._check(p, module, changed)
@@ -107,7 +108,7 @@ class PassManager:
             if problem is not None:
                 if snapshot is None:
                     self.failed_pass = p.name
-                    raise problem
+                    raise cast(PassFailed, problem)  # without rollback a raising pass re-raised above
                 module.restore(snapshot)
                 changed = self.records[-1].changed = False
                 why = problem.args[0].removeprefix(f"pass {p.name}: ") if isinstance(problem, PassFailed) else problem

@@ -85,7 +85,7 @@ class ModulePass:
             kind=kind))
 
     @classmethod
-    def option_fields(cls) -> list[dataclasses.Field]:
+    def option_fields(cls) -> list[dataclasses.Field[Any]]:
         return list(dataclasses.fields(cls.Options))
 
     def pipeline_text(self) -> str:

@@ -436,6 +436,7 @@ def xla_error_lines(error: BaseException, limit: int = 8) -> list[str]:
 # XLA's HloPassPipeline logs each pass it runs (at VLOG 1 of hlo_pass_pipeline.cc), e.g.
 #   hlo_pass_pipeline.cc:206] HLO pass: spmd-partitioning time: 527 us (527 us) (cumulative: ...)
 _PASS_TIME_LINE = re.compile(r"\] HLO pass: (\S+) time: ([\d.]+) ?(ns|us|ms|s|min|h)\b")
+_LOG_LINE = re.compile(r"[IWEF]\d{4} ")  # glog's prefix: severity, month, day
 _SECONDS_PER_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 
 
@@ -472,10 +473,10 @@ def pass_times(text: str, *, num_partitions: int, shardy: bool = False,
                 "--propagate-to-output", ",".join("1" if b else "0" for b in propagate_to_output),
                 "--propagate-to-parameters", ",".join("1" if b else "0" for b in propagate_to_parameters)]
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        tail = [line for line in done.stderr.splitlines() if "HLO pass" not in line][-8:]
+    if done.returncode != 0:  # the child's last words (its exception), not XLA's log lines
+        said = [line for line in done.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)]
         raise BackendUnavailable(f"XLA's compile for {num_partitions} devices failed (exit "
-                                 f"{done.returncode}): " + "\n".join(tail))
+                                 f"{done.returncode}): {said[-1].strip() if said else '?'}")
     return _sum_pass_times(done.stderr)
 
 

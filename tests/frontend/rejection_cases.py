@@ -20,6 +20,16 @@ def constant(shape: str, literal: str) -> str:
     return entry(f"  ROOT c = {shape} constant({literal})")
 
 
+SCAN_BODY = ("body {{\n  c = f32[] parameter(0)\n  x = f32[] parameter(1)\n{extra}"
+             "  ROOT t = (f32[], f32[]) tuple(c, x)\n}}\n\n")
+
+
+def scan(extra: str = "", carries: int = 1) -> str:
+    return entry("  x = f32[4] parameter(0)\n  c = f32[] parameter(1)\n"
+                 f"  ROOT s = (f32[], f32[4]) scan(c, x), dimensions={{0}}, to_apply=body, num_carries={carries}",
+                 before=SCAN_BODY.format(extra=extra))
+
+
 CASES = {
     # ------------------------------------------------------------ literals --
     "literal_rank_too_low": (constant("f32[2,2]", "{1, 2, 3, 4}"), 4, 41, ["expects 2 elements"], "rejects"),
@@ -250,4 +260,8 @@ CASES = {
     "sharding_too_many_devices": (entry("  ROOT p = f32[4] parameter(0), sharding={devices=[2147483648]<=[2147483648]}"),
                                   4, 33, ["MAX_DEVICES"], "limit"),
     "empty_computation": (HEAD + "ENTRY e {\n}\n", 4, 1, ["expected", "got '}'"], "rejects"),
+    # ---------------------------------------------------------------- scan --
+    "scan_parameters_mismatch": (scan(extra="  y = f32[] parameter(2)\n"), 13, 28,
+                                 ["to match the number of parameters of to_apply"], "rejects"),
+    "scan_more_carries_than_operands": (scan(carries=3), 12, 28, ["fewer operands than num_carries"], "rejects"),
 }

@@ -385,6 +385,22 @@ ENTRY e {
   ROOT dn = f32[8] async-done(st)
 }
 """),
+    "scan": ("scan with a carry, its dimension and flags (integer and boolean attributes)", """
+HloModule m
+
+body {
+  c = f32[] parameter(0)
+  x = f32[] parameter(1)
+  s = f32[] add(c, x)
+  ROOT t = (f32[], f32[]) tuple(s, s)
+}
+
+ENTRY e {
+  x = f32[4] parameter(0)
+  c = f32[] parameter(1)
+  ROOT s = (f32[], f32[4]) scan(c, x), dimensions={0}, to_apply=body, num_carries=1, is_reverse=true
+}
+"""),
 }
 
 # Forms XLA's parser accepts that hand-written HLO uses: shapes left out (XLA infers them),

@@ -116,10 +116,9 @@ class Program:
             0.05 if self.sparse else 0.35) else None
 
     # -------------------------------------------------------------- reducers --
-    def reducer(self, op: str) -> str:
-        name = f"r_{op}"
-        self.reducers.add(op)
-        return name
+    def reducer(self, op: str, etype: str = "f32") -> str:
+        self.reducers.add((op, etype))
+        return f"r_{op}" if etype == "f32" else f"r_{op}_{etype}"
 
     def unused(self) -> list[Value]:
         """Values nothing reads (the program's results), newest first."""
@@ -131,9 +130,9 @@ class Program:
     def module_text(self) -> str:
         results = self.unused()[:4] or [self.values[-1]]
         comps = []
-        for op in sorted(self.reducers):
-            comps.append(f"r_{op} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
-                         f"  ROOT c = f32[] {op}(a, b)\n}}\n")
+        for op, etype in sorted(self.reducers):
+            comps.append(f"{self.reducer(op, etype)} {{\n  a = {etype}[] parameter(0)\n  b = {etype}[] parameter(1)\n"
+                         f"  ROOT c = {etype}[] {op}(a, b)\n}}\n")
         for i in range(self.comparators):
             comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                          f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
@@ -242,6 +241,35 @@ def op_reduce(p: Program) -> None:
     dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
     p.emit("reduce", dims, f"reduce({x.name}, {init.name}), dimensions={{{','.join(map(str, rdims))}}}, "
                            f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
+
+
+# Integer and predicate reductions with their identities (bitwise ones are not all-reduce
+# kinds over integers: the partitioner must gather for them, and pad with all bits set for `and`).
+INT_REDUCERS = {("and", "s32"): "-1", ("or", "s32"): "0", ("xor", "s32"): "0", ("maximum", "s32"): "-2147483648",
+                ("minimum", "u8"): "255", ("and", "pred"): "true", ("or", "pred"): "false",
+                ("multiply", "s32"): "1"}
+
+
+def op_int_reduce(p: Program) -> None:
+    x = p.pick()
+    if not x.dims:
+        return
+    (op, etype), identity = p.rng.choice(sorted(INT_REDUCERS.items()))
+    if etype == "pred":
+        zero = p.emit("zero", (), "constant(0)")
+        p.values.remove(zero)
+        zeros = p.emit("zeros", x.dims, f"broadcast({zero.name}), dimensions={{}}")
+        p.values.remove(zeros)
+        v = p.emit("cmp", x.dims, f"compare({x.name}, {zeros.name}), direction=GT", etype="pred")
+    else:
+        v = p.emit("convert", x.dims, f"convert({x.name})", etype=etype)
+    k = p.rng.randint(1, len(x.dims))
+    rdims = sorted(p.rng.sample(range(len(x.dims)), k))
+    init = p.emit("init", (), f"constant({identity})", etype=etype)
+    dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
+    r = p.emit("reduce", dims, f"reduce({v.name}, {init.name}), dimensions={{{','.join(map(str, rdims))}}}, "
+                               f"to_apply={p.reducer(op, etype)}", etype=etype, sharding=p.maybe_sharding(dims))
+    p.emit("convert", dims, f"convert({r.name})", sharding=p.maybe_sharding(dims))
 
 
 def op_dot(p: Program) -> None:
@@ -440,7 +468,7 @@ def op_annotate(p: Program) -> None:
 
 OPS = {
     "unary": op_unary, "binary": op_binary, "select": op_select, "broadcast": op_broadcast,
-    "transpose": op_transpose, "reshape": op_reshape, "reduce": op_reduce, "dot": op_dot,
+    "transpose": op_transpose, "reshape": op_reshape, "reduce": op_reduce, "int-reduce": op_int_reduce, "dot": op_dot,
     "slice": op_slice, "pad": op_pad, "concatenate": op_concatenate, "reverse": op_reverse,
     "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,

@@ -276,3 +276,40 @@ def test_partially_manual_region_tiled_over_its_automatic_devices():
     xla = pass_dump(PARTIALLY_MANUAL_AUTO_TILED, "spmd-partitioning", num_partitions=8)
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
     assert ok, note
+
+
+@pytest.mark.parametrize("op,etype,dims", [
+    ("and", "s32", 6), ("and", "u8", 6), ("or", "s32", 6), ("maximum", "s32", 7),
+    ("minimum", "u8", 7), ("multiply", "s32", 5), ("and", "pred", 5), ("xor", "s32", 6),
+])
+def test_reduce_over_an_uneven_sharded_dim_pads_with_the_reductions_identity(op, etype, dims):
+    """The padding of an uneven tile must not change the result: integer `and` pads with all
+    bits set (1 would clear every other bit), `minimum` over u8 with 255, ...; xor, which the
+    partitioner does not all-reduce, stays correct by gathering."""
+    from hlo_passes.runtime import verify_equivalent
+
+    text = f"""HloModule reduce_{op}, num_partitions=4
+red {{
+  a = {etype}[] parameter(0)
+  b = {etype}[] parameter(1)
+  ROOT r = {etype}[] {op}(a, b)
+}}
+ENTRY e {{
+  x = {etype}[3,{dims}] parameter(0), sharding={{devices=[1,4]<=[4]}}
+  init = {etype}[] parameter(1), sharding={{replicated}}
+  ROOT r = {etype}[3] reduce(x, init), dimensions={{1}}, to_apply=red, sharding={{replicated}}
+}}
+"""
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=4).run(module)
+    out = print_module(module)
+    identity = {"and": {"s32": -1, "u8": 255, "pred": True}, "or": 0, "maximum": -(2**31), "minimum": 255,
+                "multiply": 1, "xor": 0}[op]
+    identity = identity[etype] if isinstance(identity, dict) else identity
+    # reduce's init must hold the identity (XLA leaves other inits undefined under partitioning)
+    dtype = {"s32": np.int32, "u8": np.uint8, "pred": np.bool_}[etype]
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, (3, dims)).astype(bool) if etype == "pred" else \
+        rng.integers(1, 100, (3, dims)).astype(dtype) | dtype(0b1010)  # shared bits: `and` is not 0
+    report = verify_equivalent(text, out, num_devices=4, inputs=[x, np.array(identity).astype(dtype)])
+    assert report.ok, report.format() + "\n" + out

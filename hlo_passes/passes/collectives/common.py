@@ -28,6 +28,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.collective_groups import GroupMode, group_mode, participant_groups  # noqa: F401 (the family's vocabulary)
 from hlo_passes.ir.module import Module
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import Sharding, ShardingKind
@@ -35,45 +36,19 @@ from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.collectives.domains import DomainMap
 from hlo_passes.passes.pass_base import ModulePass
 
-# Reductions a to_apply computation may spell, by the opcode of its root.
-REDUCTION_OPCODES = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM,
-                               Opcode.AND, Opcode.OR, Opcode.XOR})
+
+def reduction_of(instr: Instruction) -> Reduction | None:
+    """The reduction a collective applies (`Reduction.of_instruction`)."""
+    return Reduction.of_instruction(instr)
 
 
-@dataclass(frozen=True)
-class ReductionKind:
-    """What a reduction computation means: `add` over f32, `maximum` over s32, ..."""
-
-    opcode: Opcode
-    element_type: PrimitiveType
-
-
-def reduction_kind(comp: Computation | None) -> ReductionKind | None:
-    """The meaning of a scalar binary reduction computation, or None when it is anything else."""
-    if comp is None or len(comp.parameters) != 2 or comp.root is None:
-        return None
-    root = comp.root
-    if root.opcode not in REDUCTION_OPCODES or not root.shape.is_array or root.shape.rank != 0:
-        return None
-    if set(map(id, root.operands)) != set(map(id, comp.parameters)) or len(root.operands) != 2:
-        return None
-    if any(p.shape != root.shape for p in comp.parameters):
-        return None
-    return ReductionKind(root.opcode, root.shape.element_type)
-
-
-def reduction_of(instr: Instruction) -> ReductionKind | None:
-    to_apply = instr.called.get("to_apply")
-    return reduction_kind(to_apply) if isinstance(to_apply, Computation) else None
-
-
-def combinable_reduction(instr: Instruction) -> ReductionKind | None:
+def combinable_reduction(instr: Instruction) -> Reduction | None:
     """The reduction of an all-reduce or reduce-scatter as XLA's GetAllReduceKey accepts it:
     `to_apply` is exactly two parameters and one binary reduction (no other instruction)."""
     to_apply = instr.called.get("to_apply")
     if not isinstance(to_apply, Computation) or len(to_apply) != 3:
         return None
-    return reduction_kind(to_apply)
+    return Reduction.of(to_apply)
 
 
 # ----------------------------------------------------------------- groups --

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel
-from hlo_passes.ir.builder import Builder, reduction_computation
+from hlo_passes.ir.builder import Builder
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
@@ -130,36 +131,22 @@ def groups_varying(tm: TileMap, dims) -> list[tuple[int, ...]]:
     return sorted(groups)
 
 
-REDUCER_IDENTITY = {
-    Opcode.ADD: "zero", Opcode.MULTIPLY: "one", Opcode.MAXIMUM: "lowest", Opcode.MINIMUM: "highest",
-    Opcode.AND: "one", Opcode.OR: "zero",
-}
-REDUCER_KIND = {Opcode.ADD: "add", Opcode.MULTIPLY: "multiply", Opcode.MAXIMUM: "maximum",
-                Opcode.MINIMUM: "minimum", Opcode.AND: "and", Opcode.OR: "or"}
+# Reductions the partitioner completes with an all-reduce of partial results: those XLA's
+# collectives implement (sum, product, min, max; and/or only over pred, where they are min/max).
+# Bitwise and/or/xor over integers are not all-reduce kinds (XLA's CPU runtime rejects them),
+# so those reductions gather their operand instead.
+ALL_REDUCIBLE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM})
+ALL_REDUCIBLE_OVER_PRED = ALL_REDUCIBLE | {Opcode.AND, Opcode.OR}
 
 
 def reducer_opcode(comp: Computation) -> Opcode | None:
-    """The opcode of a scalar reducer `f(a, b) = a OP b`, or None if it is anything else."""
-    root = comp.root
-    params = comp.parameters
-    if (len(params) == 2 and root.opcode in REDUCER_KIND and len(root.operands) == 2
-            and set(root.operands) == set(params) and root.shape.is_array and root.shape.rank == 0):
-        return root.opcode
-    return None
-
-
-def identity_value(opcode: Opcode, etype: PrimitiveType):
-    what = REDUCER_IDENTITY[opcode]
-    if etype is PRED:
-        return what in ("one", "highest")
-    if what == "zero":
-        return 0
-    if what == "one":
-        return 1
-    if etype.is_float:
-        return float("-inf") if what == "lowest" else float("inf")
-    info = np.iinfo(etype.numpy_dtype())
-    return int(info.min) if what == "lowest" else int(info.max)
+    """The opcode of the reduction `comp` computes when partial results of it can be
+    all-reduced (`Reduction.of` recognises it), else None."""
+    reduction = Reduction.of(comp)
+    if reduction is None:
+        return None
+    allowed = ALL_REDUCIBLE_OVER_PRED if reduction.element_type is PRED else ALL_REDUCIBLE
+    return reduction.opcode if reduction.opcode in allowed else None
 
 
 # ------------------------------------------------------- the emitter --
@@ -282,12 +269,12 @@ class Emitter:
     def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
         if all(len(g) == 1 for g in groups):
             return x
-        red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
+        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
     def reduce_scatter(self, x: Instruction, dim: int, groups, opcode: Opcode) -> Instruction:
-        red = reduction_computation(self.ctx.module, REDUCER_KIND[opcode], x.shape.element_type)
+        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
         return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 

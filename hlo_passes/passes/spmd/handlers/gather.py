@@ -32,7 +32,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
+from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape,
                                                        reducer_opcode, tile_map, tm_local_dims, to_sharding)
 from hlo_passes.passes.spmd.cost_model import ZERO
 from hlo_passes.passes.spmd.reshard import cost
@@ -285,7 +286,7 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
         return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
     x, upd = xs[0], upds[0]
     etype = instr.shape.element_type
-    fill = identity_value(opcode, etype)
+    fill = Reduction(opcode, etype).identity
     # padded (don't-care) updates of uneven index tiles must add nothing
     upd = em.mask_padding(upd, upd_tm, tuple(updates[0].shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
     base = em.broadcast_scalar(fill, etype, tuple(x.shape.dims))

@@ -18,7 +18,8 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape,
+from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape,
                                                        reducer_opcode, tile_map, to_sharding)
 
 
@@ -38,7 +39,7 @@ def reduce(p: HandlerContext, instr: Instruction) -> PValue:
     em = p.em
     if partial:
         x = em.mask_padding(op_value.instr, op_tm, tuple(operand.shape.dims), reduced,
-                            identity_value(opcode, operand.shape.element_type))
+                            Reduction(opcode, operand.shape.element_type).identity)
         init = p.operand_as(instr, 1, Sharding.replicated())
         out_tm = op_tm.remap(len(kept), {i: d for i, d in enumerate(kept)})
         local = p.clone(instr, [x, init], local_shape(instr.shape, to_sharding(out_tm)))

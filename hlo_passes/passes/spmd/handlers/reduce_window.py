@@ -34,7 +34,8 @@ from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
-from hlo_passes.passes.spmd.partition_context import (PValue, identity_value, local_shape, reducer_opcode,
+from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.spmd.partition_context import (PValue, local_shape, reducer_opcode,
                                                        tile_map, to_sharding)
 
 
@@ -70,7 +71,7 @@ def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     x = p.operand_as(instr, 0, s)
     init = p.operand_as(instr, 1, Sharding.replicated())
     etype = instr.shape.element_type
-    fill = p.em.constant(identity_value(reducer, etype), etype) if any(h.mask for h in exchanges) else None
+    fill = p.em.constant(Reduction(reducer, etype).identity, etype) if any(h.mask for h in exchanges) else None
     dims = list(window.dimensions)
     for h in exchanges:
         x = halos.exchange(p.em, x, tm, h, fill)
@@ -173,7 +174,7 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PVal
     x = p.operand_as(instr, 0, s_)
     src = p.operand_as(instr, 1, s_)
     init = p.operand_as(instr, 2, Sharding.replicated())
-    never = p.em.constant(identity_value(_NEVER_SELECTED[str(direction)], etype), etype)
+    never = p.em.constant(Reduction(_NEVER_SELECTED[str(direction)], etype).identity, etype)
     for h in operand_halos:
         x = halos.exchange(p.em, x, tm, h, never)
     for h in source_halos:

@@ -27,7 +27,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
 from hlo_passes.passes.spmd.handlers.slicing import local_except
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, identity_value, local_shape, tile_map,
+from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape, tile_map,
                                                        tm_local_dims, to_sharding)
 
 
@@ -48,7 +49,7 @@ def topk(p: HandlerContext, instr: Instruction) -> PValue:
     op_sharding = to_sharding(cur)
     xl = p.operand_as(instr, 0, op_sharding)
     etype = x.shape.element_type
-    never = identity_value(Opcode.MAXIMUM if largest else Opcode.MINIMUM, etype)
+    never = Reduction(Opcode.MAXIMUM if largest else Opcode.MINIMUM, etype).identity
     xl = em.mask_padding(xl, cur, tuple(x.shape.dims), [last], never)
     local_dims = tm_local_dims(cur, tuple(x.shape.dims))
     out_dims = tuple(local_dims[:last]) + (k,)
