@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -146,13 +147,20 @@ except ImportError:
 
 # ------------------------------------------------------------------ runs --
 def xla_partition(fn, args) -> tuple[str, str]:
-    """(the lowered module's HLO text, XLA's after_spmd-partitioning module)."""
+    """(the lowered module's HLO text, XLA's after_spmd-partitioning module).
+
+    The text gets the `allow_spmd_sharding_propagation_to_parameters/output` flags JAX compiled
+    it with (read from the compiled module): `.as_text()` does not record them, and without
+    them sharding-propagation, like XLA, leaves unannotated results to be replicated."""
     lowered = fn.lower(*args)
     text = lowered.as_text(dialect="hlo")
     with tempfile.TemporaryDirectory() as d:
-        lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"})
+        compiled = lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"})
         dumped = sorted(Path(d).glob("*after_spmd-partitioning*.txt"))
-        return text, dumped[-1].read_text()
+        header = compiled.as_text().split("\n", 1)[0]
+        flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
+        first, rest = text.split("\n", 1)
+        return ", ".join([first] + flags) + "\n" + rest, dumped[-1].read_text()
 
 
 def measure(text: str, model: CostModel) -> tuple[int, float, float]:

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -86,6 +87,20 @@ def compare_with_xla(ours: str, xla: str, n: int) -> tuple[bool, str]:
     return True, note
 
 
+def lowered_as_compiled(folder: Path, program: str, form: str = "shardy") -> str:
+    """A corpus program's lowered text with the `allow_spmd_sharding_propagation_to_*` flags JAX
+    compiled it with (from the compiled module beside it): `.lower().as_text()` does not record
+    them, and their absence means no propagation to parameters and outputs, as in XLA."""
+    text = (folder / f"{program}.lowered.{form}.hlo").read_text()
+    compiled = folder / f"{program}.compiled.hlo"
+    if not compiled.exists():
+        return text
+    header = compiled.read_text().split("\n", 1)[0]
+    flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
+    first, rest = text.split("\n", 1)
+    return ", ".join([first] + [f for f in flags if f.split("=")[0] not in first]) + "\n" + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("programs", nargs="*", help="corpus program names (default: every sharded one)")
@@ -95,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         program = xla_path.parent.name
         if args.programs and program not in args.programs:
             continue
-        text = (xla_path.parent / f"{program}.lowered.shardy.hlo").read_text()
+        text = lowered_as_compiled(xla_path.parent, program)
         xla = module_stats(parse_module(xla_path.read_text()))
         meta = xla_path.parent / "meta.json"
         n = json.loads(meta.read_text()).get("num_devices", 8) if meta.exists() else 8

@@ -182,6 +182,8 @@ _NOT_SAME_TYPE_BINARY = frozenset({Opcode.COMPARE, Opcode.COMPLEX, Opcode.STOCHA
 
 def _same_type_unary(instr: Instruction) -> Shape | None:
     x = instr.operands[0].shape
+    if instr.opcode is Opcode.COPY:
+        return x  # copies tuples too (XLA's verifier allows it; its propagation tests use it)
     if type(x) is not ArrayShape:
         _array(instr.operands[0])
     return x

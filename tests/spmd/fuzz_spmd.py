@@ -1,7 +1,10 @@
 """Differential fuzzing of spmd-partition: random sharded modules (random_hlo.py), partitioned
 by us, checked by XLA's execution of the unpartitioned module.
 
-    python tests/spmd/fuzz_spmd.py [--seeds 500] [--start 0] [--families dot,reduce] [--show]
+    python tests/spmd/fuzz_spmd.py [--seeds 500] [--start 0] [--families dot,reduce] [--sparse] [--show]
+
+`--sparse` draws modules with few annotations (random_hlo's sparse mode): what is partitioned
+is then mostly what sharding-propagation chose.
 
 Prints one line per failing seed and a summary.  Outcomes:
 
@@ -46,8 +49,8 @@ class Outcome:
     output: str = ""
 
 
-def judge(seed: int, families=None) -> Outcome:
-    outcome = judge_text(module_from_seed(seed, families=families))
+def judge(seed: int, families=None, sparse: bool = False) -> Outcome:
+    outcome = judge_text(module_from_seed(seed, families=families, sparse=sparse))
     outcome.seed = seed
     return outcome
 
@@ -85,12 +88,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=200)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--families", help="comma-separated op families (random_hlo.OPS)")
+    ap.add_argument("--sparse", action="store_true", help="few annotations: propagation chooses the rest")
     ap.add_argument("--show", action="store_true", help="print the module and our output of failures")
     args = ap.parse_args(argv)
     families = tuple(args.families.split(",")) if args.families else None
     counts: dict[str, int] = {}
     for seed in range(args.start, args.start + args.seeds):
-        o = judge(seed, families)
+        o = judge(seed, families, args.sparse)
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind not in ("ok", "skipped"):
             print(f"{o.kind:9} seed {seed}: {o.detail.splitlines()[0] if o.detail else ''}", flush=True)

@@ -11,6 +11,12 @@ their identity as init (XLA leaves a non-identity init undefined for a partition
 
     text = draw(random_module())        # hypothesis strategy
     text = module_from_seed(1234)       # the same generator driven by a seed (for `make fuzz-spmd`)
+    text = module_from_seed(1234, sparse=True)   # few annotations: propagation chooses the rest
+
+The sparse mode annotates one parameter (and rarely an intermediate value), leaves the result
+open and, half the time, lets propagation choose the entry parameters' and result's shardings
+(`allow_spmd_sharding_propagation_to_parameters/output={true}`), so what is partitioned is
+mostly what sharding-propagation decided.
 
 The oracle is XLA's execution of the unpartitioned module (hlo_passes.runtime.verify_equivalent).
 """
@@ -52,6 +58,7 @@ class Program:
     reducers: set[str] = field(default_factory=set)
     comparators: int = 0
     counter: int = 0
+    sparse: bool = False  # few annotations (see the module docstring)
 
     # ---------------------------------------------------------------- names --
     def fresh(self, hint: str) -> str:
@@ -68,7 +75,8 @@ class Program:
 
     def parameter(self, dims) -> Value:
         v = Value(f"p{len(self.params)}", tuple(dims))
-        self.params.append((v, self.sharding(v.dims)))
+        annotated = not self.sparse or not self.params
+        self.params.append((v, self.sharding(v.dims, allow_maximal=not self.sparse) if annotated else None))
         self.values.append(v)
         return v
 
@@ -104,7 +112,8 @@ class Program:
         return f"{{devices=[{','.join(map(str, tiles))}]{','.join(map(str, order))}}}"
 
     def maybe_sharding(self, dims) -> str | None:
-        return self.sharding(dims) if self.rng.random() < 0.35 else None
+        return self.sharding(dims, allow_maximal=not self.sparse) if self.rng.random() < (
+            0.05 if self.sparse else 0.35) else None
 
     # -------------------------------------------------------------- reducers --
     def reducer(self, op: str, etype: str = "f32") -> str:
@@ -127,16 +136,22 @@ class Program:
         for i in range(self.comparators):
             comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                          f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
-        params = [f"  {v.name} = {v.shape} parameter({i}), sharding={s}" for i, (v, s) in enumerate(self.params)]
+        params = [f"  {v.name} = {v.shape} parameter({i})" + (f", sharding={s}" if s else "")
+                  for i, (v, s) in enumerate(self.params)]
         body = params + self.lines
         shardings = [self.sharding(v.dims, allow_maximal=False) for v in results]
         if len(results) == 1:
-            body.append(f"  ROOT out = {results[0].shape} copy({results[0].name}), sharding={shardings[0]}")
+            attr = "" if self.sparse else f", sharding={shardings[0]}"
+            body.append(f"  ROOT out = {results[0].shape} copy({results[0].name}){attr}")
         else:
             shape = "(" + ", ".join(v.shape for v in results) + ")"
-            body.append(f"  ROOT out = {shape} tuple({', '.join(v.name for v in results)}), "
-                        f"sharding={{{', '.join(shardings)}}}")
-        return (f"HloModule random, num_partitions={self.devices}\n\n" + "\n".join(comps)
+            attr = "" if self.sparse else f", sharding={{{', '.join(shardings)}}}"
+            body.append(f"  ROOT out = {shape} tuple({', '.join(v.name for v in results)}){attr}")
+        header = f"HloModule random, num_partitions={self.devices}"
+        if self.sparse and self.rng.random() < 0.5:
+            header += (", allow_spmd_sharding_propagation_to_parameters={true}"
+                       ", allow_spmd_sharding_propagation_to_output={true}")
+        return (header + "\n\n" + "\n".join(comps)
                 + "\nENTRY main {\n" + "\n".join(body) + "\n}\n")
 
 
@@ -461,9 +476,10 @@ OPS = {
 }
 
 
-def build(rng: random.Random, *, families: tuple[str, ...] | None = None, length: int | None = None) -> str:
+def build(rng: random.Random, *, families: tuple[str, ...] | None = None, length: int | None = None,
+          sparse: bool = False) -> str:
     """One random module (see the module docstring)."""
-    p = Program(devices=rng.choice((2, 4, 8, 8)), rng=rng)
+    p = Program(devices=rng.choice((2, 4, 8, 8)), rng=rng, sparse=sparse)
     for _ in range(rng.randint(1, 3)):
         rank = rng.randint(1, 3)
         p.parameter(tuple(rng.choice(DIMS) for _ in range(rank)))
@@ -478,6 +494,6 @@ def module_from_seed(seed: int, **kwargs) -> str:
 
 
 @st.composite
-def random_module(draw, families: tuple[str, ...] | None = None) -> str:
+def random_module(draw, families: tuple[str, ...] | None = None, sparse: bool = False) -> str:
     """A hypothesis strategy: the generator driven by a drawn seed (shrinks towards small seeds)."""
-    return module_from_seed(draw(st.integers(0, 2**32 - 1)), families=families)
+    return module_from_seed(draw(st.integers(0, 2**32 - 1)), families=families, sparse=sparse)

@@ -213,7 +213,7 @@ def test_propagation_carries_spatial_tiling_through_pooling_and_its_gradient():
     reduce-window's windowed dim and through select-and-scatter (operand and source), so the
     pool and its gradient run locally — no collective at all, as XLA's propagation would
     have them — and the result equals the unpartitioned module."""
-    text = """HloModule pool_grad
+    text = """HloModule pool_grad, allow_spmd_sharding_propagation_to_output={true}
 max {
   a = f32[] parameter(0)
   b = f32[] parameter(1)

@@ -16,6 +16,7 @@ from hlo_passes.ir import Opcode, Sharding, SubgroupKind
 from hlo_passes.passes.registry import lookup
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
+from hlo_passes.runtime.xla_backend import pass_dump
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "golden" / "corpus"
@@ -55,6 +56,12 @@ def test_ends_with_cse_like_xla_so_twin_psums_become_one_all_reduce():
     assert collectives(cleaned) == collectives(xla)
 
 
+def lowered(program: str, form: str) -> str:
+    """A corpus program's lowered text with the propagation flags JAX compiled it with (see
+    benchmarks/spmd_quality.lowered_as_compiled)."""
+    return _spmd_quality().lowered_as_compiled(CORPUS / program, program, form)
+
+
 def _meta(program: str) -> dict:
     return json.loads((CORPUS / program / "meta.json").read_text())
 
@@ -77,7 +84,7 @@ def test_sharded_corpus_program_verifies(program, form):
     """Global-view programs are run against the unpartitioned module at their own device count;
     programs with manual regions (shard_map, pmap) cannot run unpartitioned, so they are compared
     device by device with XLA's partitioned program."""
-    text = (CORPUS / program / f"{program}.lowered.{form}.hlo").read_text()
+    text = lowered(program, form)
     n = _meta(program)["num_devices"]
     module, out, remarks = partition(text, n)
     assert module.num_partitions == n
@@ -98,7 +105,7 @@ def test_shard_map_2d_result_kept_in_its_annotated_sharding():
     allow_spmd_sharding_propagation_to_output) tiles it over 'y', ours keeps the annotation.  The
     comparison accepts that only because each XLA tile is a block of our value."""
     program = "shard_map_collectives_2d"
-    module, out, _ = partition((CORPUS / program / f"{program}.lowered.shardy.hlo").read_text())
+    module, out, _ = partition(lowered(program, "shardy"))
     assert module.entry.root.sharding.element(2).is_replicated
     xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
@@ -108,7 +115,7 @@ def test_shard_map_2d_result_kept_in_its_annotated_sharding():
 def test_megatron_output_contract_and_collectives():
     """Layer 1: rows over 4, w1 columns over 2 -> local.  Layer 2: contracting dim over 2 ->
     one all-reduce in pairs {0,1},{2,3},... (the same as XLA's partitioner)."""
-    text = (CORPUS / "sharded_megatron_mlp" / "sharded_megatron_mlp.lowered.shardy.hlo").read_text()
+    text = lowered("sharded_megatron_mlp", "shardy")
     module, out, _ = partition(text)
     assert module.num_partitions == 8
     assert collectives(module) == {"all-reduce": 1}
@@ -235,6 +242,40 @@ def test_demo_example_partitions_with_one_all_reduce():
     assert collectives(module) == {"all-reduce": 1}
     assert not [r for r in remarks if r.kind == "missed"]
     assert verify_equivalent(text, out, num_devices=8).ok
+
+
+PARTIALLY_MANUAL_AUTO_TILED = """HloModule partially_manual_auto_tiled, num_partitions=8
+
+region (a: f32[], b: f32[]) -> f32[] {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  w = f32[8,8] parameter(0), sharding={devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}
+  open = f32[8,8] custom-call(w), custom_call_target="Sharding", sharding={replicated}, backend_config="unspecified_dims=[0,1]"
+  inside = f32[8,8] custom-call(open), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  two = f32[] constant(2)
+  twos = f32[8,8] broadcast(two), dimensions={}
+  m = f32[8,8] multiply(inside, twos)
+  sum = f32[8,8] all-reduce(m), channel_id=1, replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, to_apply=region
+  back = f32[8,8] custom-call(sum), custom_call_target="Sharding", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  full = f32[8,8] custom-call(back), custom_call_target="SPMDShardToFullShape", sharding={replicated}, backend_config="unspecified_dims=[0,1]"
+  ROOT r = f32[8,8] subtract(w, full)
+}
+"""
+
+
+def test_partially_manual_region_tiled_over_its_automatic_devices():
+    """XLA's propagation tiles a shard_map region's values over the mesh axes it leaves
+    automatic (here the region's input takes w's split over 'model' through the open
+    dims).  The region is still copied unchanged: each manual group gets its whole shard, and
+    the result computes what XLA's partitioned program computes, device by device."""
+    module, out, _ = partition(PARTIALLY_MANUAL_AUTO_TILED)
+    xla = pass_dump(PARTIALLY_MANUAL_AUTO_TILED, "spmd-partitioning", num_partitions=8)
+    ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
+    assert ok, note
 
 
 @pytest.mark.parametrize("op,etype,dims", [

@@ -1,535 +1,680 @@
-"""Per-opcode sharding propagation rules for `sharding-propagation`.
+"""Per-opcode sharding propagation rules for `sharding-propagation`, as GSPMD defines them.
 
-A rule says how shardings cross one op, in both directions:
+Two tables, one per direction, each keyed by opcode with a default (XLA's
+ShardingPropagation::InferShardingFromOperands and ::GetShardingFromUser):
 
-    forward(instr, operand_leaves, ctx)            -> result leaves, or None for "nothing to say"
-    backward(instr, operand_index, result_leaves, ctx) -> that operand's leaves, or None
+    FORWARD[opcode](ctx, instr) -> bool
+        improve `instr`'s sharding from its operands' (through `ctx.improve`, which only
+        accepts a sharding that says more: see `PropagationContext.improve`); True if it changed.
+    FROM_USER[opcode](ctx, instr, user) -> Sharding | None
+        the sharding `user` (of this opcode) asks of its operand `instr`.
 
-"Leaves" are the shardings of the leaves of a (possibly tuple) shape, flattened like
-HLO tuple shardings; an array has one leaf, and a leaf may be None (unknown).  Rules
-move tile coordinates with `TileMap` (see tile_map.py), so partial replication falls
-out naturally: a dot's contracting dims, a reduce's reduced dims or a slice's cut dims
-are dropped and their devices become replicas.
+Three more tables say where and when propagation may act at all:
 
-Opcodes without a rule propagate nothing; what stays unknown ends up replicated.
-Control flow (while, call, conditional) links computations and lives in the pass.
+    supports_spatial_partitioning(ctx, instr)   may `instr` be given a tiled sharding
+    passes_at_level(instr, aggressiveness)       does propagation cross `instr` at this level
+    representative_operand(ctx, instr)           the operand whose sharding an op copies
+
+The aggressiveness levels are why XLA gives a Flax FSDP transformer's activations the batch
+sharding of its tokens rather than its weights' embed sharding: at level 0 only pass-through
+ops (elementwise, transpose, reshape, tuple, while, ...) propagate, so the tokens' batch
+split reaches the residual stream and the attention through elementwise ops and reshapes
+first; dots, reduces and broadcasts join at level 1 and 2 (forward through a broadcast only
+at 3), when every activation already holds the batch split and a weight's embed split can no
+longer replace it (`improve` refuses a sharding that is not a refinement of the current one).
+
+Dots and convolutions live in propagation_dot.py, gathers and scatters in
+propagation_gather.py; both register into the tables below.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
-from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
+from hlo_passes.passes.spmd import sharding_util as su
 
 Leaves = list[Optional[Sharding]]
 
+SHARDING = "Sharding"
+FULL_TO_SHARD = "SPMDFullToShardShape"
+SHARD_TO_FULL = "SPMDShardToFullShape"
+BARRIER_FROM = "ShardBarrierFrom"
+BARRIER_TO = "ShardBarrierTo"
+# Custom-calls that carry their operand's sharding through unchanged (XLA's IsPassthroughCustomOps).
+PASSTHROUGH_TARGETS = frozenset({SHARDING, "X64Combine"})
+SAME_RANK_PASSTHROUGH_TARGETS = frozenset({
+    "ResizeNearest", "ResizeBilinear", "ResizeNearestGrad", "ResizeBilinearGrad", "Cholesky",
+    "MoveToDevice", "MoveToHost"})
 
-# ------------------------------------------------------------------ context --
-@dataclass
-class RuleContext:
-    """What rules may read besides their arguments: the device count and current shardings."""
 
-    num_devices: int
-    current: Callable[[Instruction], Leaves]
+class PropagationContext(Protocol):
+    """What rules read and write; implemented by the pass (sharding_propagation._Walk)."""
 
-    def tile_map(self, sharding: Sharding | None, rank: int) -> TileMap | None:
-        if sharding is None:
+    aggressiveness: int
+
+    @property
+    def may_combine(self) -> bool: ...  # merge compatible partial shardings (level > 0)
+
+    def sharding(self, instr: Instruction) -> Sharding | None: ...
+    def set_sharding(self, instr: Instruction, s: Sharding) -> None: ...
+    def improve(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> bool: ...
+    def improved(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> Sharding | None: ...
+    def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool: ...
+    def non_root_users(self, instr: Instruction) -> int: ...
+    def caller_of(self, instr: Instruction) -> Instruction | None: ...
+    def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None: ...
+    def remark(self, instr: Instruction, message: str) -> None: ...  # a deliberate difference from XLA
+
+
+# ------------------------------------------------------------------ traits --
+def is_elementwise(instr: Instruction) -> bool:
+    """XLA's IsElementwise: the elementwise opcodes, map and rng; a bitcast-convert only when
+    the element width does not change."""
+    op = instr.opcode
+    if op is Opcode.BITCAST_CONVERT:
+        src, dst = instr.operands[0].shape, instr.shape
+        return (isinstance(src, ArrayShape) and isinstance(dst, ArrayShape)
+                and src.element_type.bit_width == dst.element_type.bit_width)
+    return (op in ELEMENTWISE_UNARY or op in ELEMENTWISE_BINARY or op in ELEMENTWISE_TERNARY
+            or op in (Opcode.MAP, Opcode.RNG))
+
+
+def is_custom_call(instr: Instruction, *targets: str) -> bool:
+    return instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in targets
+
+
+def is_passthrough_custom_call(instr: Instruction) -> bool:
+    if is_custom_call(instr, *PASSTHROUGH_TARGETS):
+        return True
+    if (len(instr.operands) != 1 or not isinstance(instr.shape, ArrayShape)
+            or not isinstance(instr.operands[0].shape, ArrayShape)
+            or instr.operands[0].shape.rank != instr.shape.rank):
+        return False
+    return is_custom_call(instr, *SAME_RANK_PASSTHROUGH_TARGETS)
+
+
+def same_dims(a: Shape, b: Shape) -> bool:
+    """XLA's ShapeUtil::CompatibleIgnoringElementType."""
+    if a.is_tuple != b.is_tuple:
+        return False
+    if a.is_tuple:
+        return len(a.elements) == len(b.elements) and all(same_dims(x, y) for x, y in zip(a.elements, b.elements))
+    return tuple(a.dims) == tuple(b.dims)
+
+
+def is_spatial(ctx: PropagationContext, instr: Instruction) -> bool:
+    return su.is_spatially_partitioned(ctx.sharding(instr))
+
+
+# Ops propagation crosses at aggressiveness 0 (besides elementwise ones and Sharding calls).
+_LEVEL0 = frozenset({
+    Opcode.TRANSPOSE, Opcode.RESHAPE, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.WHILE,
+    Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.OPTIMIZATION_BARRIER, Opcode.CONCATENATE,
+    Opcode.CALL, Opcode.COPY})
+
+
+def passes_at_level(instr: Instruction, aggressiveness: int) -> bool:
+    """XLA's CanPropagateThroughAtAggressiveLevel."""
+    if (aggressiveness < 1 and not (is_elementwise(instr) or is_custom_call(instr, SHARDING))
+            and instr.opcode not in _LEVEL0):
+        return False
+    if aggressiveness < 2 and instr.opcode is Opcode.BROADCAST:
+        return False
+    return True
+
+
+_SPATIAL = frozenset({
+    Opcode.BROADCAST, Opcode.CONCATENATE, Opcode.CONDITIONAL, Opcode.CONSTANT, Opcode.CONVOLUTION,
+    Opcode.OPTIMIZATION_BARRIER, Opcode.DOT, Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE,
+    Opcode.GATHER, Opcode.GET_TUPLE_ELEMENT, Opcode.INFEED, Opcode.IOTA, Opcode.PAD,
+    Opcode.REDUCE_WINDOW, Opcode.RESHAPE, Opcode.SCATTER, Opcode.SELECT_AND_SCATTER, Opcode.SLICE,
+    Opcode.SORT, Opcode.TRANSPOSE, Opcode.TUPLE, Opcode.WHILE, Opcode.REDUCE, Opcode.RNG_BIT_GENERATOR,
+    Opcode.REVERSE})
+
+
+def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_output: bool,
+                                  allow_parameters: bool) -> bool:
+    """XLA's SupportSpatialPartitioning: may `instr` receive a propagated sharding at all.
+    `in_called`: its computation is a while body / branch / call body linked to a caller."""
+    comp = instr.parent
+    if comp.root is instr and not in_called and not (comp.is_entry and allow_output):
+        return False  # the root of a computation no caller links (a reducer, a condition)
+    if is_elementwise(instr):
+        return True
+    op = instr.opcode
+    if op in _SPATIAL:
+        return True
+    if op in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER):
+        return instr.channel_id is None
+    if op is Opcode.PARAMETER:
+        return allow_parameters or in_called
+    if op is Opcode.CUSTOM_CALL:
+        return is_custom_call(instr, BARRIER_FROM, BARRIER_TO) or is_passthrough_custom_call(instr)
+    return False
+
+
+_FIRST_OPERAND = frozenset({
+    Opcode.MAP, Opcode.PAD, Opcode.POWER, Opcode.OPTIMIZATION_BARRIER, Opcode.REVERSE, Opcode.SLICE,
+    Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_ARITHMETIC, Opcode.SHIFT_RIGHT_LOGICAL})
+_ANY_OPERAND = (ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | frozenset({
+    Opcode.CONCATENATE, Opcode.COPY, Opcode.ALL_GATHER, Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER,
+    Opcode.ALL_TO_ALL, Opcode.COLLECTIVE_BROADCAST, Opcode.COLLECTIVE_PERMUTE, Opcode.TOPK, Opcode.SORT,
+    Opcode.WHILE})) - _FIRST_OPERAND
+
+
+def representative_operand(ctx: PropagationContext, instr: Instruction) -> Instruction | None:
+    """XLA's PickRepresentativeOperand: the operand an op copies its sharding from — the first
+    (slice, pad, reverse, map, ...), the most specific one (elementwise, concatenate, sort), or
+    none (ops that move dims)."""
+    op = instr.opcode
+    if op in _FIRST_OPERAND:
+        return instr.operands[0] if ctx.sharding(instr.operands[0]) is not None else None
+    if op in _ANY_OPERAND:
+        best, best_s = None, None
+        for operand in instr.operands:
+            s = ctx.sharding(operand)
+            if s is not None and (best is None or _comparable(s, best_s) and su.is_more_specific(s, best_s)):
+                best, best_s = operand, s
+        return best
+    if op is Opcode.CUSTOM_CALL and is_passthrough_custom_call(instr):
+        return instr.operands[0]
+    return None
+
+
+def _comparable(a: Sharding, b: Sharding) -> bool:
+    return (a.kind is ShardingKind.TUPLE) == (b.kind is ShardingKind.TUPLE)
+
+
+# ------------------------------------------------------------ forward rules --
+ForwardRule = Callable[[PropagationContext, Instruction], bool]
+FORWARD: dict[Opcode, ForwardRule] = {}
+
+
+def forward(*opcodes: Opcode):
+    def register(fn: ForwardRule) -> ForwardRule:
+        for op in opcodes:
+            FORWARD[op] = fn
+        return fn
+    return register
+
+
+def _single_user(ctx: PropagationContext, instr: Instruction) -> bool:
+    """XLA lets an op with one (non-root) user take an incompatible operand sharding."""
+    return ctx.non_root_users(instr) == 1
+
+
+@forward(Opcode.GET_TUPLE_ELEMENT)
+def _gte_forward(ctx, instr):
+    operand = instr.operands[0]
+    if not is_spatial(ctx, operand):
+        return False
+    s = su.sub_sharding(operand.shape, ctx.sharding(operand), instr.attr("index"))
+    if su.is_manual(s):
+        ctx.set_sharding(instr, s)
+        return True
+    return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.TUPLE)
+def _tuple_forward(ctx, instr):
+    """Each element takes its operand's sharding when that is more specific than what the
+    tuple has (a tuple without a sharding counts as replicated)."""
+    if not any(is_spatial(ctx, o) for o in instr.operands):
+        return False
+    current = ctx.sharding(instr)
+    had = current is not None
+    leaves = su.leaves_of(current, instr.shape) if had else [su.replicated()] * len(instr.shape.leaves())
+    index = 0
+    for operand in instr.operands:
+        s = ctx.sharding(operand)
+        n = len(operand.shape.leaves()) if operand.shape.is_tuple else 1
+        if s is not None:
+            for j, leaf in enumerate(su.leaves_of(s, operand.shape)):
+                if not had or su.is_more_specific(leaf, leaves[index + j]):
+                    leaves[index + j] = leaf
+        index += n
+    new = su.tuple_sharding(leaves)
+    if not had or new != current:
+        ctx.set_sharding(instr, new)
+        return True
+    return False
+
+
+def _maybe_tuple(instr: Instruction, s: Sharding) -> Sharding:
+    return su.single(instr.shape, s) if instr.shape.is_tuple else s
+
+
+@forward(Opcode.REDUCE)
+def _reduce_forward(ctx, instr):
+    """Reduced dims drop out; their devices become replicas (variadic reduces share one sharding)."""
+    n = len(instr.operands) // 2
+    dims = instr.dimensions
+    changed = False
+    aggressive = _single_user(ctx, instr)
+    for operand in instr.operands[:n]:
+        if not is_spatial(ctx, operand):
+            continue
+        s = ctx.sharding(operand)
+        if su.is_replicated(s):
+            changed |= ctx.improve(_maybe_tuple(instr, su.replicate_all_data_dims(s)), instr, aggressive=aggressive)
+            continue
+        partial = su.replicate_dims(s, dims)
+        if su.is_replicated(partial):
+            changed |= ctx.improve(_maybe_tuple(instr, partial), instr, aggressive=aggressive)
+            continue
+        changed |= ctx.improve(_maybe_tuple(instr, su.remove_dims(partial, dims)), instr, aggressive=aggressive)
+    return changed
+
+
+@forward(Opcode.BROADCAST)
+def _broadcast_forward(ctx, instr):
+    """Only at the highest level: a broadcast's result usually wants its users' sharding, and
+    taking its operand's early would force a reshard after it."""
+    if ctx.aggressiveness < 3:
+        return False
+    operand = instr.operands[0]
+    s = ctx.sharding(operand)
+    if not is_spatial(ctx, operand) or su.is_replicated(s) or s.kind is not ShardingKind.TILED:
+        return False
+    dims = instr.dimensions
+    tiles = [s.tile_dims[dims.index(i)] if i in dims else 1 for i in range(instr.shape.rank)]
+    tiles += list(s.tile_dims[s.data_rank:])
+    new = su.same_kind_subgroup(s, su.arr(s).reshape(tiles))
+    return ctx.improve(new, instr, aggressive=_single_user(ctx, instr))
+
+
+def _concat_operand_passes_early(ctx, operand: Instruction) -> bool:
+    """XLA lets a concatenate take a sharding at level 0 only for stacked parameters
+    (reshape of a parameter or tuple element, already tiled)."""
+    s = ctx.sharding(operand)
+    return (su.is_spatially_partitioned(s) and su.num_tiles(s) > 1 and operand.opcode is Opcode.RESHAPE
+            and operand.operands[0].opcode in (Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT))
+
+
+@forward(Opcode.CONCATENATE)
+def _concatenate_forward(ctx, instr):
+    operand = representative_operand(ctx, instr)
+    if operand is None or not is_spatial(ctx, operand):
+        return False
+    if ctx.aggressiveness == 0:
+        for o in instr.operands:
+            if not _concat_operand_passes_early(ctx, o):
+                return False
+            s = ctx.sharding(o)
+            if any(s.tile_dims[d] > 1 for d in instr.dimensions):
+                return False
+    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.TRANSPOSE)
+def _transpose_forward(ctx, instr):
+    operand = instr.operands[0]
+    if not is_spatial(ctx, operand):
+        return False
+    return ctx.improve(su.transpose(ctx.sharding(operand), instr.dimensions), instr,
+                       aggressive=_single_user(ctx, instr))
+
+
+def wide_window_dims(instr: Instruction, operand: Instruction) -> list[int]:
+    """Dims whose window spans more than half of the dim (JAX's cumsum on the CPU is a
+    reduce-window as wide as the dim).
+
+    Deliberate difference from XLA, which carries such a dim's tiling into the op: our
+    partitioner (handlers/reduce_window.py, halo.py) would then gather the dim, compute, and
+    slice the result for nothing; a halo exchange only beats a gather when the window spans
+    at most half the dim, so the tiling of these dims stays behind (a remark says so)."""
+    window = instr.window
+    if window is None:
+        return []
+    dims = operand.shape.dims
+    return [d for d, w in enumerate(window.dimensions)
+            if w.size > 1 and 2 * ((w.size - 1) * w.rhs_dilation + 1) > dims[d]]
+
+
+def _windowed(ctx, instr: Instruction, operand: Instruction, s: Sharding) -> Sharding:
+    wide = [d for d in wide_window_dims(instr, operand) if s.kind is ShardingKind.TILED and s.tile_dims[d] > 1]
+    if not wide:
+        return s
+    ctx.remark(instr, f"dims {wide} keep no tiling: their window spans more than half the dim, where "
+                      "the partitioner's halo exchange cannot beat a gather (XLA would carry it)")
+    return su.replicate_dims(s, wide)
+
+
+@forward(Opcode.REDUCE_WINDOW)
+def _reduce_window_forward(ctx, instr):
+    """Inputs' shardings carry over whole (the partitioner exchanges halos); not with dilation."""
+    window = instr.window
+    if window is not None and any(w.lhs_dilation > 1 or w.rhs_dilation > 1 for w in window.dimensions):
+        return False
+    changed = False
+    for operand in instr.operands[:len(instr.operands) // 2]:
+        if is_spatial(ctx, operand):
+            s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+            changed |= ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
+    return changed
+
+
+@forward(Opcode.SELECT_AND_SCATTER)
+def _select_and_scatter_forward(ctx, instr):
+    operand = instr.operands[0]
+    if not is_spatial(ctx, operand):
+        return False
+    window = instr.window
+    if window is not None and any(w.lhs_dilation > 1 for w in window.dimensions):
+        return False
+    s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+    return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.RESHAPE)
+def _reshape_forward(ctx, instr):
+    operand = instr.operands[0]
+    if not is_spatial(ctx, operand):
+        return False
+    s = su.propagate_through_reshape(operand.shape, instr.shape, ctx.sharding(operand))
+    return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.REVERSE)
+def _reverse_forward(ctx, instr):
+    operand = instr.operands[0]
+    if not is_spatial(ctx, operand):
+        return False
+    return ctx.improve(su.reverse(ctx.sharding(operand), instr.dimensions), instr,
+                       aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.PARAMETER)
+def _parameter_forward(ctx, instr):
+    """A branch or call body's parameter takes the sharding of the operand passed to it (a while
+    body's parameter is linked to the loop instead, see the pass)."""
+    caller = ctx.caller_of(instr)
+    if caller is None:
+        return False
+    if caller.opcode is Opcode.CONDITIONAL:
+        for i, branch in enumerate(caller.called_computations()):
+            if branch is instr.parent:
+                s = ctx.sharding(caller.operands[i + 1])
+                return s is not None and ctx.improve(s, instr)
+        return False
+    if caller.opcode is Opcode.CALL:
+        s = ctx.sharding(caller.operands[instr.parameter_number])
+        return s is not None and ctx.improve(s, instr)
+    return False
+
+
+def sort_dimension(instr: Instruction) -> int:
+    return (instr.dimensions or (0,))[0]
+
+
+def sort_sharding_movable(s: Sharding, shape: ArrayShape, sort_dim: int) -> bool:
+    """A sharding split on the sort dim can still be used when some other dim is whole and
+    longer than 1: the partitioner moves the split there (XLA's IsSortOperandShardingMovable)."""
+    if shape.rank < 2 or s.kind is not ShardingKind.TILED or s.tile_dims[sort_dim] == 1:
+        return False
+    return any(d != sort_dim and s.tile_dims[d] == 1 and shape.dims[d] != 1 for d in range(shape.rank))
+
+
+@forward(Opcode.SORT)
+def _sort_forward(ctx, instr):
+    operand = representative_operand(ctx, instr)
+    if operand is None or not is_spatial(ctx, operand):
+        return False
+    s = ctx.sharding(operand)
+    dim = sort_dimension(instr)
+    if s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1 and not sort_sharding_movable(s, operand.shape, dim):
+        return False
+    return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
+def _dynamic_slice_forward(ctx, instr):
+    """A dynamic-slice takes its operand's sharding (a dynamic-update-slice its update's), with
+    the split dims it cuts replicated — not at level 0, where such a split stops it; a
+    dynamic-update-slice also takes its base operand's sharding whole."""
+    is_ds = instr.opcode is Opcode.DYNAMIC_SLICE
+    operand = instr.operands[0] if is_ds else instr.operands[1]
+    s = ctx.sharding(operand)
+    cut: list[int] = []
+    if su.is_spatially_partitioned(s) and s.kind is ShardingKind.TILED:
+        cut = [i for i in range(instr.shape.rank)
+               if s.tile_dims[i] > 1 and instr.shape.dims[i] != operand.shape.dims[i]]
+    if ctx.aggressiveness == 0 and cut:
+        return False
+    changed = False
+    if su.is_spatially_partitioned(s):
+        changed |= ctx.improve(su.replicate_dims(s, cut), instr, aggressive=_single_user(ctx, instr))
+    if not is_ds and is_spatial(ctx, instr.operands[0]):
+        changed |= ctx.improve(ctx.sharding(instr.operands[0]), instr)
+    return changed
+
+
+@forward(Opcode.WHILE)
+def _while_forward(ctx, instr):
+    s = ctx.sharding(instr.operands[0])
+    if s is None:
+        return False
+    current = ctx.sharding(instr)
+    if current is not None and current.kind is s.kind:
+        _, s = su.merge(current, s, ctx.may_combine)
+    return ctx.improve(s, instr)
+
+
+@forward(Opcode.CUSTOM_CALL)
+def _custom_call_forward(ctx, instr):
+    if is_custom_call(instr, BARRIER_FROM):
+        return False  # nothing crosses a barrier-from forward
+    if is_custom_call(instr, BARRIER_TO):
+        s = ctx.sharding(instr.operands[0])
+        return s is not None and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+    operand = representative_operand(ctx, instr)
+    if operand is None or not is_spatial(ctx, operand):
+        return False
+    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+
+
+def default_forward(ctx: PropagationContext, instr: Instruction) -> bool:
+    """Elementwise ops merge every operand's sharding (from level 1); other ops copy their
+    representative operand's (slice and pad keep it whole: the partitioner handles the cut)."""
+    if is_elementwise(instr) and ctx.may_combine:
+        changed = False
+        for operand in instr.operands:
+            if not is_spatial(ctx, operand):
+                continue
+            s = ctx.sharding(operand)
+            if instr.opcode is Opcode.RNG:
+                changed |= ctx.improve(su.replicate_all_data_dims(s, instr.shape.rank), instr,
+                                       aggressive=_single_user(ctx, instr))
+                continue
+            changed |= ctx.improve(s, instr, aggressive=len(instr.operands) == 1 and _single_user(ctx, instr))
+        return changed
+    operand = representative_operand(ctx, instr)
+    if operand is None or not is_spatial(ctx, operand):
+        return False
+    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+
+
+# ---------------------------------------------------------- from-user rules --
+UserRule = Callable[[PropagationContext, Instruction, Instruction], Optional[Sharding]]
+FROM_USER: dict[Opcode, UserRule] = {}
+
+
+def from_user(*opcodes: Opcode):
+    def register(fn: UserRule) -> UserRule:
+        for op in opcodes:
+            FROM_USER[op] = fn
+        return fn
+    return register
+
+
+@from_user(Opcode.BROADCAST)
+def _broadcast_backward(ctx, instr, user):
+    """The operand keeps the tiling of the dims it maps to; new dims' devices become replicas."""
+    s = ctx.sharding(user)
+    if su.is_replicated(s) or su.is_manual(s):
+        return s
+    if s.kind is not ShardingKind.TILED:
+        return None
+    new = [i for i in range(user.shape.rank) if i not in user.dimensions]
+    return su.remove_dims(su.replicate_dims(s, new), new)
+
+
+@from_user(Opcode.CONCATENATE)
+def _concatenate_backward(ctx, instr, user):
+    if ctx.aggressiveness == 0:
+        return None
+    return ctx.sharding(user)
+
+
+@from_user(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
+def _dynamic_slice_backward(ctx, instr, user):
+    """The sliced operand (or a dynamic-update-slice's base and update) takes the slice's
+    sharding as is; the index operands nothing."""
+    if ctx.aggressiveness == 0:
+        return None
+    s = ctx.sharding(user)
+    if su.is_replicated(s):
+        return s
+    if user.opcode is Opcode.DYNAMIC_UPDATE_SLICE and instr is user.operands[0]:
+        return s
+    operand = user.operands[0] if user.opcode is Opcode.DYNAMIC_SLICE else user.operands[1]
+    return s if instr is operand else None
+
+
+@from_user(Opcode.REDUCE_WINDOW)
+def _reduce_window_backward(ctx, instr, user):
+    n = len(user.operands) // 2
+    inputs = user.operands[:n]
+    if instr not in inputs:
+        return None
+    s = ctx.sharding(user)
+    if user.shape.is_tuple:
+        return su.sub_sharding(user.shape, s, inputs.index(instr))
+    return s
+
+
+@from_user(Opcode.RESHAPE)
+def _reshape_backward(ctx, instr, user):
+    return su.propagate_through_reshape(user.shape, instr.shape, ctx.sharding(user))
+
+
+@from_user(Opcode.PAD)
+def _pad_backward(ctx, instr, user):
+    return ctx.sharding(user) if instr is user.operands[0] else None
+
+
+@from_user(Opcode.SLICE)
+def _slice_backward(ctx, instr, user):
+    return ctx.sharding(user)
+
+
+@from_user(Opcode.TRANSPOSE)
+def _transpose_backward(ctx, instr, user):
+    perm = user.dimensions
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return su.transpose(ctx.sharding(user), inverse)
+
+
+@from_user(Opcode.TUPLE)
+def _tuple_backward(ctx, instr, user):
+    """The element's sharding; an operand used twice takes the more specific of its elements."""
+    s = ctx.sharding(user)
+    indices = [i for i, o in enumerate(user.operands) if o is instr]
+    best = su.sub_sharding(user.shape, s, indices[0])
+    for i in indices[1:]:
+        alt = su.sub_sharding(user.shape, s, i)
+        if _comparable(alt, best) and su.is_more_specific(alt, best):
+            best = alt
+    return best
+
+
+@from_user(Opcode.GET_TUPLE_ELEMENT)
+def _gte_backward(ctx, instr, user):
+    """The tuple's sharding with the element's leaves replaced (others kept, or replicated)."""
+    index = user.attr("index")
+    us = ctx.sharding(user)
+    start, count = su.leaf_range(instr.shape, index)
+    current = ctx.sharding(instr)
+    if user.shape.is_tuple:
+        if us.kind is not ShardingKind.TUPLE or not us.elements:
             return None
-        return TileMap.from_sharding(sharding, self.num_devices, rank)
+        fill = su.replicate_all_data_dims(us.elements[0])
+        new_leaves = list(us.elements)
+    else:
+        fill = su.replicate_all_data_dims(us)
+        new_leaves = [us]
+    leaves = su.leaves_of(current, instr.shape) if current is not None else [fill] * len(instr.shape.leaves())
+    leaves[start:start + count] = new_leaves[:count]
+    return su.tuple_sharding(leaves)
 
 
-def num_leaves(shape: Shape) -> int:
-    return len(shape.leaves())
-
-
-def leaf_offset(shape: Shape, index: int) -> tuple[int, int]:
-    """(first leaf, leaf count) of tuple element `index` of `shape`."""
-    start = sum(num_leaves(e) for e in shape.elements[:index])
-    return start, num_leaves(shape.elements[index])
-
-
-def specificity(sharding: Sharding | None) -> int:
-    """How much a sharding says: unknown < replicated < more tiles < manual / maximal."""
-    if sharding is None:
-        return -1
-    if sharding.kind is ShardingKind.TILED:
-        norm = sharding.normalized()
-        return max(1, _tiles(norm)) if norm.kind is ShardingKind.TILED else specificity(norm)
-    if sharding.kind in (ShardingKind.MANUAL, ShardingKind.MAXIMAL):
-        return 1 << 30
-    return 1
-
-
-def _tiles(sharding: Sharding) -> int:
-    n = 1
-    for t in sharding.data_tile_dims:
-        n *= t
-    return n
-
-
-def _opaque(sharding: Sharding | None) -> bool:
-    """Shardings that cross every op unchanged: fully manual and maximal."""
-    return sharding is not None and sharding.kind in (ShardingKind.MANUAL, ShardingKind.MAXIMAL)
-
-
-def combine(candidates: list[Sharding | None], rank: int, ctx: RuleContext) -> Sharding | None:
-    """The most tiled candidate, refined by every other one it merges with."""
-    present = [c for c in candidates if c is not None]
-    if not present:
+@from_user(Opcode.REDUCE)
+def _reduce_backward(ctx, instr, user):
+    """The reduced dims come back untiled; merged with the other inputs' shardings when they fit."""
+    if not isinstance(instr.shape, ArrayShape) or instr.shape.rank == 0:
         return None
-    for c in present:
-        if _opaque(c):
-            return c
-    maps = [m for m in (ctx.tile_map(c, rank) for c in present) if m is not None]
-    if not maps:
-        return None
-    maps.sort(key=lambda m: -m.num_tiles)
-    best = maps[0]
-    for other in maps[1:]:
-        merged = best.merge(other)
-        if merged is not None:
-            best = merged
-    return best.to_sharding()
-
-
-def _through(sharding: Sharding | None, in_rank: int, out_rank: int, source: dict[int, int],
-             ctx: RuleContext) -> Sharding | None:
-    """Move `sharding` from an array of rank `in_rank` to one of `out_rank`: out dim i takes in dim source[i]."""
-    if _opaque(sharding):
-        return sharding
-    tm = ctx.tile_map(sharding, in_rank)
-    return None if tm is None else tm.remap(out_rank, source).to_sharding()
-
-
-def _rank(instr: Instruction) -> int:
-    return instr.shape.rank if isinstance(instr.shape, ArrayShape) else -1
-
-
-def _same_dims(a: Shape, b: Shape) -> bool:
-    return isinstance(a, ArrayShape) and isinstance(b, ArrayShape) and a.dims == b.dims
-
-
-# -------------------------------------------------------------------- rules --
-class Rule:
-    def forward(self, instr: Instruction, operands: list[Leaves], ctx: RuleContext) -> Leaves | None:
-        return None
-
-    def backward(self, instr: Instruction, index: int, result: Leaves, ctx: RuleContext) -> Leaves | None:
-        return None
-
-
-class ArrayRule(Rule):
-    """A rule between array operands and an array result, dimension by dimension."""
-
-    def forward(self, instr, operands, ctx):
-        if not isinstance(instr.shape, ArrayShape):
-            return None
-        cands = [self.to_result(instr, i, leaves[0], ctx) for i, leaves in enumerate(operands)
-                 if len(leaves) == 1 and isinstance(instr.operands[i].shape, ArrayShape)]
-        out = combine(cands, instr.shape.rank, ctx)
-        return None if out is None else [out]
-
-    def backward(self, instr, index, result, ctx):
-        if not isinstance(instr.shape, ArrayShape) or not isinstance(instr.operands[index].shape, ArrayShape):
-            return None
-        out = self.to_operand(instr, index, result[0], ctx)
-        return None if out is None else [out]
-
-    def to_result(self, instr, index, sharding, ctx) -> Sharding | None:
-        """Dims of the result that operand `index` determines: {result dim: operand dim}."""
-        m = self.dim_map(instr, index)
-        return None if m is None else _through(sharding, instr.operands[index].shape.rank, instr.shape.rank, m, ctx)
-
-    def to_operand(self, instr, index, sharding, ctx) -> Sharding | None:
-        m = self.dim_map(instr, index)
-        if m is None:
-            return None
-        inverse = {src: out for out, src in m.items()}
-        return _through(sharding, instr.shape.rank, instr.operands[index].shape.rank, inverse, ctx)
-
-    def dim_map(self, instr: Instruction, index: int) -> dict[int, int] | None:
-        return None
-
-
-class Elementwise(ArrayRule):
-    """Same shape in and out: every dimension carries over.  Scalar operands (select's
-    predicate, clamp's bounds) say nothing and are told nothing."""
-
-    def dim_map(self, instr, index):
-        if not _same_dims(instr.operands[index].shape, instr.shape):
-            return None
-        return {d: d for d in range(instr.shape.rank)}
-
-
-class BitcastConvert(ArrayRule):
-    """Same shape, or — when the element width changes — one minor dim more or less (the
-    ratio of the widths): the dims both shapes share carry over, the minor one stays whole."""
-
-    def dim_map(self, instr, index):
-        shared = min(instr.shape.rank, instr.operands[0].shape.rank)
-        if instr.shape.dims[:shared] != instr.operands[0].shape.dims[:shared]:
-            return None
-        return {d: d for d in range(shared)}
-
-
-class KeepDims(ArrayRule):
-    """Same rank in and out; only the dims `kept(instr, index)` carry their tiling."""
-
-    def __init__(self, kept: Callable[[Instruction, int], list[int] | None]):
-        self.kept = kept
-
-    def dim_map(self, instr, index):
-        dims = self.kept(instr, index)
-        return None if dims is None else {d: d for d in dims}
-
-
-class Broadcast(ArrayRule):
-    def dim_map(self, instr, index):
-        return {out: i for i, out in enumerate(instr.dimensions)}
-
-
-class Transpose(ArrayRule):
-    def dim_map(self, instr, index):
-        return {i: p for i, p in enumerate(instr.dimensions)}
-
-
-class Reshape(ArrayRule):
-    def to_result(self, instr, index, sharding, ctx):
-        return self._move(sharding, instr.operands[0].shape, instr.shape, ctx)
-
-    def to_operand(self, instr, index, sharding, ctx):
-        return self._move(sharding, instr.shape, instr.operands[0].shape, ctx)
-
-    @staticmethod
-    def _move(sharding, src: ArrayShape, dst: ArrayShape, ctx):
-        if _opaque(sharding):
-            return sharding
-        tm = ctx.tile_map(sharding, src.rank)
-        if tm is None or src.element_count != dst.element_count:
-            return None
-        return reshape_tile_map(tm, src.dims, dst.dims).to_sharding()
-
-
-class Dot(ArrayRule):
-    """Result dims: batch, lhs free, rhs free.  Contracting dims of an operand are dropped
-    (their devices hold partial sums, i.e. replicas of the result)."""
-
-    def dim_map(self, instr, index):
-        lhs, rhs = instr.operands[0].shape, instr.operands[1].shape
-        dd = instr.dot_dimensions
-        lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
-        lfree = [d for d in range(lhs.rank) if d not in lb and d not in lc]
-        rfree = [d for d in range(rhs.rank) if d not in rb and d not in rc]
-        if index == 0:
-            m = {k: d for k, d in enumerate(lb)}
-            m.update({len(lb) + k: d for k, d in enumerate(lfree)})
-        else:
-            m = {k: d for k, d in enumerate(rb)}
-            m.update({len(lb) + len(lfree) + k: d for k, d in enumerate(rfree)})
-        return m
-
-    def backward(self, instr, index, result, ctx):
-        """The operand's batch and free dims from the result, its contracting dims from the
-        other operand (so both sides of a contraction agree and no operand is resharded)."""
-        own = super().backward(instr, index, result, ctx)
-        other = 1 - index
-        other_leaves = ctx.current(instr.operands[other])
-        dd = instr.dot_dimensions
-        this_c = dd.lhs_contracting if index == 0 else dd.rhs_contracting
-        other_c = dd.lhs_contracting if other == 0 else dd.rhs_contracting
-        contracting = None
-        if other_leaves and other_leaves[0] is not None:
-            contracting = _through(other_leaves[0], instr.operands[other].shape.rank,
-                                   instr.operands[index].shape.rank, dict(zip(this_c, other_c)), ctx)
-        out = combine([own[0] if own else None, contracting], instr.operands[index].shape.rank, ctx)
-        return None if out is None else [out]
-
-
-class Convolution(ArrayRule):
-    """Input batch and spatial dims <-> output batch and spatial dims; kernel output feature
-    <-> output feature.  Grouped convolutions only carry the batch dim."""
-
-    def dim_map(self, instr, index):
-        labels = instr.conv_labels
-        if labels is None:
-            return None
-        grouped = instr.attr("feature_group_count", 1) != 1 or instr.attr("batch_group_count", 1) != 1
-        if index == 0:
-            m = {labels.output_batch: labels.input_batch}
-            if not grouped:
-                m.update(dict(zip(labels.output_spatial, labels.input_spatial)))
-            return m
-        if grouped:
-            return {}
-        return {labels.output_feature: labels.kernel_output_feature}
-
-
-class Reduce(Rule):
-    """Reduced dims are dropped; inputs may be variadic (tuple result)."""
-
-    @staticmethod
-    def _kept(instr) -> list[int]:
-        reduced = instr.dimensions
-        return [d for d in range(instr.operands[0].shape.rank) if d not in reduced]
-
-    def forward(self, instr, operands, ctx):
-        n = len(instr.operands) // 2
-        kept = self._kept(instr)
-        rank = instr.operands[0].shape.rank
-        cands = [_through(leaves[0], rank, len(kept), dict(enumerate(kept)), ctx)
-                 for leaves in operands[:n] if leaves and leaves[0] is not None]
-        out = combine(cands, len(kept), ctx)
-        return None if out is None else [out] * n
-
-    def backward(self, instr, index, result, ctx):
-        n = len(instr.operands) // 2
-        if index >= n:
-            return [Sharding.replicated()]
-        kept = self._kept(instr)
-        rank = instr.operands[0].shape.rank
-        best = combine(list(result), len(kept), ctx)
-        out = _through(best, len(kept), rank, {d: k for k, d in enumerate(kept)}, ctx)
-        return None if out is None else [out]
-
-
-class Tuple(Rule):
-    def forward(self, instr, operands, ctx):
-        return [s for leaves in operands for s in leaves]
-
-    def backward(self, instr, index, result, ctx):
-        start, count = leaf_offset(instr.shape, index)
-        return list(result[start:start + count])
-
-
-class GetTupleElement(Rule):
-    def forward(self, instr, operands, ctx):
-        start, count = leaf_offset(instr.operands[0].shape, instr.attr("index"))
-        return list(operands[0][start:start + count])
-
-    def backward(self, instr, index, result, ctx):
-        shape = instr.operands[0].shape
-        start, count = leaf_offset(shape, instr.attr("index"))
-        leaves: Leaves = [None] * num_leaves(shape)
-        leaves[start:start + count] = result
-        return leaves
-
-
-class LeafPassThrough(Rule):
-    """Result leaf i is operand leaf i (opt-barrier; while's operand and result)."""
-
-    def forward(self, instr, operands, ctx):
-        return [s for leaves in operands for s in leaves]
-
-    def backward(self, instr, index, result, ctx):
-        start = sum(num_leaves(o.shape) for o in instr.operands[:index])
-        return list(result[start:start + num_leaves(instr.operands[index].shape)])
-
-
-class Sort(Rule):
-    """All operands and results share a shape; the sorted dimension loses its tiling."""
-
-    def _kept_map(self, instr):
-        dim = (instr.dimensions or (0,))[0]
-        return {d: d for d in range(instr.operands[0].shape.rank) if d != dim}
-
-    def forward(self, instr, operands, ctx):
-        rank = instr.operands[0].shape.rank
-        m = self._kept_map(instr)
-        out = combine([_through(l[0], rank, rank, m, ctx) for l in operands if l], rank, ctx)
-        return None if out is None else [out] * num_leaves(instr.shape)
-
-    def backward(self, instr, index, result, ctx):
-        rank = instr.operands[0].shape.rank
-        out = combine([_through(s, rank, rank, self._kept_map(instr), ctx) for s in result], rank, ctx)
-        return None if out is None else [out]
-
-
-class Gather(ArrayRule):
-    """Operand dims taken whole (passthrough) -> their offset dims; index batch dims -> batch dims."""
-
-    def dim_map(self, instr, index):
-        operand, indices = instr.operands[0].shape, instr.operands[1].shape
-        gd = instr.gather_dimensions
-        offset_dims = gd.offset_dims
-        collapsed = gd.collapsed_slice_dims
-        batching = gd.operand_batching_dims
-        sizes = gd.slice_sizes
-        out_rank = instr.shape.rank
-        if index == 0:
-            window = [d for d in range(operand.rank) if d not in collapsed and d not in batching]
-            return {offset_dims[k]: d for k, d in enumerate(window)
-                    if k < len(offset_dims) and sizes[d] == operand.dims[d]}
-        ivd = instr.attr("index_vector_dim", indices.rank)
-        index_batch = [d for d in range(indices.rank) if d != ivd]
-        out_batch = [d for d in range(out_rank) if d not in offset_dims]
-        return dict(zip(out_batch, index_batch))
-
-
-class Scatter(Rule):
-    """Result i ~ input i on the dims the updates cover whole; update window dims <-> those dims;
-    update scatter dims <-> index batch dims are not carried (they address data)."""
-
-    def _split(self, instr):
-        n = (len(instr.operands) - 1) // 2
-        return n, instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
-
-    def _window_map(self, instr) -> dict[int, int]:
-        """{operand dim: update dim} for operand dims the updates span in full."""
-        n, inputs, _, updates = self._split(instr)
-        operand, update = inputs[0].shape, updates[0].shape
-        sd = instr.scatter_dimensions
-        inserted, batching, uwd = sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims
-        window = [d for d in range(operand.rank) if d not in inserted and d not in batching]
-        return {d: uwd[k] for k, d in enumerate(window)
-                if k < len(uwd) and update.dims[uwd[k]] == operand.dims[d]}
-
-    def forward(self, instr, operands, ctx):
-        n, inputs, _, updates = self._split(instr)
-        rank = inputs[0].shape.rank
-        wm = self._window_map(instr)
-        cands = [_through(l[0], rank, rank, {d: d for d in wm}, ctx) for l in operands[:n] if l]
-        cands += [_through(l[0], updates[0].shape.rank, rank, wm, ctx) for l in operands[n + 1:] if l]
-        out = combine(cands, rank, ctx)
-        return None if out is None else [out] * n
-
-    def backward(self, instr, index, result, ctx):
-        n, inputs, _, updates = self._split(instr)
-        rank = inputs[0].shape.rank
-        best = combine(list(result), rank, ctx)
-        wm = self._window_map(instr)
-        if index < n:
-            out = _through(best, rank, rank, {d: d for d in wm}, ctx)
-        elif index == n:
-            return None
-        else:
-            out = _through(best, rank, updates[0].shape.rank, {u: d for d, u in wm.items()}, ctx)
-        return None if out is None else [out]
-
-
-class ShardingAnnotation(Elementwise):
-    """custom-call "Sharding": fixed itself; tells its operand what it wants."""
-
-
-# ----------------------------------------------------------- kept-dim rules --
-def _slice_kept(instr, index):
-    if index != 0:
-        return None
-    spec = instr.attr("slice")
-    dims = instr.operands[0].shape.dims
-    return [d for d in range(len(dims))
-            if spec.starts[d] == 0 and spec.limits[d] == dims[d] and spec.strides[d] == 1]
-
-
-def _pad_kept(instr, index):
-    if index != 0:
-        return None
-    cfg = instr.attr("padding")
-    return [d for d, (lo, hi, interior) in enumerate(cfg.dimensions) if lo == hi == interior == 0]
-
-
-def _concat_kept(instr, index):
-    dim = (instr.dimensions or (0,))[0]
-    return [d for d in range(instr.shape.rank) if d != dim]
-
-
-def _reverse_kept(instr, index):
-    rev = instr.dimensions
-    return [d for d in range(instr.shape.rank) if d not in rev]
-
-
-def _dynamic_slice_kept(instr, index):
-    if index != 0:
-        return None
-    sizes = instr.attr("dynamic_slice_sizes", ())
-    dims = instr.operands[0].shape.dims
-    return [d for d in range(len(dims)) if sizes[d] == dims[d]]
-
-
-def _dus_kept(instr, index):
-    if index > 1:
-        return None
-    update = instr.operands[1].shape.dims
-    dims = instr.shape.dims
-    return [d for d in range(len(dims)) if update[d] == dims[d]]
-
-
-def _windowed_dims_kept(instr) -> list[int]:
-    """The dims of a windowed op's operand that carry a tiling through it: every dim with a
-    trivial window, and windowed dims without base dilation whose window spans at most half
-    the dim.  Those the partitioner runs locally after a halo exchange (handlers/
-    reduce_window.py), and the halo moves less than a gather for any tile count; a window as
-    wide as the dim (JAX's cumsum on the CPU is a reduce-window of the dim's full size) would
-    make it gather the dim, compute, and slice the result again for nothing."""
-    operand = instr.operands[0].shape
-    kept = []
-    for d, w in enumerate(instr.window.dimensions):
-        extent = (w.size - 1) * w.rhs_dilation + 1
-        if w.lhs_dilation == 1 and (w.size == 1 or 2 * extent <= operand.dims[d]):
-            kept.append(d)
-    return kept
-
-
-def _reduce_window_kept(instr, index):
-    """The inputs (not the init values) tile like the result, on `_windowed_dims_kept`."""
-    if index >= len(instr.operands) // 2:
-        return None
-    return _windowed_dims_kept(instr)
-
-
-def _select_and_scatter_kept(instr, index):
-    """The operand (index 0) and the source (index 1, shaped like the windowed result of
-    the forward reduce-window) tile like the result; the init value (index 2) is a scalar."""
-    if index >= 2:
-        return None
-    return _windowed_dims_kept(instr)
-
-
-# --------------------------------------------------------------- the table --
-ELEMENTWISE = Elementwise()
-
-RULES: dict[Opcode, Rule] = {
-    **{op: ELEMENTWISE for op in ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY},
-    Opcode.MAP: ELEMENTWISE,
-    Opcode.BITCAST_CONVERT: BitcastConvert(),
-    Opcode.ALL_REDUCE: ELEMENTWISE,
-    Opcode.COLLECTIVE_PERMUTE: ELEMENTWISE,
-    Opcode.BROADCAST: Broadcast(),
-    Opcode.TRANSPOSE: Transpose(),
-    Opcode.RESHAPE: Reshape(),
-    Opcode.BITCAST: Reshape(),
-    Opcode.DOT: Dot(),
-    Opcode.CONVOLUTION: Convolution(),
-    Opcode.REDUCE: Reduce(),
-    Opcode.TUPLE: Tuple(),
-    Opcode.GET_TUPLE_ELEMENT: GetTupleElement(),
-    Opcode.OPTIMIZATION_BARRIER: LeafPassThrough(),
-    Opcode.SORT: Sort(),
-    Opcode.GATHER: Gather(),
-    Opcode.SCATTER: Scatter(),
-    Opcode.SLICE: KeepDims(_slice_kept),
-    Opcode.PAD: KeepDims(_pad_kept),
-    Opcode.DYNAMIC_SLICE: KeepDims(_dynamic_slice_kept),
-    Opcode.DYNAMIC_UPDATE_SLICE: KeepDims(_dus_kept),
-    Opcode.CONCATENATE: KeepDims(_concat_kept),
-    Opcode.REVERSE: KeepDims(_reverse_kept),
-    Opcode.REDUCE_WINDOW: KeepDims(_reduce_window_kept),
-    Opcode.SELECT_AND_SCATTER: KeepDims(_select_and_scatter_kept),
-}
-
-# custom-call targets with a rule; other custom-calls propagate nothing.
-CUSTOM_CALL_RULES: dict[str, Rule] = {
-    "Sharding": ShardingAnnotation(),
-}
-
-NO_RULE = Rule()
-
-
-def rule_for(instr: Instruction) -> Rule:
-    if instr.opcode is Opcode.CUSTOM_CALL:
-        return CUSTOM_CALL_RULES.get(instr.custom_call_target or "", NO_RULE)
-    return RULES.get(instr.opcode, NO_RULE)
+    s = ctx.sharding(user)
+    if user.shape.is_tuple:
+        s = su.sub_sharding(user.shape, s, user.operands.index(instr))
+    if s.kind is ShardingKind.TILED:
+        dims = set(user.dimensions)
+        extra = len(s.tile_dims) - s.data_rank
+        target, nxt = [], 0
+        for i in range(instr.shape.rank + extra):
+            if i in dims:
+                target.append(1)
+            else:
+                target.append(s.tile_dims[nxt])
+                nxt += 1
+        s = su.same_kind_subgroup(s, su.arr(s).reshape(target))
+    n = len(user.operands) // 2
+    for operand in user.operands[:n]:
+        other = ctx.sharding(operand)
+        if operand is not instr and other is not None and not su.is_manual(other) and not su.is_manual(s):
+            merged = su.merge_if_compatible(other, su.num_tiles(s) + 1, s)
+            if merged is not None:
+                s = merged
+    return s
+
+
+@from_user(Opcode.SORT)
+def _sort_backward(ctx, instr, user):
+    s = ctx.sharding(user)
+    if s.kind is ShardingKind.TUPLE:
+        return su.sub_sharding(user.shape, s, user.operands.index(instr))
+    return s
+
+
+@from_user(Opcode.REVERSE)
+def _reverse_backward(ctx, instr, user):
+    return su.reverse(ctx.sharding(user), user.dimensions)
+
+
+@from_user(Opcode.CUSTOM_CALL)
+def _custom_call_backward(ctx, instr, user):
+    return ctx.sharding(user) if same_dims(instr.shape, user.shape) else None
+
+
+def default_from_user(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    """A user of the same dims (elementwise ops, copies, a while, a select's predicate) wants
+    its own sharding."""
+    return ctx.sharding(user) if same_dims(instr.shape, user.shape) else None
+
+
+# The dot, convolution, gather and scatter rules register themselves here.
+from hlo_passes.passes.spmd import propagation_dot as _dot  # noqa: E402,F401  (registers rules)
+from hlo_passes.passes.spmd import propagation_gather as _gather  # noqa: E402,F401  (registers rules)
+
+
+def forward_rule(instr: Instruction) -> ForwardRule:
+    return FORWARD.get(instr.opcode, default_forward)
+
+
+def user_rule(user: Instruction) -> UserRule:
+    return FROM_USER.get(user.opcode, default_from_user)

@@ -1,8 +1,8 @@
-"""sharding-propagation: give every instruction a sharding, starting from the user's.
+"""sharding-propagation: give instructions shardings, starting from the user's, as GSPMD does.
 
-JAX annotates parameters, `with_sharding_constraint`s (custom-call "Sharding"),
-the result, and shard_map boundaries; the SPMD partitioner needs a sharding on
-every instruction.  This pass fills the gaps, like XLA's ShardingPropagation:
+JAX annotates parameters, `with_sharding_constraint`s (custom-call "Sharding"), results and
+shard_map boundaries; the SPMD partitioner needs the rest.  This pass follows XLA's
+ShardingPropagation so that what we partition is what `jax.jit` partitions:
 
     %a = f32[16,8] parameter(0), sharding={devices=[4,1]<=[4]}
     %b = f32[8,4] parameter(1), sharding={replicated}
@@ -12,39 +12,72 @@ every instruction.  This pass fills the gaps, like XLA's ShardingPropagation:
     %d = ... dot(...), ..., sharding={devices=[4,1]<=[4]}
     %t = ... transpose(%d), ..., sharding={devices=[1,4]<=[4]}
 
-Shardy-form input (JAX's default) is first rewritten to the GSPMD form
-(`shardy_import.import_shardy`).  Then shardings flow forward (operands -> result)
-and backward (result -> operands) through per-opcode rules (propagation_rules.py)
-and across while / call / conditional boundaries, until nothing changes.  A value
-only ever takes a sharding with more tiles than it had (merging compatible
-candidates), so the walk ends, and the most tiled proposal wins when several
-compete.  Shardings present in the input are never changed.  What stays unknown
-is replicated (or, inside a shard_map body, manual).
+The algorithm (XLA's, in our words):
 
-Entry parameters and the root only receive propagated shardings when allowed:
-by the options, else by the module's `allow_spmd_sharding_propagation_to_parameters`
-/ `_to_output` attributes, else yes: JAX annotates every parameter and result
-whose sharding it knows, so a missing one means "unspecified".
+1. Annotations.  A `Sharding` custom-call gives its sharding to an unsharded operand (which
+   is then fixed too); one with `unspecified_dims` only fixes the other dims.  `shard_as N` /
+   `shard_like N` put values in groups; `ShardBarrierFrom/To` custom-calls stop propagation
+   forward / backward and disappear afterwards.  Shardings present in the input are fixed
+   ("provided"); so are the entry parameters and root unless the module allows propagation
+   to them.
+2. Four rounds of growing aggressiveness (0: only pass-through ops such as elementwise,
+   reshape, transpose, tuple, while; 1: every op, and compatible partial shardings merge;
+   2: broadcasts backward; 3: broadcasts forward).  Each round repeats, per computation
+   (callees first), shard groups → forward in post order → backward in reverse post order,
+   until nothing changes.  A value only takes a sharding that improves on its current one
+   (propagation_rules.PropagationContext.improve): more tiles, compatible with what it has.
+   A while, its body parameter and root and its condition parameter share one sharding; so do
+   a conditional and its branch roots, a call and its body root.
+3. `shard_as` groups settle on one common sharding, a last round runs at level 3, barriers go.
+4. Entry parameters and root leaves that propagation may not change get back their input
+   sharding (or none); those it may change become replicated when their sharding does not
+   divide their shape evenly (XLA's divisibility rule).
+
+What stays without a sharding keeps none (the partitioner replicates it), as in XLA.
+
+Entry parameters and the root receive propagated shardings only when the module allows it:
+by the pass options, else by the module's `allow_spmd_sharding_propagation_to_parameters` /
+`_to_output` header values (one value for all, or one per parameter / root tuple element);
+without them, not (XLA's default).  A JAX `.lower().as_text()` module does not record what
+JAX passes to the compiler: give `propagate-to-parameters` / `propagate-to-output` then.
+
+Where we differ from XLA on purpose: nothing in the propagation itself; the `Sharding`
+custom-calls stay custom-calls (option `keep-sharding-custom-calls`; XLA turns them into
+copies) and XLA's CSE-prevention mode is not offered.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
+from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.shape import Shape, TupleShape
+from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
-from hlo_passes.passes.spmd.propagation_rules import (Leaves, RuleContext, combine, num_leaves, rule_for,
-                                                      specificity)
+from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
+                                                      SHARDING, forward_rule, is_custom_call, passes_at_level,
+                                                      supports_spatial_partitioning, user_rule)
 from hlo_passes.passes.spmd.shardy_import import SDY_PREFIX, import_shardy
-from hlo_passes.passes.spmd.tile_map import TileMap
 
-# Ops whose called computations run once per element (reducers, comparators): not propagated into.
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
+_LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
+
+
+class PropagationError(PassFailed):
+    """An input propagation cannot work on (the message names the instruction): a bad
+    annotation, or annotations that disagree with the device count.  The command line reports
+    it as an input error (`error: FILE: ...`, exit 2), never with a traceback."""
+
+    def __init__(self, message: str):
+        super().__init__("input", message)
 
 
 @register_pass
@@ -52,46 +85,58 @@ class ShardingPropagation(ModulePass):
     """See the module docstring."""
 
     name = "sharding-propagation"
-    summary = "Give every instruction a sharding, propagated from the user's annotations"
+    summary = "Give instructions shardings, propagated from the user's annotations as GSPMD does"
 
     @dataclass(frozen=True)
     class Options:
         propagate_to_parameters: bool | None = option(
-            None, "entry parameters without a sharding may receive one (default: module attribute, else yes)")
+            None, "entry parameters without a sharding may receive one (default: the module's "
+                  "allow_spmd_sharding_propagation_to_parameters, else no)")
         propagate_to_output: bool | None = option(
-            None, "the entry root without a sharding may receive one (default: module attribute, else yes)")
+            None, "the entry root may receive a sharding (default: the module's "
+                  "allow_spmd_sharding_propagation_to_output, else no)")
         keep_sharding_custom_calls: bool = option(
-            True, "keep custom-call \"Sharding\" annotations (else they become copies)")
+            True, "keep custom-call \"Sharding\" annotations (else they become copies, as XLA does)")
+        propagate_metadata: bool = option(
+            False, "propagated shardings carry the op metadata of the sharding they came from "
+                   "(XLA's propagate_metadata)")
+        num_partitions: int = option(
+            0, "the device count every annotation must use (0: the module's num_partitions, else the "
+               "largest annotation's)")
 
     def run(self, module: Module) -> bool:
         changed = import_shardy(module)
         if changed:
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
-        walk = _Propagation(module, self._allow(module, "parameters"), self._allow(module, "output"), self)
-        changed |= walk.run()
+        if module.entry is None:
+            return changed
+        _check_device_count(module, self.options.num_partitions or module.num_partitions)
+        changed |= _detach_shard_alike(module)
+        flat = _Flat(module)
+        walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
+        walk.run()
+        changed |= flat.transfer(walk.state, self)
+        changed |= _remove_barriers(module)
         if not self.options.keep_sharding_custom_calls:
             changed |= _sharding_calls_to_copies(module)
         return changed
 
-    def _allow(self, module: Module, what: str) -> list[bool]:
-        """Per entry parameter / per root leaf: may propagation give it a sharding?"""
+    def _allowed(self, module: Module, what: str) -> list[bool]:
+        """XLA's allow_spmd_sharding_propagation_to_{what} vector: one flag for all, or one per
+        entry parameter / root tuple element."""
         flag = self.options.propagate_to_parameters if what == "parameters" else self.options.propagate_to_output
-        count = (len(module.entry.parameters) if what == "parameters"
-                 else num_leaves(module.entry.root.shape))
         if flag is not None:
-            return [flag] * count
+            return [bool(flag)]
         values = module.header_attr(f"allow_spmd_sharding_propagation_to_{what}")
-        if values is None:  # JAX leaves these unannotated exactly when it wants them propagated
-            return [True] * count
-        values = list(values) if isinstance(values, tuple) else [values]
-        if len(values) == 1:
-            return values * count
-        return values + [False] * (count - len(values))
+        if values is None:
+            return [False]
+        values = [bool(v) for v in (values if isinstance(values, (tuple, list)) else [values])]
+        return values or [False]
 
 
 def is_fully_sharded(module: Module) -> bool:
-    """Every instruction of every computation the partitioner walks has a sharding,
-    and no Shardy-only annotation is left."""
+    """Every instruction of every computation the partitioner walks has a sharding, and no
+    Shardy-only annotation is left."""
     for comp in propagated_computations(module):
         for instr in comp.instructions:
             if instr.sharding is None or instr.sharding.kind is ShardingKind.UNKNOWN:
@@ -102,266 +147,971 @@ def is_fully_sharded(module: Module) -> bool:
 
 
 def propagated_computations(module: Module) -> list[Computation]:
-    """The entry and, transitively, the bodies of while / call / conditional (callers first)."""
-    order: list[Computation] = []
-    seen: set[int] = set()
+    """The entry and, transitively, the bodies of while / call / conditional (callees first)."""
+    keep: set[int] = set()
 
     def visit(comp: Computation) -> None:
-        if id(comp) in seen:
+        if id(comp) in keep:
             return
-        seen.add(id(comp))
-        order.append(comp)
+        keep.add(id(comp))
         for instr in comp.instructions:
             if instr.opcode in _CONTROL_FLOW:
                 for callee in instr.called_computations():
                     visit(callee)
 
-    if module.entry is not None:
-        visit(module.entry)
-    return order
+    if module.entry is None:
+        return []
+    visit(module.entry)
+    return [c for c in module.computation_post_order() if id(c) in keep]
 
 
-class _Propagation:
-    def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool],
-                 owner: ModulePass):
-        self.module = module
-        self.owner = owner
-        self.comps = propagated_computations(module)
-        self.num_devices = self._device_count()
-        self.ctx = RuleContext(self.num_devices, self.leaves)
-        self.state: dict[Instruction, Leaves] = {}
-        self.fixed: dict[Instruction, list[bool]] = {}
-        self.params_allowed = params_allowed
-        self.output_allowed = output_allowed
-        self.changed = False
+_UNSPECIFIED = re.compile(r"unspecified_dims\s*=\s*\[([^\]]*)\]")
 
-    def _device_count(self) -> int:
-        n = max(self.module.num_partitions, 1)
-        for comp in self.comps:
-            for instr in comp.instructions:
-                s = instr.sharding
-                for leaf in (s.elements if s is not None and s.is_tuple else (s,)):
-                    if leaf is not None and leaf.kind is ShardingKind.TILED:
-                        n = max(n, leaf.num_devices)
-        return n
 
-    # -------------------------------------------------------------- state --
-    def leaves(self, instr: Instruction) -> Leaves:
-        return self.state.get(instr) or [None] * num_leaves(instr.shape)
+def unspecified_dims(instr: Instruction) -> list[int] | None:
+    """The dims a `Sharding` / manual-conversion custom-call leaves to propagation
+    (`backend_config="unspecified_dims=[0,2]"`), sorted; None when it names none."""
+    config = instr.attr("backend_config")
+    if not isinstance(config, str):
+        return None
+    m = _UNSPECIFIED.search(config)
+    if m is None:
+        return None
+    dims = sorted(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
+    return dims or None
 
-    def _initial(self) -> None:
-        entry = self.module.entry
-        for comp in self.comps:
-            for instr in comp.instructions:
-                n = num_leaves(instr.shape)
-                s = instr.sharding
-                if s is not None and s.kind is not ShardingKind.UNKNOWN:
-                    leaves = list(s.elements) if s.is_tuple else [s] * n
-                    if len(leaves) != n:
-                        leaves = [s] * n if not s.is_tuple else [None] * n
-                    self.state[instr] = leaves
-                    self.fixed[instr] = [x is not None for x in leaves]
-                else:
-                    self.state[instr] = [None] * n
-                    self.fixed[instr] = [False] * n
-        for p, allowed in zip(entry.parameters, self.params_allowed):
-            if p is not None and not allowed:
-                self._pin_replicated(p)
-        root = entry.root
-        if not all(self.output_allowed):
-            fixed = self.fixed[root]
-            for i, allowed in enumerate(self.output_allowed[:len(fixed)]):
-                if not allowed and not fixed[i]:
-                    self.state[root][i] = Sharding.replicated()
-                    fixed[i] = True
 
-    def _pin_replicated(self, instr: Instruction) -> None:
-        fixed = self.fixed[instr]
-        for i, f in enumerate(fixed):
-            if not f:
-                self.state[instr][i] = Sharding.replicated()
-                fixed[i] = True
+class _Flat:
+    """The module as XLA's pipeline hands it to propagation: calls inlined (CallInliner) and
+    every conditional returning a tuple (ConditionalCanonicalizer).  Both change where
+    shardings flow: a call body's values belong to its caller's graph (propagation reaches
+    them in the caller's order and crosses the call both ways), and a branch's result is
+    linked to the conditional only through the tuple wrapping it.
 
-    def propose(self, instr: Instruction, leaves: Leaves | None) -> None:
-        """Offer shardings for `instr`'s leaves; keep a proposal only if it says more."""
-        if not leaves or instr not in self.state:
+    The walk runs on a copy so built; `transfer` writes its shardings back onto the module,
+    which keeps its calls: a call takes its inlined result's sharding, a call body's
+    parameter its argument's, and a body inlined at several call sites the first site's (a
+    remark names bodies whose sites disagree)."""
+
+    def __init__(self, module: Module):
+        self.original = module
+        self.copies: dict[Instruction, list[Instruction]] = {}
+        comps = propagated_computations(module)
+        needed = any(_reshaped_by_import(i) for c in comps for i in c.instructions)
+        if not needed:
+            self.module = module
             return
-        cur, fixed = self.state[instr], self.fixed[instr]
-        if len(leaves) != len(cur):
-            return
-        shapes = instr.shape.leaves()
-        for i, new in enumerate(leaves):
-            if new is None or fixed[i]:
-                continue
-            old = cur[i]
-            if old is not None and not _same_manual(old, new, self.num_devices, shapes[i].rank):
-                continue
-            best = new if old is None else combine([old, new], shapes[i].rank, self.ctx)
-            if best is None:
-                continue
-            if specificity(best) > specificity(old):
-                cur[i] = best
-                self.changed = True
+        self.module = module.clone()
+        by_key = {(c.name, i.name): i for c in module.computations for i in c.instructions}
+        self.origin: dict[Instruction, Instruction] = {}
+        for c in self.module.computations:
+            for i in c.instructions:
+                o = by_key.get((c.name, i.name))
+                if o is not None:
+                    self.origin[i] = o
+        self.replaced: dict[Instruction, Instruction] = {}
+        values: dict[Instruction, list[Instruction]] = {}
+        for comp in propagated_computations(self.module):
+            self._inline_calls(comp, values)
+        for comp in propagated_computations(self.module):
+            self._canonicalize_conditionals(comp)
+        for comp in propagated_computations(self.module):
+            self._fold_tuples(comp, values)
+            self._tuple_root(comp)
+        for flat_instr, orig in self.origin.items():
+            if flat_instr.parent is not None and flat_instr.parent.module is self.module:
+                values.setdefault(orig, []).append(flat_instr)
+        self.copies = {}
+        for orig, vs in values.items():
+            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None]
+            if live:
+                self.copies[orig] = live
 
-    # --------------------------------------------------------------- walk --
-    def run(self) -> bool:
-        self._initial()
-        for _ in range(64):
-            self.changed = False
-            for comp in self.comps:
-                for instr in comp.post_order():
-                    self._forward(instr)
-            for comp in reversed(self.comps):
-                for instr in reversed(comp.post_order()):
-                    self._backward(instr)
-            for comp in self.comps:
-                for instr in comp.instructions:
-                    if instr.opcode in _CONTROL_FLOW:
-                        self._link_callees(instr)
-            if not self.changed:
-                break
-        self._find_manual_regions()
-        self._equalize_while_loops()
-        return self._write()
+    def _resolve(self, instr: Instruction) -> Instruction:
+        while instr in self.replaced:
+            instr = self.replaced[instr]
+        return instr
 
-    def _forward(self, instr: Instruction) -> None:
-        if instr.opcode in _CONTROL_FLOW:
-            return
-        operands = [self.leaves(o) for o in instr.operands]
-        try:
-            proposal = rule_for(instr).forward(instr, operands, self.ctx)
-        except (TypeError, IndexError, KeyError, ValueError, AttributeError) as e:
-            self.owner.remark(instr, f"no forward propagation: {e}", "missed")
-            return
-        self.propose(instr, proposal)
-
-    def _backward(self, instr: Instruction) -> None:
-        result = self.leaves(instr)
-        if all(s is None for s in result):
-            return
-        if instr.opcode in _CONTROL_FLOW:
-            return
-        rule = rule_for(instr)
-        for i, operand in enumerate(instr.operands):
-            try:
-                proposal = rule.backward(instr, i, result, self.ctx)
-            except (TypeError, IndexError, KeyError, ValueError, AttributeError) as e:
-                self.owner.remark(instr, f"no backward propagation to operand {i}: {e}", "missed")
-                continue
-            self.propose(operand, proposal)
-
-    def _link_callees(self, instr: Instruction) -> None:
-        """while: operand, result, body parameter, body root and condition parameter agree;
-        call: operand i <-> parameter i, result <-> root; conditional: operand i+1 <->
-        branch i's parameter, result <-> every branch root."""
-        if instr.opcode is Opcode.WHILE:
-            body, cond = instr.called["body"], instr.called["condition"]
-            group = [instr, body.parameters[0], body.root, cond.parameters[0]]
-            for member in group:
-                self.propose(member, self.leaves(instr.operands[0]))
-                for other in group:
-                    self.propose(member, self.leaves(other))
-            self.propose(instr.operands[0], self.leaves(instr))
-        elif instr.opcode is Opcode.CALL:
-            callee = instr.called_computations()[0]
-            for operand, param in zip(instr.operands, callee.parameters):
-                self.propose(param, self.leaves(operand))
-                self.propose(operand, self.leaves(param))
-            self.propose(instr, self.leaves(callee.root))
-            self.propose(callee.root, self.leaves(instr))
-        else:  # conditional
-            self.propose(instr.operands[0], [Sharding.replicated()])
-            for branch, operand in zip(instr.called_computations(), instr.operands[1:]):
-                if branch.parameters:
-                    self.propose(branch.parameters[0], self.leaves(operand))
-                    self.propose(operand, self.leaves(branch.parameters[0]))
-                self.propose(instr, self.leaves(branch.root))
-                self.propose(branch.root, self.leaves(instr))
-
-    def _equalize_while_loops(self) -> None:
-        """The partitioner needs a while's body parameter, body root and condition parameter
-        to carry the while's own sharding."""
-        for comp in self.comps:
-            for instr in comp.instructions:
-                if instr.opcode is not Opcode.WHILE:
+    def _inline_calls(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        work = [i for i in comp.post_order() if i.opcode is Opcode.CALL]
+        while work:
+            call = work.pop(0)
+            callee = call.called_computations()[0]
+            mapping: dict[Instruction, Instruction] = {}
+            for instr in callee.post_order():
+                if instr.opcode is Opcode.PARAMETER:
+                    value = call.operands[instr.parameter_number]
+                    mapping[instr] = value
+                    if instr in self.origin:
+                        values.setdefault(self.origin[instr], []).append(value)
                     continue
-                body, cond = instr.called["body"], instr.called["condition"]
-                group = [instr, body.parameters[0], body.root, cond.parameters[0]]
-                pinned = next((m for m in group if all(self.fixed[m])), instr)
-                rep = self._completed(pinned)
-                for member in group:
-                    if member is not pinned and self.state[member] != rep:
-                        self.state[member] = list(rep)
+                copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
+                                   attributes=dict(instr.attributes), called=dict(instr.called),
+                                   literal=instr.literal)
+                comp.add(copy, name_hint=instr.name, before=call)
+                if instr in self.origin:
+                    self.origin[copy] = self.origin[instr]
+                mapping[instr] = copy
+                if copy.opcode is Opcode.CALL:
+                    work.append(copy)
+            root = mapping[callee.root]
+            if "sharding" in call.attributes and "sharding" not in root.attributes:
+                root.sharding = call.sharding  # XLA's ReplaceInstruction keeps the old sharding
+            if call in self.origin:
+                values.setdefault(self.origin.pop(call), []).append(root)
+            self.replaced[call] = root
+            was_root = comp.root is call
+            call.replace_all_uses_with(root)
+            if was_root:
+                comp.root = root
+            for succ in list(call.control_successors or ()):
+                succ.control_predecessors.remove(call)
+                call.control_successors.remove(succ)
+            call.control_predecessors = []
+            comp.remove(call)
 
-    # -------------------------------------------------------------- write --
-    def _find_manual_regions(self) -> None:
-        """Computations called with manual operands (shard_map bodies) and their callees."""
-        self.manual_default: dict[Computation, Sharding] = {}
-        for comp in self.comps:
-            for instr in comp.instructions:
-                if instr.opcode is not Opcode.CALL or not instr.operands:
+    def _fold_tuples(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """What the HLO -> StableHLO -> HLO import that XLA's compile of HLO text goes through
+        does to tuples: an element read from a tuple built in the same computation is the
+        element itself, and values nothing uses disappear (with their annotations)."""
+        for instr in comp.post_order():
+            if (instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE
+                    and instr.parent is comp):
+                value = instr.operands[0].operands[instr.attr("index")]
+                was_root = comp.root is instr
+                instr.replace_all_uses_with(value)
+                if was_root:
+                    comp.root = value
+                self.replaced[instr] = value
+                orig = self.origin.pop(instr, None)
+                if orig is not None:
+                    values.setdefault(orig, []).append(instr)
+        dead = True
+        while dead:
+            dead = False
+            for instr in list(comp.instructions):
+                if (instr.users or comp.root is instr or instr.opcode is Opcode.PARAMETER or instr.has_side_effect
+                        or instr.control_successors):
                     continue
-                leaves = [s for o in instr.operands for s in self.leaves(o)]
-                if leaves and all(s is not None and _is_manual(s) for s in leaves):
-                    default = _manual_replicated(leaves[0], self.num_devices)
-                    for callee in instr.called_computations():
-                        self._mark_manual(callee, default)
+                self.origin.pop(instr, None)
+                comp.remove(instr)
+                dead = True
 
-    def _mark_manual(self, comp: Computation, default: Sharding) -> None:
-        if comp in self.manual_default:
+    def _tuple_root(self, comp: Computation) -> None:
+        """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
+        that made the value is then an ordinary instruction that may take a sharding, and the
+        computation's result is the new tuple (whose sharding the original root gets back)."""
+        root = comp.root
+        if not root.shape.is_tuple or root.opcode is Opcode.TUPLE:
             return
-        self.manual_default[comp] = default
-        for instr in comp.instructions:
-            if instr.opcode in _CONTROL_FLOW:
-                for callee in instr.called_computations():
-                    self._mark_manual(callee, default)
+        b = Builder(comp)
+        parts = [b.get_tuple_element(root, i) for i in range(len(root.shape.elements))]
+        comp.root = b.tuple(parts)
+        orig = self.origin.pop(root, None)
+        if orig is not None:
+            self.origin[comp.root] = orig
+            if "sharding" in root.attributes:
+                comp.root.sharding = root.sharding
 
-    def _default(self, comp: Computation) -> Sharding:
-        """Replicated, or "replicated within the manual region" inside a shard_map body."""
-        return self.manual_default.get(comp, Sharding.replicated())
+    def _canonicalize_conditionals(self, comp: Computation) -> None:
+        for instr in list(comp.instructions):
+            if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
+                continue
+            for branch in instr.called_computations():
+                branch.root = Builder(branch).tuple([branch.root])
+            users = list(instr.users)
+            was_root = comp.root is instr
+            shape = instr.shape
+            instr.shape = TupleShape((shape,))
+            gte = Builder(comp).get_tuple_element(instr, 0)
+            for user in users:
+                user.replace_operand(instr, gte)
+            if was_root:
+                comp.root = gte
+            s = instr.sharding if "sharding" in instr.attributes else None
+            if s is not None and s.kind is not ShardingKind.TUPLE:
+                gte.sharding = s
+                instr.sharding = su.single(instr.shape, s)
+            orig = self.origin.pop(instr, None)
+            if orig is not None:
+                self.origin[gte] = orig
 
-    def _completed(self, instr: Instruction) -> Leaves:
-        default = self._default(instr.parent)
-        return [s if s is not None else default for s in self.state[instr]]
-
-    def _write(self) -> bool:
+    def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
+        """Write the walk's shardings onto the module (see the class docstring)."""
         changed = False
-        for comp in self.comps:
-            default = self._default(comp)
+        for comp in propagated_computations(self.original):
             for instr in comp.instructions:
-                leaves = [s if s is not None else default for s in self.state[instr]]
-                new = Sharding.tuple_of(leaves) if instr.shape.is_tuple else leaves[0]
-                old = instr.sharding
-                if old is not None and old.kind is not ShardingKind.UNKNOWN and old == new:
+                twins = self.copies.get(instr, []) if self.module is not self.original else [instr]
+                if not twins:
+                    continue
+                found = [state[t] for t in twins if t in state]
+                new = found[0] if found else None
+                if any(f != new for f in found[1:]):
+                    owner.remark(instr, "inlined at several call sites that disagree on its sharding: "
+                                        "the first site's is kept", "missed")
+                if new is not None and instr.shape.is_tuple != (new.kind is ShardingKind.TUPLE):
+                    new = su.single(instr.shape, new) if instr.shape.is_tuple else None
+                old = instr.sharding if "sharding" in instr.attributes else None
+                if new is None:
+                    if old is not None:
+                        instr.sharding = None
+                        changed = True
+                    continue
+                if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
+                        su.canon(old) == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
+                                                 and su.single(instr.shape, su.canon(old)) == new)) and (
+                        not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
                     continue
                 instr.sharding = new
                 changed = True
         return changed
 
 
-def _is_manual(s: Sharding) -> bool:
-    return s.kind is ShardingKind.MANUAL or (s.kind is ShardingKind.TILED and SubgroupKind.MANUAL in s.subgroups)
+class _Walk:
+    """One run of the algorithm (see the module docstring); implements PropagationContext."""
+
+    def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool], owner: ModulePass):
+        self.module = module
+        self.owner = owner
+        self.entry = module.entry
+        self.comps = propagated_computations(module)
+        self.params_allowed = params_allowed
+        self.output_allowed = output_allowed
+        self.allow_params = any(params_allowed)
+        self.allow_output = any(output_allowed)
+        self.propagate_metadata = owner.options.propagate_metadata
+        self.state: dict[Instruction, Sharding] = {}
+        self.original: dict[Instruction, Sharding | None] = {}
+        self.provided: set[Instruction] = set()
+        self.unspecified: dict[Instruction, list[int]] = {}
+        self.group_of: dict[Instruction, tuple[str, int]] = {}
+        self.groups: dict[tuple[str, int], list[Instruction]] = {}
+        self.caller: dict[Computation, Instruction] = {}
+        self.aggressiveness = 0
+        self._overlay: dict[Instruction, Sharding] | None = None
+        self._remarked: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------ context (rules) --
+    @property
+    def may_combine(self) -> bool:
+        return self.aggressiveness > 0
+
+    def sharding(self, instr: Instruction) -> Sharding | None:
+        if self._overlay is not None and instr in self._overlay:
+            return self._overlay[instr]
+        return self.state.get(instr)
+
+    def set_sharding(self, instr: Instruction, s: Sharding) -> None:
+        if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
+            s = su.single(instr.shape, s)
+        if self._overlay is not None:
+            self._overlay[instr] = s
+        else:
+            self.state[instr] = s
+
+    def clear_sharding(self, instr: Instruction) -> None:
+        self.state.pop(instr, None)
+
+    def non_root_users(self, instr: Instruction) -> int:
+        root = instr.parent.root
+        return sum(1 for u in instr.users if u is not root)
+
+    def remark(self, instr: Instruction, message: str) -> None:
+        key = (instr.name, message)
+        if key not in self._remarked:
+            self._remarked.add(key)
+            self.owner.remark(instr, message, "note")
+
+    def caller_of(self, instr: Instruction) -> Instruction | None:
+        return self.caller.get(instr.parent)
+
+    def improved(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> Sharding | None:
+        if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
+            s = su.single(instr.shape, s)
+        elif not instr.shape.is_tuple and s.kind is ShardingKind.TUPLE:
+            return None
+        return self._improved(s, self.sharding(instr), instr.shape, aggressive)
+
+    def _improved(self, s: Sharding, cur: Sharding | None, shape: Shape, aggressive: bool) -> Sharding | None:
+        """XLA's ReturnImprovedSharding: `s` if it says more than `cur` without contradicting it
+        (unless `aggressive`: an op with one user may take any sharding with more tiles)."""
+        if not self.propagate_metadata:
+            s = _strip(s)
+        if cur is not None and _strictly_better(s, cur):
+            return s
+        if not su.is_spatially_partitioned(s):
+            return None
+        if cur is None:
+            return s
+        if su.is_manual(s):
+            return None
+        tiles = su.num_tiles(s) if s.kind is not ShardingKind.TUPLE else 1
+        better, merged = su.merge(cur, s, self.may_combine)
+        if not better:
+            return None
+        if (not aggressive and not shape.is_tuple and not su.is_tile_maximal(cur)
+                and su.num_tiles(merged) == tiles and not su.is_subtiling(shape, merged, cur)):
+            return None
+        return merged
+
+    def improve(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> bool:
+        new = self.improved(s, instr, aggressive=aggressive)
+        if new is None:
+            return False
+        self.set_sharding(instr, new)
+        return True
+
+    def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool:
+        if not instr.shape.is_tuple:
+            return self.improve(s, instr, aggressive=aggressive)
+        cur = self.sharding(instr)
+        sub_shape = instr.shape.elements[index]
+        cur_sub = su.sub_sharding(instr.shape, cur, index) if cur is not None else None
+        if sub_shape.is_tuple and s.kind is not ShardingKind.TUPLE:
+            s = su.single(sub_shape, s)
+        new_sub = self._improved(s, cur_sub, sub_shape, aggressive)
+        if new_sub is None:
+            return False
+        leaves = su.leaves_of(cur, instr.shape) if cur is not None else [su.replicated()] * len(instr.shape.leaves())
+        start, count = su.leaf_range(instr.shape, index)
+        leaves[start:start + count] = su.leaves_of(new_sub, sub_shape)
+        self.set_sharding(instr, su.tuple_sharding(leaves))
+        return True
+
+    def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
+        """XLA's GetShardingFromUser: what `user` asks of its operand `instr`."""
+        level = self.aggressiveness if level is None else level
+        if not passes_at_level(user, level):
+            return None
+        if not su.is_spatially_partitioned(self.sharding(user)):
+            return None
+        saved = self.aggressiveness
+        self.aggressiveness = level
+        try:
+            return user_rule(user)(self, instr, user)
+        finally:
+            self.aggressiveness = saved
+
+    def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None:
+        """The sharding the first sharded user down a chain of single users asks of `instr`
+        (XLA's LookaheadUserSharding, used to break a tie between a dot's operands)."""
+        if len(instr.users) != 1:
+            return None
+        chain = [instr, next(iter(instr.users))]
+        while self.sharding(chain[-1]) is None:
+            users = chain[-1].users
+            if len(users) != 1:
+                return None
+            chain.append(next(iter(users)))
+        outer = self._overlay
+        self._overlay = dict(outer or {})
+        try:
+            found = None
+            for i in range(len(chain) - 1, 0, -1):
+                found = self.sharding_from_user(chain[i - 1], chain[i], _LOOKAHEAD_LEVEL)
+                if found is not None and i != 1:
+                    self.set_sharding(chain[i - 1], found)
+                    continue
+                break
+            return found
+        finally:
+            self._overlay = outer
+
+    # ----------------------------------------------------------------- run --
+    def run(self) -> None:
+        self._load()
+        self._process_annotations()
+        self._link_computations()
+        self._fix_provided()
+        for level in range(4):
+            self._to_fixed_point(level, shard_groups=True)
+        self._align_shard_as()
+        self._relay_barrier_from()
+        self._to_fixed_point(3, shard_groups=False)
+        self._relay_barrier_from()
+        self._restore_entry()
+
+    def _load(self) -> None:
+        for comp in self.comps:
+            for instr in comp.instructions:
+                s = instr.sharding if "sharding" in instr.attributes else None
+                self.original[instr] = s
+                if s is None:
+                    continue
+                s = su.canon(s)
+                if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
+                    s = su.single(instr.shape, s)
+                if s.kind is ShardingKind.TUPLE and len(s.elements) != len(instr.shape.leaves()):
+                    raise PropagationError(
+                        f"{instr.name}: sharding has {len(s.elements)} tuple elements, its shape "
+                        f"{instr.shape.to_hlo(False)} has {len(instr.shape.leaves())} leaves")
+                _check_devices(instr, s)
+                if self.propagate_metadata:
+                    md = instr.metadata
+                    if md is not None and md.fields:
+                        s = _with_default_metadata(s, md.to_hlo())
+                else:
+                    s = _strip(s)
+                self.state[instr] = s
+
+    def _process_annotations(self) -> None:
+        """XLA's ProcessShardingInstruction: Sharding custom-calls give their sharding to
+        unsharded operands; shard groups are collected (and removed from the shardings)."""
+        for comp in self.comps:
+            for instr in reversed(comp.post_order()):
+                if instr.parent is None:
+                    continue
+                s = self.state.get(instr)
+                if is_custom_call(instr, SHARDING):
+                    if s is None:
+                        raise PropagationError(f"{instr.name}: a Sharding custom-call needs a sharding attribute")
+                    operand = instr.operands[0]
+                    self._join_group(instr)
+                    dims = unspecified_dims(instr)
+                    if dims:
+                        self.unspecified[instr] = dims
+                    elif operand not in self.state:
+                        self.state[operand] = _without_group(self.state[instr])
+                else:
+                    self._join_group(instr)
+        entry = self.entry
+        root = entry.root
+        self.saved_root: list[Sharding] = []
+        if self.allow_output and root.shape.is_tuple and root in self.state:
+            self.saved_root = list(su.leaves_of(self.state[root], root.shape))
+        self.saved_params: dict[int, Sharding] = {}
+        if self.allow_params:
+            for i, p in enumerate(entry.parameters):
+                if p is not None and p in self.state:
+                    self.saved_params[i] = self.state[p]
+
+    def _join_group(self, instr: Instruction) -> None:
+        s = self.state.get(instr)
+        group = _shard_group(s) if s is not None else None
+        if group is None:
+            return
+        members = self.groups.setdefault(group, [])
+        if members and tuple(members[0].shape.dims if not members[0].shape.is_tuple else ()) != tuple(
+                instr.shape.dims if not instr.shape.is_tuple else ()):
+            raise PropagationError(f"{instr.name}: its shape {instr.shape.to_hlo(False)} differs from the other "
+                                   f"members of {group[0]} group {group[1]} ({members[0].shape.to_hlo(False)})")
+        members.append(instr)
+        self.group_of[instr] = group
+        self.state[instr] = _without_group(s)
+
+    def _related(self, instr: Instruction) -> list[Instruction]:
+        """Instructions that must share `instr`'s sharding (a while with its body's parameter and
+        root and its condition's parameter; a conditional with its branch roots; a call with its
+        body root)."""
+        if instr.opcode is Opcode.WHILE:
+            body, cond = instr.called["body"], instr.called["condition"]
+            return [instr, body.root, body.parameters[0], cond.parameters[0]]
+        if instr.opcode is Opcode.CONDITIONAL:
+            return [instr] + [c.root for c in instr.called_computations()]
+        if instr.opcode is Opcode.CALL:
+            return [instr, instr.called_computations()[0].root]
+        return []
+
+    def _link_computations(self) -> None:
+        for comp in self.comps:
+            for instr in comp.instructions:
+                if instr.opcode not in _CONTROL_FLOW:
+                    continue
+                related = self._related(instr)
+                sharded = next((r for r in related if r in self.state), None)
+                if sharded is not None:
+                    for r in related:
+                        self.state[r] = self.state[sharded]
+                if instr.opcode is Opcode.WHILE:
+                    self.caller[instr.called["body"]] = instr
+                    self.caller[instr.called["condition"]] = instr
+                else:
+                    for c in instr.called_computations():
+                        self.caller[c] = instr
+
+    def _fix_provided(self) -> None:
+        entry = self.entry
+        params = set(p for p in entry.parameters if p is not None)
+        for instr, s in self.state.items():
+            if instr is not entry.root and instr not in params and s.kind is not ShardingKind.UNKNOWN:
+                self.provided.add(instr)
+        root = entry.root
+        if not self.allow_output and (root not in self.state or self.state[root].kind is not ShardingKind.UNKNOWN):
+            self.provided.add(root)
+        if not self.allow_params:
+            for p in params:
+                if p in self.state and self.state[p].kind is not ShardingKind.UNKNOWN:
+                    self.provided.add(p)
+        for instr, s in list(self.state.items()):
+            if _has_unknown(s):
+                self.state[instr] = _unknown_to_replicated(s)
+
+    # ------------------------------------------------------------- rounds --
+    def _to_fixed_point(self, level: int, *, shard_groups: bool) -> None:
+        self.aggressiveness = level
+        done_group: set[Instruction] = set()
+        done_ops: set[Instruction] = set()
+        done_users: set[Instruction] = set()
+
+        def clear_cache(hlo: Instruction, for_users: Instruction | None = None) -> None:
+            for operand in hlo.operands:
+                done_users.discard(operand)
+            for user in (for_users or hlo).users:
+                done_ops.discard(user)
+            group = self.group_of.get(hlo)
+            if group is not None:
+                for m in self.groups[group]:
+                    if m is not hlo:
+                        done_group.discard(m)
+
+        def after_change(instr: Instruction) -> None:
+            changed_related: set[Instruction] = set()
+            self._propagate_related(instr, changed_related)
+            clear_cache(instr)
+            for other in changed_related:
+                clear_cache(other)
+
+        for _ in range(10000):
+            changed = False
+            for comp in self.comps:
+                order = [i for i in comp.post_order()]
+                if shard_groups:
+                    for instr in order:
+                        if instr in done_group or instr not in self.group_of:
+                            continue
+                        group = self.groups[self.group_of[instr]]
+                        if instr in self.provided:
+                            if self.may_combine and instr in self.unspecified and self._unspecified_from_group(
+                                    instr, group):
+                                clear_cache(instr)
+                                done_group.add(instr)
+                                changed = True
+                            continue
+                        done_group.add(instr)
+                        if self._from_group(instr, group):
+                            after_change(instr)
+                            changed = True
+                for instr in order:
+                    if instr in done_ops:
+                        continue
+                    if instr in self.provided:
+                        if self.may_combine and instr in self.unspecified:
+                            conv = self._unspecified_from_operand(instr)
+                            if conv is not False:
+                                clear_cache(instr, conv)
+                                done_ops.add(instr)
+                                changed = True
+                        continue
+                    done_ops.add(instr)
+                    if self._from_operands(instr):
+                        after_change(instr)
+                        changed = True
+                for instr in reversed(order):
+                    if is_custom_call(instr, FULL_TO_SHARD, SHARD_TO_FULL) and instr not in done_users:
+                        done_users.discard(instr.operands[0])
+                    if instr in done_users:
+                        continue
+                    if instr in self.provided:
+                        if self.may_combine and instr in self.unspecified:
+                            conv = self._unspecified_from_users(instr)
+                            if conv is not False:
+                                clear_cache(instr, conv)
+                                done_users.add(instr)
+                                if conv is not None:
+                                    done_users.add(conv)
+                                changed = True
+                        continue
+                    done_users.add(instr)
+                    if self._from_users(instr):
+                        after_change(instr)
+                        changed = True
+            if not changed:
+                return
+        raise PropagationError("sharding propagation did not reach a fixed point")
+
+    def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
+        def to_related(search: Instruction) -> None:
+            related = self._related(search)
+            if instr not in related:
+                return
+            s = self.state.get(instr)
+            for other in related:
+                if s is not None and self.state.get(other) != s:
+                    self.state[other] = s
+                    changed.add(other)
+                    self._propagate_related(other, changed)
+
+        if instr.opcode in _CONTROL_FLOW:
+            to_related(instr)
+        if instr.opcode is Opcode.PARAMETER or instr.parent.root is instr:
+            caller = self.caller.get(instr.parent)
+            if caller is not None:
+                to_related(caller)
+
+    def _supports(self, instr: Instruction, *, allow_output: bool, allow_params: bool) -> bool:
+        return supports_spatial_partitioning(instr, in_called=instr.parent in self.caller,
+                                             allow_output=allow_output, allow_parameters=allow_params)
+
+    def _from_operands(self, instr: Instruction) -> bool:
+        """XLA's InferShardingFromOperands."""
+        level = self.aggressiveness
+        if not passes_at_level(instr, level):
+            return False
+        cur = self.state.get(instr)
+        if cur is not None and su.is_manual(cur):
+            return False
+        if ((cur is None or su.is_tile_maximal(cur))
+                and (not instr.shape.is_tuple or instr.opcode in (Opcode.REDUCE, Opcode.SORT, Opcode.REDUCE_WINDOW)
+                     or instr.opcode is Opcode.CUSTOM_CALL)):
+            for op in instr.operands:
+                s = self.state.get(op)
+                if s is None or not su.is_manual(s):
+                    continue
+                if is_custom_call(instr, SHARD_TO_FULL):
+                    return False
+                if level == 0 and instr.opcode in (Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE):
+                    return False
+                self.set_sharding(instr, su.manual(_first_metadata(s)))
+                return True
+        if not self._supports(instr, allow_output=self.allow_output, allow_params=False):
+            if (instr.shape.is_tuple or not instr.operands or instr.parent.root is instr
+                    or instr.has_side_effect):
+                return False
+            for op in instr.operands:
+                s = self.state.get(op)
+                if s is not None and s.kind is ShardingKind.REPLICATED:
+                    return self.improve(s, instr)
+            return False
+        return forward_rule(instr)(self, instr)
+
+    def _from_users(self, instr: Instruction) -> bool:
+        """XLA's InferShardingFromUsers."""
+        level = self.aggressiveness
+        if level < 2 and instr.opcode is Opcode.BROADCAST:
+            return False
+        cur = self.state.get(instr)
+        if cur is not None and su.is_manual(cur):
+            return False
+        if cur is None or su.is_tile_maximal(cur):
+            for user in instr.users:
+                us = self.state.get(user)
+                if us is None or is_custom_call(user, FULL_TO_SHARD):
+                    continue
+                if not instr.shape.is_tuple and su.is_manual(us):
+                    self.set_sharding(instr, su.manual(_first_metadata(us)))
+                    return True
+                found = self.sharding_from_user(instr, user)
+                if found is not None and su.is_manual(found):
+                    self.set_sharding(instr, found)
+                    return True
+        if not self._supports(instr, allow_output=False, allow_params=self.allow_params):
+            return False
+        improved = False
+        for user in instr.users:
+            found = self.sharding_from_user(instr, user)
+            if found is not None and is_custom_call(instr, BARRIER_TO):
+                found = su.replicated()
+            if found is not None:
+                improved |= self.improve(found, instr)
+        return improved
+
+    # ------------------------------------------------------------ groups --
+    def _from_group(self, instr: Instruction, group: list[Instruction]) -> bool:
+        if not passes_at_level(instr, self.aggressiveness):
+            return False
+        cur = self.state.get(instr)
+        if cur is not None and su.is_manual(cur):
+            return False
+        if is_custom_call(instr, BARRIER_TO):
+            return False
+        if cur is None or su.is_tile_maximal(cur):
+            for m in group:
+                ms = self.state.get(m)
+                if m is not instr and ms is not None and su.is_manual(ms):
+                    self.set_sharding(instr, ms)
+                    return True
+        changed = False
+        for m in group:
+            if m is instr or is_custom_call(m, BARRIER_FROM) or m not in self.state:
+                continue
+            changed |= self.improve(self.state[m], instr)
+        return changed
+
+    def _align_shard_as(self) -> None:
+        for (kind, _), members in self.groups.items():
+            if kind != "shard_as":
+                continue
+            default = su.replicated()
+            found = []
+            for m in members:
+                s = self.state.get(m)
+                if s is not None:
+                    found.append(s)
+                    if not is_custom_call(m, BARRIER_FROM) and su.is_replicated(default):
+                        default = s
+            if not found:
+                continue
+            common = su.find_common(found, default)
+            for m in members:
+                if not is_custom_call(m, BARRIER_TO):
+                    self.set_sharding(m, common)
+
+    def _relay_barrier_from(self) -> None:
+        """A ShardBarrierFrom in a shard_as group hands the group's sharding to its operand."""
+        for instr, group in self.group_of.items():
+            if group[0] != "shard_as" or not is_custom_call(instr, BARRIER_FROM) or instr not in self.state:
+                continue
+            s = self.state[instr]
+            operand = instr.operands[0]
+            os = self.state.get(operand)
+            if os is not None and not su.is_manual(os) and not su.is_manual(s):
+                merged = su.merge_if_compatible(os, su.num_tiles(s), s)
+                if merged is not None:
+                    s = merged
+            self.state[operand] = s
+
+    # ---------------------------------------------------- unspecified dims --
+    def _conversion_after(self, annotation: Instruction, dims: list[int]) -> Instruction | None | bool:
+        """The manual-conversion custom-call an annotation feeds (None when none; False when its
+        unspecified dims differ, which stops the refinement)."""
+        if len(annotation.users) != 1:
+            return None
+        user = next(iter(annotation.users))
+        if not is_custom_call(user, FULL_TO_SHARD, SHARD_TO_FULL):
+            return None
+        if (unspecified_dims(user) or []) != dims:
+            return False
+        return user
+
+    def _refine(self, annotation: Instruction, conv: Instruction | None, source: Sharding, dims: list[int],
+                source_is_manual_side: bool) -> bool:
+        """Merge `source`'s tiling of `dims` into the annotation (and its manual conversion)."""
+        if conv is None:
+            partial = su.replicate_all_except(source, dims)
+            cur = self.state[annotation]
+            if su.is_manual(cur) or su.is_manual(partial):
+                return False
+            merged = su.merge_if_compatible(partial, su.num_tiles(cur) + 1, cur)
+            if merged is None:
+                return False
+            self.state[annotation] = merged
+            return True
+        if is_custom_call(conv, FULL_TO_SHARD):
+            auto_of, manual_of = annotation, conv
+        else:
+            auto_of, manual_of = conv, annotation
+        refine = _refine_from_manual if source_is_manual_side else _refine_from_auto
+        found = refine(source, dims, self.state.get(auto_of), self.state.get(manual_of))
+        if found is None:
+            return False
+        self.state[auto_of], self.state[manual_of] = found
+        return True
+
+    def _unspecified_from_operand(self, annotation: Instruction):
+        """Returns False (nothing changed), else the conversion op after it (or None)."""
+        dims = self.unspecified[annotation]
+        operand = annotation.operands[0]
+        s = self.state.get(operand)
+        if s is None or not su.is_spatially_partitioned(s) or s.kind is not ShardingKind.TILED:
+            return False
+        conv = self._conversion_after(annotation, dims)
+        if conv is False:
+            return False
+        manual_side = conv is not None and is_custom_call(conv, SHARD_TO_FULL)
+        return conv if self._refine(annotation, conv, s, dims, manual_side) else False
+
+    def _unspecified_from_users(self, annotation: Instruction):
+        dims = self.unspecified[annotation]
+        conv = self._conversion_after(annotation, dims)
+        if conv is False:
+            return False
+        changed = False
+        for user in list((conv or annotation).users):
+            us = self.state.get(user)
+            if us is None or us.kind is not ShardingKind.TILED:
+                continue
+            found = self.sharding_from_user(conv or annotation, user)
+            if found is None or su.is_tile_maximal(found):
+                continue
+            manual_side = conv is not None and is_custom_call(conv, FULL_TO_SHARD)
+            changed |= self._refine(annotation, conv, found, dims, manual_side)
+        return conv if changed else False
+
+    def _unspecified_from_group(self, annotation: Instruction, group: list[Instruction]) -> bool:
+        if is_custom_call(annotation, BARRIER_TO):
+            return False
+        dims = self.unspecified[annotation]
+        changed = False
+        for m in group:
+            s = self.state.get(m)
+            if m is annotation or is_custom_call(m, BARRIER_FROM) or s is None or s.kind is not ShardingKind.TILED:
+                continue
+            changed |= self._refine(annotation, None, s, dims, False)
+        return changed
+
+    # ----------------------------------------------------------- the entry --
+    def _restore_entry(self) -> None:
+        """Entry parameters / root leaves propagation may not change get their input sharding back
+        (or none); those it may change are replicated when their sharding does not divide them."""
+        entry = self.entry
+        root = entry.root
+        if self.saved_root and len(self.saved_root) == len(self.output_allowed) and root in self.state:
+            leaves = su.leaves_of(self.state[root], root.shape)
+            for i, saved in enumerate(self.saved_root):
+                if not self.output_allowed[i] and saved.kind is not ShardingKind.UNKNOWN:
+                    leaves[i] = saved
+            self.state[root] = su.tuple_sharding(leaves)
+        params = entry.parameters
+        if self.allow_params and len(self.params_allowed) == len(params):
+            for i, p in enumerate(params):
+                if p is None or self.params_allowed[i]:
+                    continue
+                saved = self.saved_params.get(i)
+                if saved is not None and saved.kind is not ShardingKind.UNKNOWN:
+                    self.state[p] = saved
+                else:
+                    self.state.pop(p, None)
+        if self.allow_output and root in self.state:
+            s = self.state[root]
+            if root.shape.is_tuple and len(self.output_allowed) == len(root.shape.elements):
+                elems = []
+                for i, shape in enumerate(root.shape.elements):
+                    sub = su.sub_sharding(root.shape, s, i)
+                    if self.output_allowed[i] and not su.evenly_partitions(shape, sub):
+                        sub = su.single(shape, su.replicated())
+                    elems.extend(su.leaves_of(sub, shape))
+                self.state[root] = su.tuple_sharding(elems)
+            elif not root.shape.is_tuple and not su.evenly_partitions(root.shape, s):
+                self.state[root] = su.replicated()
+        if self.allow_params and len(self.params_allowed) == len(params):
+            for i, p in enumerate(params):
+                if p is not None and p in self.state and self.params_allowed[i] and not su.evenly_partitions(
+                        p.shape, self.state[p]):
+                    self.state[p] = su.single(p.shape, su.replicated())
+
+# ------------------------------------------------------------------ helpers --
+def _strictly_better(lhs: Sharding, rhs: Sharding) -> bool:
+    """Manual over tile-maximal (XLA's IsShardingStrictlyBetter)."""
+    if lhs.kind is ShardingKind.TUPLE or rhs.kind is ShardingKind.TUPLE:
+        if lhs.kind is not rhs.kind or len(lhs.elements) != len(rhs.elements):
+            return False
+        mask = 0
+        for a, b in zip(lhs.elements, rhs.elements):
+            if a.kind is ShardingKind.MANUAL and su.is_tile_maximal(b):
+                mask |= 1
+            if b.kind is ShardingKind.MANUAL and su.is_tile_maximal(a):
+                mask |= 2
+        return mask == 1
+    return lhs.kind is ShardingKind.MANUAL and su.is_tile_maximal(rhs)
 
 
-def _manual_replicated(s: Sharding, num_devices: int) -> Sharding:
-    """The manual sharding of a value that is whole on every device of its manual group."""
-    if s.kind is ShardingKind.MANUAL:
+def _strip(s: Sharding) -> Sharding:
+    if s.kind is ShardingKind.TUPLE:
+        return s if not any(e.metadata for e in s.elements) else su.tuple_sharding(_strip(e) for e in s.elements)
+    return replace(s, metadata="") if s.metadata else s
+
+
+def _metadata_of(s: Sharding) -> tuple[str, ...]:
+    return tuple(e.metadata for e in s.elements) if s.kind is ShardingKind.TUPLE else (s.metadata,)
+
+
+def _first_metadata(s: Sharding) -> str:
+    if s.kind is ShardingKind.TUPLE:
+        return s.elements[0].metadata if s.elements else ""
+    return s.metadata
+
+
+def _with_default_metadata(s: Sharding, text: str) -> Sharding:
+    if not text:
         return s
-    tm = TileMap.from_sharding(s, num_devices)
-    out = None if tm is None else tm.keep_dims(()).to_sharding()
-    return out if out is not None else s
+    if s.kind is ShardingKind.TUPLE:
+        return su.tuple_sharding(_with_default_metadata(e, text) for e in s.elements)
+    return s if s.metadata else replace(s, metadata=text)
 
 
-def _same_manual(a: Sharding, b: Sharding, num_devices: int, rank: int) -> bool:
-    """Shardings inside and outside a manual region never replace each other."""
-    def manual_key(s: Sharding):
-        if s.kind is ShardingKind.MANUAL:
-            return ("manual",)
-        if s.kind is ShardingKind.TILED and SubgroupKind.MANUAL in s.subgroups:
-            tm = TileMap.from_sharding(s, num_devices)
-            return ("partial", tm.manual_size, tuple(tm.manual)) if tm is not None else ("partial",)
-        return ()
-    return manual_key(a) == manual_key(b)
+def _shard_group(s: Sharding) -> tuple[str, int] | None:
+    if s.kind is ShardingKind.TUPLE:
+        return next((e.shard_group for e in s.elements if e.shard_group is not None), None)
+    return s.shard_group
+
+
+def _without_group(s: Sharding) -> Sharding:
+    if s.kind is ShardingKind.TUPLE:
+        return su.tuple_sharding(replace(e, shard_group=None) for e in s.elements)
+    return replace(s, shard_group=None)
+
+
+def _has_unknown(s: Sharding) -> bool:
+    if s.kind is ShardingKind.TUPLE:
+        return any(e.kind is ShardingKind.UNKNOWN for e in s.elements)
+    return s.kind is ShardingKind.UNKNOWN
+
+
+def _unknown_to_replicated(s: Sharding) -> Sharding:
+    if s.kind is ShardingKind.TUPLE:
+        return su.tuple_sharding(_unknown_to_replicated(e) for e in s.elements)
+    return su.replicated(s.metadata) if s.kind is ShardingKind.UNKNOWN else s
+
+
+def _check_devices(instr: Instruction, s: Sharding) -> None:
+    leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
+    for leaf in leaves:
+        if leaf.kind is ShardingKind.TILED and len(set(leaf.devices)) != len(leaf.devices):
+            raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} names a device twice")
+
+
+def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+    """XLA's RefineManualAutoShardingFromAuto: an auto-side sharding refines the (auto, manual)
+    pair around a manual conversion on the unspecified dims."""
+    if auto is None or man is None or to_merge.kind is not ShardingKind.TILED:
+        return None
+    if (not su.is_manual_subgroup(man) or su.is_manual_subgroup(auto) or not su.has_partial_replication(man)
+            or len(man.subgroups) != 2):
+        return None
+    partial = su.replicate_all_except(to_merge, dims)
+    if su.is_tile_maximal(partial) or su.is_manual_subgroup(partial):
+        return None
+    new_auto = su.merge_if_compatible(partial, su.num_tiles(auto) + 1, auto)
+    if new_auto is None:
+        return None
+    r = partial.data_rank
+    pa = su.arr(partial)
+    shape = list(pa.shape)
+    shape.insert(r, 1)
+    if not su.replicate_on_last_tile_dim(partial):
+        return None
+    for_manual = su.partial_tile(pa.reshape(shape))
+    ma = su.arr(man)
+    if man.subgroups[-1] is not su.REP:
+        perm = list(range(ma.ndim))
+        perm[-1], perm[man.data_rank] = perm[man.data_rank], perm[-1]
+        ma = ma.transpose(perm)
+    tmp = su.partial_tile(ma)
+    merged = su.merge_if_compatible(for_manual, su.num_tiles(tmp) + 1, tmp)
+    if merged is None:
+        return None
+    kinds = [su.MAN] + ([su.REP] if su.has_partial_replication(merged) else [])
+    return new_auto, su.subgroup(su.arr(merged), kinds)
+
+
+def _refine_from_manual(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+    """XLA's RefineManualAutoShardingFromManual: a manual-side sharding refines the pair."""
+    if auto is None or man is None:
+        return None
+    if (not su.is_manual_subgroup(to_merge) or not su.is_manual_subgroup(man) or not su.has_partial_replication(man)
+            or su.is_manual_subgroup(auto) or len(man.subgroups) != 2):
+        return None
+    partial = su.replicate_all_except(to_merge, dims)
+    if su.is_tile_maximal(partial) or partial.kind is not ShardingKind.TILED:
+        return None
+    new_man = su.merge_if_compatible(partial, su.num_tiles(man) + 1, man)
+    if new_man is None:
+        return None
+    for_auto = su.subgroup(su.arr(partial), [su.REP] * len(partial.subgroups))
+    new_auto = su.merge_if_compatible(for_auto, su.num_tiles(auto) + 1, auto)
+    if new_auto is None:
+        return None
+    return new_auto, new_man
 
 
 def _sharding_calls_to_copies(module: Module) -> bool:
@@ -369,9 +1119,9 @@ def _sharding_calls_to_copies(module: Module) -> bool:
     changed = False
     for comp in propagated_computations(module):
         for instr in comp.post_order():
-            if instr.custom_call_target != "Sharding":
+            if instr.custom_call_target != SHARDING:
                 continue
-            if any(u.custom_call_target in ("SPMDFullToShardShape", "SPMDShardToFullShape") for u in instr.users):
+            if any(u.custom_call_target in (FULL_TO_SHARD, SHARD_TO_FULL) for u in instr.users):
                 continue
             copy = Instruction(Opcode.COPY, instr.shape, [instr.operands[0]], name=instr.name)
             copy.sharding = instr.sharding
@@ -379,4 +1129,82 @@ def _sharding_calls_to_copies(module: Module) -> bool:
                 copy.attributes["metadata"] = instr.attributes["metadata"]
             comp.replace(instr, copy)
             changed = True
+    return changed
+
+
+def _check_device_count(module: Module, n: int) -> None:
+    """Every annotation tiles over exactly the program's devices, as XLA's verifier requires (so
+    no sharding we propagate names a device the program does not have)."""
+    found: list[tuple[Instruction, Sharding]] = []
+    for comp in propagated_computations(module):
+        for instr in comp.instructions:
+            s = instr.sharding if "sharding" in instr.attributes else None
+            for leaf in (s.elements if s is not None and s.kind is ShardingKind.TUPLE else (s,)):
+                if leaf is not None and leaf.kind in (ShardingKind.TILED, ShardingKind.MAXIMAL):
+                    found.append((instr, leaf))
+    if n <= 1:
+        n = max([len(s.devices) for _, s in found if s.kind is ShardingKind.TILED]
+                + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
+                + [1])
+    for instr, s in found:
+        if s.kind is ShardingKind.TILED and (len(s.devices) != n or max(s.devices) >= n):
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {len(s.devices)} devices, "
+                                   f"but the program has {n} (num_partitions)")
+        if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= n:
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} names device {s.device}, but the "
+                                   f"program has {n} (num_partitions)")
+
+
+def _reshaped_by_import(instr: Instruction) -> bool:
+    """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
+    around `instr` before propagating (see _Flat)?"""
+    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and not instr.shape.is_tuple):
+        return True
+    if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
+        return True
+    if instr.parent.root is instr and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+        return True
+    return (not instr.users and instr.parent.root is not instr and instr.opcode is not Opcode.PARAMETER
+            and not instr.has_side_effect)
+
+
+def _detach_shard_alike(module: Module) -> bool:
+    """A `Sharding` custom-call whose sharding is only `{unknown shard_as N}` (JAX's
+    shard_alike) names a group and nothing else: its operand joins the group and the call goes
+    (XLA's ProcessShardingInstruction).  On a parameter it stays, as a copy would in XLA."""
+    changed = False
+    for comp in propagated_computations(module):
+        for instr in list(comp.post_order()):
+            if not is_custom_call(instr, SHARDING) or "sharding" not in instr.attributes:
+                continue
+            s = instr.sharding
+            group = _shard_group(s)
+            if group is None or s.kind is not ShardingKind.UNKNOWN or instr.operands[0].opcode is Opcode.PARAMETER:
+                continue
+            operand = instr.operands[0]
+            cur = operand.sharding if "sharding" in operand.attributes else Sharding.unknown()
+            operand.sharding = replace(cur, shard_group=group) if cur.kind is not ShardingKind.TUPLE else cur
+            if comp.root is instr:
+                comp.root = operand
+            instr.replace_all_uses_with(operand)
+            comp.remove(instr)
+            changed = True
+    return changed
+
+
+def _remove_barriers(module: Module) -> bool:
+    """ShardBarrierFrom / ShardBarrierTo only steer propagation: they go once it is done (an
+    operand without a sharding takes the barrier's, as XLA's instruction replacement does)."""
+    changed = False
+    for comp in propagated_computations(module):
+        for instr in list(comp.instructions):
+            if is_custom_call(instr, BARRIER_FROM, BARRIER_TO):
+                operand = instr.operands[0]
+                if "sharding" in instr.attributes and "sharding" not in operand.attributes:
+                    operand.sharding = instr.sharding  # XLA's ReplaceInstruction keeps the old sharding
+                if comp.root is instr:
+                    comp.root = operand
+                instr.replace_all_uses_with(operand)
+                comp.remove(instr)
+                changed = True
     return changed
