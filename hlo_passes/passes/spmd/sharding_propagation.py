@@ -671,10 +671,12 @@ class _Walk:
             for other in changed_related:
                 clear_cache(other)
 
+        # Propagation sets shardings only; the graph, so each post order, is fixed.
+        orders = {comp: comp.post_order() for comp in self.comps}
         for _ in range(10000):
             changed = False
             for comp in self.comps:
-                order = [i for i in comp.post_order()]
+                order = orders[comp]
                 if shard_groups:
                     for instr in order:
                         if instr in done_group or instr not in self.group_of:
