@@ -177,3 +177,45 @@ ENTRY e {
     assert list(new.control_predecessors) == [a] and list(a.control_successors) == [new]
     assert list(c.control_predecessors) == [new]
     assert comp.root.operands[0] is new
+
+
+def test_insertion_order_matches_a_plain_list_under_random_edits():
+    """Insertions before/after an instruction are folded into the order lazily; after any mix
+    of appends, insertions next to new or old instructions and removals, the order is the one a
+    plain list with list.insert gives."""
+    import random
+
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.instruction import Instruction
+    from hlo_passes.ir.opcode import Opcode
+    from hlo_passes.ir.shape import ArrayShape
+    from hlo_passes.ir.types import PrimitiveType
+
+    scalar = ArrayShape(PrimitiveType.F32, ())
+    for seed in range(200):
+        rng = random.Random(seed)
+        comp = Computation("c")
+        reference: list[Instruction] = []
+        for k in range(rng.randint(1, 40)):
+            instr = Instruction(Opcode.CONSTANT, scalar, name=f"c{k}", literal="0")
+            where = rng.random()
+            if not reference or where < 0.3:
+                comp.add(instr)
+                reference.append(instr)
+            elif where < 0.65:
+                anchor = rng.choice(reference)
+                comp.add(instr, before=anchor)
+                reference.insert(reference.index(anchor), instr)
+            elif where < 0.9:
+                anchor = rng.choice(reference)
+                comp.add(instr, after=anchor)
+                reference.insert(reference.index(anchor) + 1, instr)
+            else:
+                victim = rng.choice(reference)
+                comp.remove(victim)
+                reference.remove(victim)
+            assert len(comp) == len(reference)
+            if rng.random() < 0.2:  # reading folds what is pending; later edits go on from there
+                assert comp.instructions == reference, seed
+        assert comp.instructions == reference, seed
+        assert all(i in comp for i in reference)

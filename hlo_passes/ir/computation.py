@@ -21,12 +21,62 @@ class Computation:
     def __init__(self, name: str, *, is_entry: bool = False):
         self.name = name
         self.is_entry = is_entry
-        self._instructions: dict[Instruction, None] = {}
+        # Instruction order.  Inserting before or after an instruction is recorded next to it
+        # and folded into the order when the order is next read: a pass that inserts
+        # thousands of instructions in the middle (inlining, partitioning) pays once, not once
+        # per instruction.
+        self._order: dict[Instruction, None] = {}
+        self._before: dict[Instruction, list[Instruction]] = {}
+        self._after: dict[Instruction, list[Instruction]] = {}
+        self._pending: set[Instruction] = set()
+        self._removed: set[Instruction] = set()  # erased while insertions next to them were pending
         self.parameters: list[Instruction] = []
         self.root: Instruction | None = None
         self.module: Module | None = None
         self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
         self.print_signature = True
+
+    @property
+    def _instructions(self) -> dict[Instruction, None]:
+        """The instructions in order (an insertion-ordered dict used as an ordered set)."""
+        if self._pending or self._removed:
+            self._fold_insertions()
+        return self._order
+
+    @_instructions.setter
+    def _instructions(self, order: dict[Instruction, None]) -> None:
+        self._order = order
+        self._before.clear()
+        self._after.clear()
+        self._pending.clear()
+        self._removed.clear()
+
+    def _fold_insertions(self) -> None:
+        """Put every pending instruction at its place: the ones inserted before an instruction
+        come right before it (in insertion order), the ones inserted after it right after it
+        (the latest first), recursively for insertions next to pending ones."""
+        out: dict[Instruction, None] = {}
+        before, after, removed = self._before, self._after, self._removed
+        for first in self._order:
+            if first not in before and first not in after:
+                if first not in removed:
+                    out[first] = None
+                continue
+            stack: list[tuple[bool, Instruction]] = [(False, first)]
+            while stack:
+                emit, x = stack.pop()
+                if emit:
+                    if x not in removed:
+                        out[x] = None
+                    continue
+                stack.extend((False, a) for a in reversed(after.get(x, ())))
+                stack.append((True, x))
+                stack.extend((False, b) for b in reversed(before.get(x, ())))
+        self._order = out
+        before.clear()
+        after.clear()
+        self._pending.clear()
+        removed.clear()
 
     @property
     def instructions(self) -> list[Instruction]:
@@ -36,10 +86,10 @@ class Computation:
         return iter(list(self._instructions))
 
     def __len__(self) -> int:
-        return len(self._instructions)
+        return len(self._order) + len(self._pending) - len(self._removed)
 
     def __contains__(self, instr: Instruction) -> bool:
-        return instr in self._instructions
+        return (instr in self._order or instr in self._pending) and instr not in self._removed
 
     def _copy_body_from(self, other: "Computation", comp_map: dict[Computation, Computation]) -> None:
         """Fill this (empty) computation with copies of `other`'s instructions, in order, calling
@@ -76,13 +126,19 @@ class Computation:
         if self.module is not None:
             instr.name = self.module.names.unique(name_hint or instr.name)
         instr.parent = self
+        if instr in self._removed:  # added again: its old place must go first
+            self._fold_insertions()
         if before is None and after is None:
-            self._instructions[instr] = None
+            self._order[instr] = None  # after everything, pending insertions included
         else:
-            items = list(self._instructions)
-            index = items.index(before) if before is not None else items.index(cast(Instruction, after)) + 1
-            items.insert(index, instr)
-            self._instructions = dict.fromkeys(items)
+            anchor = cast(Instruction, before if before is not None else after)
+            if anchor not in self:
+                raise IRError(f"cannot insert {instr.name} next to {anchor.name}: it is not in {self.name}")
+            if before is not None:
+                self._before.setdefault(anchor, []).append(instr)
+            else:
+                self._after.setdefault(anchor, []).insert(0, instr)
+            self._pending.add(instr)
         if instr.opcode is Opcode.PARAMETER:
             self._register_parameter(instr)
         return instr
@@ -105,7 +161,10 @@ class Computation:
         if instr.control_successors:
             raise IRError(f"cannot erase {instr.name}: it is a control predecessor")
         instr.drop_operands()
-        del self._instructions[instr]
+        if instr in self._pending or instr in self._before or instr in self._after:
+            self._removed.add(instr)  # a tombstone: what was inserted next to it keeps its place
+        else:
+            del self._order[instr]
         if instr.opcode is Opcode.PARAMETER:
             self.parameters[instr.parameter_number] = None  # type: ignore[call-overload]  # gaps hold None
             while self.parameters and self.parameters[-1] is None:

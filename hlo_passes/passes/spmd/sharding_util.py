@@ -273,10 +273,23 @@ def single(shape: Shape, s: Sharding) -> Sharding:
     return tuple_sharding([s] * len(shape.leaves())) if shape.is_tuple else s
 
 
+_LEAF_OFFSETS: dict[int, tuple[Shape, list[int]]] = {}
+
+
 def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
-    """(first leaf, leaf count) of tuple element `index` of `shape`."""
-    start = sum(len(e.leaves()) for e in shape.elements[:index])
-    return start, len(shape.elements[index].leaves())
+    """(first leaf, leaf count) of tuple element `index` of `shape`.  The offsets of a tuple
+    shape are computed once (a while loop's state can have hundreds of elements, asked about
+    one by one)."""
+    entry = _LEAF_OFFSETS.get(id(shape))
+    if entry is None or entry[0] is not shape:
+        offsets = [0]
+        for e in shape.elements:
+            offsets.append(offsets[-1] + len(e.leaves()))
+        if len(_LEAF_OFFSETS) > 10_000:
+            _LEAF_OFFSETS.clear()
+        entry = _LEAF_OFFSETS[id(shape)] = (shape, offsets)
+    offsets = entry[1]
+    return offsets[index], offsets[index + 1] - offsets[index]
 
 
 def sub_sharding(shape: Shape, s: Sharding, index: int) -> Sharding:
