@@ -51,18 +51,16 @@ def wire_bytes(module) -> int:
 @pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip"])
 def test_plain_pipeline_with_kept_state_rewrites_optax_steps(form, optimizer):
     """With the state kept sharded every program is rewritten by the plain pipeline (LAMB's norms
-    are calls: no call-inliner first), its small collectives packed into one reduce-scatter and one
-    all-gather, and it computes what the original computes.  Only the 10-element bias is declined,
-    by price: padded to 16 its reduce-scatter + all-gather move 60% more than its all-reduce, for
-    an update of 10 elements."""
+    are calls: no call-inliner first), nothing declined, its small collectives packed into one
+    reduce-scatter and one all-gather, and it computes what the original computes.  On the wire
+    it moves what plain partitioning moves but for the padding of the small tensors and the scalar
+    all-reduces of the norms (under 3% on this tiny MLP)."""
     text = (PROGRAMS / f"{form}_{optimizer}.hlo").read_text()
+    plain, _, _ = run(text, "spmd-partition")
     module, applied, missed = run(text, "spmd-partition,weight-update-sharding{keep-state-sharded=true}")
-    assert applied, [r.format() for r in missed]
+    assert applied and not missed, [r.format() for r in missed]
     assert count(module, Opcode.REDUCE_SCATTER) == 1 and count(module, Opcode.ALL_GATHER) == 1
-    assert len(missed) == 1, [r.format() for r in missed]
-    (r,) = missed
-    assert ("costs more than it saves" in r.message and "padded from 10 to 16" in r.message
-            and "optimizer-state" not in r.message and "without" in r.message), r.format()
+    assert wire_bytes(module) < 1.03 * wire_bytes(plain)
     report = verify_equivalent(text, print_module(module))
     assert report.ok, report.format()
 

@@ -33,7 +33,10 @@ dependent on another member) does pay one collective's latency more than the all
 replaces, and is kept only if it pays with it (`Price.pays_its_latency`).
 
 Memory: a rewrite never holds more per device than the step it replaces (the update's inputs
-and outputs whole, as before, plus chunks), and with kept state it holds 1/N of the state.
+and outputs whole, as before, plus chunks), and with kept state it holds 1/N of the state.  The
+time estimate does not weigh that saving, so a component that keeps its state sharded
+(`keep-state-sharded=true`) is not declined for its padding or its latency: those are what the
+option asks to pay for it; only state it still all-gathers is priced.
 """
 
 from __future__ import annotations

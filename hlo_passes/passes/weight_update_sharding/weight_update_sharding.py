@@ -99,13 +99,13 @@ class WeightUpdateSharding(ModulePass):
             # 2. Packing merges the pass's small collectives, so a component's price leaves out
             # their latency; one whose reduce-scatter stands alone after packing (too large, or
             # dependent on the others) pays a collective's latency more than the all-reduce it
-            # replaces, and must still pay with it.
+            # replaces, and must still pay with it (unless it keeps state sharded, see below).
             candidate, said = module.clone(), len(self.remarks)
             alone = self._shard(candidate, chosen=chosen)
             del self.remarks[said:]
             for name in alone:
-                cost, stems = priced[name]
-                if not cost.pays_its_latency:
+                cost, stems, kept = priced[name]
+                if not kept and not cost.pays_its_latency:
                     chosen.discard(name)
                     message = ("not sharded: its reduce-scatter and all-gather cannot be packed with others, "
                                "and one more collective's latency costs more than the rewrite saves: "
@@ -140,7 +140,7 @@ class WeightUpdateSharding(ModulePass):
         if _in_fused_form(module, computations):
             normalize(module, computations)
         canonicalize(module, computations)
-        pays: dict[str, tuple[Price, list[Remark]]] = {}
+        pays: dict[str, tuple[Price, list[Remark], bool]] = {}
         alone: set[str] = set()
         for comp in update_computations(module):
             for new, name in simplify_replicated_all_reduces(module, comp):
@@ -179,8 +179,13 @@ class WeightUpdateSharding(ModulePass):
                     cost = Price(rewriter.removed_cost,
                                  kernel_estimate(added, module, model, roots=frozenset({comp.root})),
                                  model.profile)
-                    if not (gathered or padded) or cost.pays or not self.options.only_when_it_pays:
-                        pays[first.name] = (cost, stems)
+                    # State kept sharded holds (N-1)/N less per device, which the time estimate
+                    # does not weigh: with keep-state-sharded the padding's copies are the price
+                    # the option asks to pay for it (only gathered state is priced then).
+                    kept = bool(rewriter.kept_outputs)
+                    if (not (gathered or padded) or (kept and not gathered) or cost.pays
+                            or not self.options.only_when_it_pays):
+                        pays[first.name] = (cost, stems, kept)
                     else:
                         why = ([f"{gathered} optimizer-state output(s) all-gathered (the signature returns them "
                                 "whole; keep-state-sharded=true keeps them sharded)"] if gathered else []) + \
