@@ -1,7 +1,7 @@
 """Data-parallel MLP training with Adam on 8 CPU devices, with and without our passes in jax.jit.
 
     python examples/train_data_parallel.py [--steps 20] [--width 512] [--batch 128]
-        [--pipeline weight-update-sharding,collective-fusion] [--stage pre-scheduler]
+        [--pipeline weight-update-sharding{cost-profile=cpu},collective-fusion] [--stage pre-scheduler]
 
 Trains the same model twice from the same initial state: once with XLA alone, once with
 the pipeline installed in XLA's compiler through `hlo_passes.jax_hook` (numerically
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--width", type=int, default=SIZES[1], help="hidden layer width")
     parser.add_argument("--batch", type=int, default=128, help="global batch (split over 8 devices)")
-    parser.add_argument("--pipeline", default="weight-update-sharding,collective-fusion")
+    parser.add_argument("--pipeline", default="weight-update-sharding{cost-profile=cpu},collective-fusion")
     parser.add_argument("--stage", default="pre-scheduler", choices=jax_hook.STAGES)
     args = parser.parse_args()
     SIZES[1] = SIZES[2] = args.width

@@ -12,6 +12,7 @@ from hlo_passes import parse_module, print_module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.pipeline import parse_pipeline, set_option_everywhere
 from hlo_passes.runtime import verify_equivalent
+from hlo_passes.passes.spmd.cost_model import module_estimate
 from hlo_passes.stats import module_stats
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -40,22 +41,50 @@ def sent_bytes(module) -> int:
     return sum(module_stats(module).collective_bytes.values())
 
 
+def wire_bytes(module) -> int:
+    """The ring volume the cost model charges (an all-reduce 2(g-1)/g of its buffer, a
+    reduce-scatter or all-gather (g-1)/g): a reduce-scatter + all-gather equals an all-reduce."""
+    return module_estimate(module).bytes
+
+
 @pytest.mark.parametrize("form", ["jit", "shard_map"])
 @pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip"])
-@pytest.mark.parametrize("keep", [False, True], ids=["default", "keep-state"])
-def test_plain_pipeline_rewrites_optax_steps(form, optimizer, keep):
-    """Every program is rewritten by the plain pipeline (LAMB's norms are calls: no call-inliner
-    first), its small collectives packed into one reduce-scatter and one all-gather, and it
-    computes what the original computes."""
+def test_plain_pipeline_with_kept_state_rewrites_optax_steps(form, optimizer):
+    """With the state kept sharded every program is rewritten by the plain pipeline (LAMB's norms
+    are calls: no call-inliner first), nothing declined, its small collectives packed into one
+    reduce-scatter and one all-gather, and it computes what the original computes.  On the wire
+    it moves what plain partitioning moves but for the padding of the small tensors and the scalar
+    all-reduces of the norms (under 3% on this tiny MLP)."""
     text = (PROGRAMS / f"{form}_{optimizer}.hlo").read_text()
-    wus = "weight-update-sharding{keep-state-sharded=true}" if keep else "weight-update-sharding"
-    module, applied, missed = run(text, f"spmd-partition,{wus}")
-    assert applied, [r.format() for r in missed]
+    plain, _, _ = run(text, "spmd-partition")
+    module, applied, missed = run(text, "spmd-partition,weight-update-sharding{keep-state-sharded=true}")
+    assert applied and not missed, [r.format() for r in missed]
     assert count(module, Opcode.REDUCE_SCATTER) == 1 and count(module, Opcode.ALL_GATHER) == 1
-    if optimizer.startswith(("adamw", "lamb")):  # nothing declined: clipping, masks, schedules, norms in calls
-        assert not missed, [r.format() for r in missed]
-    for r in missed:  # what is declined is declined by price, and the remark shows both estimates
-        assert "costs more than it saves" in r.message and "without" in r.message, r.format()
+    assert wire_bytes(module) < 1.03 * wire_bytes(plain)
+    report = verify_equivalent(text, print_module(module))
+    assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("form", ["jit", "shard_map"])
+@pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip"])
+def test_plain_pipeline_never_moves_more_bytes_than_partitioning(form, optimizer):
+    """Default options: the signature returns the optimizer state whole, so sharding an update
+    costs one more all-gather per state tensor, and the update it would shard is one fused kernel
+    that costs less than those gathers (accelerator profile, with or without overlap).  Every
+    gradient is declined by price, the remark giving both estimates; the step moves no more wire
+    bytes than plain partitioning (shard_map: fewer, its pmean of a reduced gradient simplified)
+    and computes what the original computes."""
+    text = (PROGRAMS / f"{form}_{optimizer}.hlo").read_text()
+    plain, _, _ = run(text, "spmd-partition")
+    module, applied, missed = run(text, "spmd-partition,weight-update-sharding")
+    assert wire_bytes(module) <= wire_bytes(plain)
+    assert count(module, Opcode.REDUCE_SCATTER) == 0
+    assert len(missed) == 4  # the MLP's two weights and two biases
+    for r in missed:
+        assert ("costs more than it saves" in r.message and "optimizer-state output(s) all-gathered" in r.message
+                and "with the rewrite" in r.message and "without" in r.message
+                and "with nothing overlapped" in r.message), r.format()
+    assert all("times the group size" in r.message for r in applied)  # only pmean simplifications
     report = verify_equivalent(text, print_module(module))
     assert report.ok, report.format()
 
@@ -87,9 +116,10 @@ def test_momentum_declined_where_gathering_state_costs_more():
 @pytest.mark.parametrize("form", ["jit", "shard_map"])
 def test_adafactor_factored_moments_are_declined(form):
     """Adafactor's factored second moments reduce the gradient over rows and columns: those
-    gradients are declined with the reduce named; the unfactored (bias) updates are sharded."""
+    gradients are declined with the reduce named; the unfactored (bias) updates are sharded
+    (forced: priced, their state all-gathered does not pay, see above)."""
     text = (PROGRAMS / f"{form}_adafactor.hlo").read_text()
-    module, applied, missed = run(text, "spmd-partition,weight-update-sharding")
+    module, applied, missed = run(text, "spmd-partition,weight-update-sharding{only-when-it-pays=false}")
     assert applied and len(missed) == 2
     assert all("a reduce over some dimensions" in r.message for r in missed)
     report = verify_equivalent(text, print_module(module))

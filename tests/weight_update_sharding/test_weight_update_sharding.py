@@ -21,6 +21,7 @@ from hlo_passes import parse_module, print_module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.manager import structural_problems
 from hlo_passes.passes.registry import lookup
+from hlo_passes.passes.spmd.cost_model import module_estimate
 from hlo_passes.passes.weight_update_sharding.weight_update_sharding import WeightUpdateSharding
 from hlo_passes.runtime import verify_equivalent
 from hlo_passes.runtime.per_device import as_replica_program, execute
@@ -224,3 +225,136 @@ def test_decline_remarks(case, words):
     assert missed[0].instruction in ("g",)
     applied = Counter(r.kind for r in remarks)["applied"]
     assert applied == (1 if case == "decline_row_norms" else 0)
+
+
+# ------------------------------------------------ default options: priced --
+MOMENTUM_STEP = """HloModule momentum_step, replica_count=8
+
+add { a = f32[] parameter(0) b = f32[] parameter(1) ROOT s = f32[] add(a, b) }
+
+ENTRY step {
+  w = f32[1024,1024] parameter(0), parameter_replication={true}
+  v = f32[1024,1024] parameter(1), parameter_replication={true}
+  x = f32[1024,1024] parameter(2)
+  dw = f32[1024,1024] multiply(w, x)
+  g = f32[1024,1024] all-reduce(dw), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+  mu = f32[] constant(0.9)
+  mub = f32[1024,1024] broadcast(mu), dimensions={}
+  decayed = f32[1024,1024] multiply(v, mub)
+  new_v = f32[1024,1024] add(decayed, g)
+  lr = f32[] constant(0.05)
+  lrb = f32[1024,1024] broadcast(lr), dimensions={}
+  step = f32[1024,1024] multiply(new_v, lrb)
+  new_w = f32[1024,1024] subtract(w, step)
+  ROOT out = (f32[1024,1024], f32[1024,1024]) tuple(new_w, new_v)
+}
+"""
+
+
+def _wire_bytes(text: str) -> int:
+    return module_estimate(parse_module(text)).bytes
+
+
+def test_priced_decline_when_gathering_state_costs_more():
+    """SGD-momentum returning its velocity whole (the local gradient w·x stands for the backward
+    pass, which reads the weight: so w' is the weight, v' the state): sharded, it would all-gather the velocity too
+    (one more all-gather, 7/8 of 4 MiB on the wire), to save 7/8 of an update that XLA runs as
+    one kernel reading 3 and writing 2 tensors.  On the accelerator profile that does not pay, with
+    or without overlap: declined, the module untouched, the remark giving both estimates."""
+    out, changed, remarks = rewrite(MOMENTUM_STEP, only_when_it_pays=True)
+    assert not changed and out == print_module(parse_module(MOMENTUM_STEP))
+    (r,) = remarks
+    assert r.kind == "missed" and r.instruction == "g"
+    assert "costs more than it saves (1 optimizer-state output(s) all-gathered" in r.message, r.format()
+    assert "with the rewrite" in r.message and "without" in r.message and "accelerator profile" in r.message
+    forced, _, _ = rewrite(MOMENTUM_STEP)  # what it declined: more bytes on the wire
+    assert _wire_bytes(forced) > _wire_bytes(out)
+    assert_same_per_device(MOMENTUM_STEP, out)
+
+
+def test_priced_rewrite_where_it_pays():
+    """The same step where it pays: on the cpu profile memory is slow beside the links (2:1, not
+    7.4:1), so the sharded update saves more than the velocity's all-gather costs."""
+    out, changed, remarks = rewrite(MOMENTUM_STEP, only_when_it_pays=True, cost_profile="cpu")
+    assert changed and [r.kind for r in remarks] == ["applied"], [r.format() for r in remarks]
+    assert collectives(out)["reduce-scatter"] == [(131072,)]
+    assert_same_per_device(MOMENTUM_STEP, out)
+
+
+SGD_STEP = """HloModule sgd_step, replica_count=8
+
+add { a = f32[] parameter(0) b = f32[] parameter(1) ROOT s = f32[] add(a, b) }
+
+ENTRY step {
+  b = f32[SIZE] parameter(0), parameter_replication={true}
+  c = f32[SIZE] parameter(1), parameter_replication={true}
+  x = f32[SIZE] parameter(2)
+  db = f32[SIZE] multiply(b, x)
+  dc = f32[SIZE] multiply(c, x)
+  gb = f32[SIZE] all-reduce(db), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+  gc = f32[SIZE] all-reduce(dc), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+  lr = f32[] constant(0.05)
+  lrb = f32[SIZE] broadcast(lr), dimensions={}
+  new_b = f32[SIZE] subtract(b, f32[SIZE] multiply(gb, lrb))
+  new_c = f32[SIZE] subtract(c, f32[SIZE] multiply(gc, lrb))
+  ROOT out = (f32[SIZE], f32[SIZE]) tuple(new_b, new_c)
+}
+"""
+
+
+def test_priced_sgd_formatting_and_latency():
+    """Plain SGD (no state), two weights.  Padded from 1001 to 1008, the pad before the
+    reduce-scatter and the slice after the all-gather are two copies of each gradient, more than
+    the 7/8 of a three-pass update they save: both declined by price.  At 1008 (no padding) the
+    rewrite moves the same wire bytes and saves compute, and the two are packed into one
+    reduce-scatter and one all-gather: applied.  A single weight's collectives have nothing to
+    pack with: one more collective's latency (10 µs) is more than 7/8 of its update saves."""
+    padded = SGD_STEP.replace("SIZE", "1001")
+    out, changed, remarks = rewrite(padded, only_when_it_pays=True, pack_threshold_bytes=4 << 20)
+    assert not changed and [r.kind for r in remarks] == ["missed", "missed"]
+    assert all("costs more than it saves (the gradient padded from 1001 to 1008 elements)" in r.message
+               for r in remarks), [r.format() for r in remarks]
+    assert_same_per_device(padded, out)
+
+    even = SGD_STEP.replace("SIZE", "1008")
+    out, changed, remarks = rewrite(even, only_when_it_pays=True, pack_threshold_bytes=4 << 20)
+    assert changed and [r.kind for r in remarks] == ["applied", "applied"], [r.format() for r in remarks]
+    assert len(collectives(out)["reduce-scatter"]) == 1 and "all-reduce" not in collectives(out)
+    assert _wire_bytes(out) == _wire_bytes(even)
+    assert_same_per_device(even, out)
+
+    single = (even.replace("gc = f32[1008] all-reduce(dc), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add",
+                           "gc = f32[1008] multiply(dc, dc)"))
+    out, changed, remarks = rewrite(single, only_when_it_pays=True, pack_threshold_bytes=4 << 20)
+    assert not changed and [r.kind for r in remarks] == ["missed"], [r.format() for r in remarks]
+    assert "cannot be packed with others, and one more collective's latency" in remarks[0].message
+    assert_same_per_device(single, out)
+
+
+def test_an_activation_all_reduce_is_not_called_a_gradient():
+    """A row-parallel layer's partial sums all-reduced over the model axis feed the next matmul:
+    no output of the step is computed elementwise from them, so the remark says what it is not
+    (a weight's gradient) and names the reader, instead of "the reduced gradient has another user"."""
+    text = """HloModule row_parallel, replica_count=8
+
+add { a = f32[] parameter(0) b = f32[] parameter(1) ROOT s = f32[] add(a, b) }
+
+ENTRY step {
+  x = f32[4,16] parameter(0)
+  w1 = f32[16,32] parameter(1), parameter_replication={true}
+  w2 = f32[32,8] parameter(2), parameter_replication={true}
+  partial = f32[4,32] dot(x, w1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  h = f32[4,32] all-reduce(partial), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+  zero = f32[] constant(0)
+  zeros = f32[4,32] broadcast(zero), dimensions={}
+  relu = f32[4,32] maximum(h, zeros)
+  ROOT y = f32[4,8] dot(relu, w2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    out, changed, remarks = rewrite(text)
+    assert not changed
+    (r,) = remarks
+    assert r.kind == "missed" and r.instruction == "h"
+    assert "not a weight's gradient: no output of the step is computed elementwise from it" in r.message, r.format()
+    assert "%y reads it: dot" in r.message and "the reduced gradient" not in r.message
+    assert_same_per_device(text, out)

@@ -210,6 +210,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     stem_ops = {op for s in stems.values() for op in s.ops}
     origin: dict[Instruction, Instruction] = {}  # shard value -> a candidate it derives from
     problems: dict[Instruction, tuple[Instruction, str]] = {}
+    blocked_by: dict[Instruction, tuple[Instruction, str]] = {}  # problems that are another user
     reductions: dict[Instruction, Instruction] = {}
     regroups: set[Instruction] = set()
     exits: dict[Instruction, Instruction] = {}
@@ -276,6 +277,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         if known is None or (known[0].opcode in _LAYOUT_OPCODES and instr.opcode not in _LAYOUT_OPCODES):
             # a layout op beside the real blocker (a transpose hoisted out of a fusion) says less
             problems[first] = (instr, f"the reduced gradient has another user %{instr.name}: {what}")
+            blocked_by[first] = (instr, what)
 
     # Components.
     by_root: dict[Instruction, Component] = {}
@@ -285,7 +287,14 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         if comp_ is None:
             comp_ = by_root[r] = Component([], device_groups(c, module), stems[c].end.shape.dims)
         comp_.stems.append(stems[c])
+    # A weight's gradient feeds an update the step returns; an all-reduced value from which no
+    # output is computed elementwise is something else (an activation summed over the model
+    # axis, a statistic), and the remark says so rather than calling it a gradient.
+    updating = {find(c) for c in exits.values()}
     for c, (instr, reason) in problems.items():  # the instruction that blocks says most
+        if blocked_by.get(c, (None,))[0] is instr and find(c) not in updating:
+            reason = (f"not a weight's gradient: no output of the step is computed elementwise from it "
+                      f"(%{instr.name} reads it: {blocked_by[c][1]})")
         by_root[find(c)].decline(instr, reason)
     for c in candidates:
         comp_ = by_root[find(c)]

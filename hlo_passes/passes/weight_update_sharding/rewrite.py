@@ -9,7 +9,8 @@
 Everything the update reads besides the gradient is cut to the chunk (`dynamic-slice` of its
 formatted value at this device's offset) or, for state kept sharded, read from the tile the
 parameter now holds.  `ComponentRewriter.apply` returns what it changed; with a `price` it also
-adds up the cost of what it removed, for the pass to compare with the cost of what it added.
+prices what it removed (as it ran before the rewrite), for the pass to compare with the price of
+what it added.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from hlo_passes.passes.weight_update_sharding.state import Signature, refined_sh
 
 S32 = PrimitiveType.S32
 Remark = Callable[[Instruction | None, str, str], None]
+# Prices a region: its instructions, their users as they were, and the values it returned.
+RegionPrice = Callable[[list[Instruction], Callable[[Instruction], tuple[Instruction, ...]],
+                        frozenset[Instruction]], Estimate]
 
 
 class DeviceIndex:
@@ -92,7 +96,7 @@ def place_before(module: Module, callee: Computation, comp: Computation) -> Comp
 class ComponentRewriter:
     def __init__(self, module: Module, comp: Computation, component: Component, fmt: Formatting, *,
                  keep_state: bool, assume_parameters: bool, index: DeviceIndex, remark: Remark,
-                 price: Callable[[Instruction], Estimate] | None = None):
+                 price: RegionPrice | None = None):
         self.module, self.comp, self.c, self.fmt = module, comp, component, fmt
         self.keep_state = keep_state
         self.assume_parameters = assume_parameters
@@ -168,6 +172,9 @@ class ComponentRewriter:
     def apply(self) -> None:
         c = self.c
         self.weights = self.weight_exits()  # before anything here reads the inputs
+        if self.price is not None:  # the removed region is priced as it ran: its users before
+            self._users_before = {i: tuple(i.users) for i in self.comp.instructions}
+            self._root_before = self.comp.root
         if self.keep_state:
             self._choose_state_params()
         for stem in c.stems:
@@ -398,20 +405,27 @@ class ComponentRewriter:
         for stem in c.stems:
             dead += [*reversed(stem.ops), stem.all_reduce]
         dead_set = set(dead)
+        order: list[Instruction] = []  # what dies, users before operands
+        gone: set[Instruction] = set()
         work = list(dead)
         while work:
             instr = work.pop(0)
-            if instr.parent is not self.comp or instr.users or instr.is_root:
+            if (instr in gone or instr.parent is not self.comp or instr.is_root
+                    or any(u not in gone for u in instr.users)):
                 continue
             if instr not in dead_set and (instr.opcode is Opcode.PARAMETER or instr.has_side_effect
                                           or instr.opcode.is_collective):
                 continue
-            if self.price is not None:
-                self.removed_cost = self.removed_cost + self.price(instr)
-            operands = list(instr.operands)
+            gone.add(instr)
+            order.append(instr)
+            work.extend(instr.operands)
+        if self.price is not None:
+            before = self._users_before
+            self.removed_cost = self.price(order, lambda i: before.get(i, tuple(i.users)),
+                                           frozenset({self._root_before}))
+        for instr in order:
             fused = instr.called.get("calls") if instr.opcode is Opcode.FUSION else None
             self.comp.remove(instr)
-            work.extend(operands)
             if fused is not None and not any(fused in i.called_computations()
                                              for i in self.module.all_instructions()):
                 self.module.remove_computation(fused)  # the fusion was its only caller

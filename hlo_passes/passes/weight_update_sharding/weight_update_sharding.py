@@ -50,13 +50,13 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.pass_base import ModulePass, Remark, option, source_location
 from hlo_passes.passes.registry import register_pass
-from hlo_passes.passes.spmd.cost_model import ZERO, CostModel, Estimate
+from hlo_passes.passes.spmd.cost_model import CostModel
 from hlo_passes.passes.weight_update_sharding.analysis import Component, analyze_computation
 from hlo_passes.passes.weight_update_sharding.canonicalize import canonicalize, simplify_replicated_all_reduces
 from hlo_passes.passes.weight_update_sharding.formatting import Formatting
 from hlo_passes.passes.weight_update_sharding.fused import normalize
 from hlo_passes.passes.weight_update_sharding.packing import pack_collectives
-from hlo_passes.passes.weight_update_sharding.pricing import Price, pricer
+from hlo_passes.passes.weight_update_sharding.pricing import Price, kernel_estimate
 from hlo_passes.passes.weight_update_sharding.rewrite import ComponentRewriter, DeviceIndex
 
 
@@ -93,7 +93,24 @@ class WeightUpdateSharding(ModulePass):
             return False
         # 1. Everything on a copy: what the analysis allows, and what pays.
         trial = module.clone()
-        chosen = self._shard(trial, chosen=None)
+        priced = self._shard(trial, chosen=None)
+        chosen = set(priced)
+        if chosen and self.options.only_when_it_pays:
+            # 2. Packing merges the pass's small collectives, so a component's price leaves out
+            # their latency; one whose reduce-scatter stands alone after packing (too large, or
+            # dependent on the others) pays a collective's latency more than the all-reduce it
+            # replaces, and must still pay with it (unless it keeps state sharded, see below).
+            candidate, said = module.clone(), len(self.remarks)
+            alone = self._shard(candidate, chosen=chosen)
+            del self.remarks[said:]
+            for name in alone:
+                cost, stems, kept = priced[name]
+                if not kept and not cost.pays_its_latency:
+                    chosen.discard(name)
+                    message = ("not sharded: its reduce-scatter and all-gather cannot be packed with others, "
+                               "and one more collective's latency costs more than the rewrite saves: "
+                               + cost.describe(latency=True))
+                    self.remarks.extend(replace(r, message=message) for r in stems)
         if not chosen:
             # Nothing to shard: only all-reduces of already-replicated values are simplified,
             # where they stand (without splitting or inlining anything).
@@ -104,24 +121,27 @@ class WeightUpdateSharding(ModulePass):
                                      "holds is that value times the group size", "applied")
                     changed = True
             return changed
-        # 2. The same on the module, for the components that pay.
+        # 3. The same on the module, for the components that pay.
         self._shard(module, chosen=chosen)
         return True
 
     # ---------------------------------------------------------------- steps --
-    def _shard(self, module: Module, chosen: set[str] | None) -> set[str]:
+    def _shard(self, module: Module, chosen: set[str] | None) -> dict:
         """Rewrite `module`.  Trial (`chosen` None): every component the analysis allows, priced;
-        returns the names of the first all-reduce of each that pays.  Otherwise: only `chosen`,
-        then packed."""
+        returns, by the name of the first all-reduce of each that pays, its price and its stems'
+        remarks.  Otherwise: only `chosen`, then packed; returns the names of the components
+        whose reduce-scatter packing left alone."""
         trial = chosen is None
         note = self.remark if trial else (lambda *a, **k: None)
         model = CostModel.for_profile(self.options.cost_profile)
-        price = pricer(module, model) if trial else None
+        price = (lambda region, users, roots: kernel_estimate(region, module, model, users=users, roots=roots)
+                 ) if trial else None
         computations = update_computations(module)
         if _in_fused_form(module, computations):
             normalize(module, computations)
         canonicalize(module, computations)
-        pays: set[str] = set()
+        pays: dict[str, tuple[Price, list[Remark], bool]] = {}
+        alone: set[str] = set()
         for comp in update_computations(module):
             for new, name in simplify_replicated_all_reduces(module, comp):
                 if not trial:
@@ -134,6 +154,7 @@ class WeightUpdateSharding(ModulePass):
             index = DeviceIndex(module, comp)
             made: list[Instruction] = []
             sizes: dict[Instruction, int] = {}
+            scattered: dict[str, list[Instruction]] = {}
             for component in plan.components:
                 first = component.stems[0].all_reduce
                 if component.declined is not None:
@@ -154,29 +175,38 @@ class WeightUpdateSharding(ModulePass):
                     # (N-1)/N of the update: it is priced only where it moves more, when the
                     # signature returns optimizer state whole (all-gathered) or the formatting pads.
                     gathered, padded = len(rewriter.gathered_state), rewriter.fmt.padded > rewriter.fmt.size
+                    added = [i for i in comp.instructions if i not in before]
                     cost = Price(rewriter.removed_cost,
-                                 _sum(price(i) for i in comp.instructions if i not in before))
-                    if not (gathered or padded) or cost.pays or not self.options.only_when_it_pays:
-                        pays.add(first.name)
+                                 kernel_estimate(added, module, model, roots=frozenset({comp.root})),
+                                 model.profile)
+                    # State kept sharded holds (N-1)/N less per device, which the time estimate
+                    # does not weigh: with keep-state-sharded the padding's copies are the price
+                    # the option asks to pay for it (only gathered state is priced then).
+                    kept = bool(rewriter.kept_outputs)
+                    if (not (gathered or padded) or (kept and not gathered) or cost.pays
+                            or not self.options.only_when_it_pays):
+                        pays[first.name] = (cost, stems, kept)
                     else:
                         why = ([f"{gathered} optimizer-state output(s) all-gathered (the signature returns them "
                                 "whole; keep-state-sharded=true keeps them sharded)"] if gathered else []) + \
                               ([f"the gradient padded from {rewriter.fmt.size} to {rewriter.fmt.padded} elements"]
                                if padded else [])
                         message = (f"not sharded: the rewrite costs more than it saves ({'; '.join(why)}): "
-                                   + cost.describe(self.options.cost_profile))
+                                   + cost.describe())
                         self.remarks.extend(replace(r, message=message) for r in stems)
                     continue
                 kept, gathered = len(rewriter.kept_outputs), len(rewriter.gathered)
                 self.remarks.append(replace(stems[0], kind="applied", message=f"{summary}; {gathered} output(s) "
                                             "all-gathered" + (f", {kept} kept sharded" if kept else "")))
                 made += rewriter.scattered + rewriter.gathered
+                scattered[first.name] = rewriter.scattered
                 for x in rewriter.scattered + rewriter.gathered:
                     sizes[x] = component.group_size
             if made and self.options.pack_threshold_bytes > 0:
                 pack_collectives(module, comp, made, sizes, self.options.pack_threshold_bytes)
+            alone |= {name for name, rs in scattered.items() if any(x.parent is comp for x in rs)}
             comp.sort_topologically()
-        return pays
+        return pays if trial else alone
 
     def _rewriter(self, module: Module, comp: Computation, component: Component, index: DeviceIndex,
                   price, quiet: bool) -> ComponentRewriter:
@@ -196,13 +226,6 @@ class WeightUpdateSharding(ModulePass):
         fmt = rewriter.fmt
         return (f"sharded the update of {list(component.dims)} over {component.group_size} devices "
                 f"({names}; {fmt.chunk} elements per device, {fmt.describe()})")
-
-
-def _sum(estimates) -> Estimate:
-    total = ZERO
-    for e in estimates:
-        total = total + e
-    return total
 
 
 def _in_fused_form(module: Module, computations: list[Computation]) -> bool:
