@@ -34,7 +34,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.collectives.common import reduction_of
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
-from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
+from hlo_passes.passes.weight_update_sharding.replication import Replication, call_sites, device_groups
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
@@ -303,7 +303,8 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         if stems[c].end.shape.element_count != comp_.size:
             comp_.decline(c, "its gradients have different sizes")
     ends = {s.end for s in stems.values()}
-    for instr in comp.post_order():
+    post_order = comp.post_order()  # the analysis only reads the graph: one order serves all
+    for instr in post_order:
         if instr in origin and instr not in ends:
             member = by_root[find(origin[instr])]
             member.shard_values.append(instr)
@@ -318,14 +319,18 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
 
     components = list(by_root.values())
     reduction_set = set(reductions)
+    position = {instr: i for i, instr in enumerate(post_order)}
+    callers = call_sites(module)
     for component in components:
         if component.declined is None:
-            _plan_inputs(component, module, reduction_set, assume_replicated_parameters, origin)
+            _plan_inputs(component, module, reduction_set, assume_replicated_parameters, origin,
+                         position, callers)
     return ComputationPlan(comp, components, skipped)
 
 
 def _plan_inputs(component: Component, module: Module, reductions: set[Instruction],
-                 assume_parameters: bool, origin: dict[Instruction, Instruction]) -> None:
+                 assume_parameters: bool, origin: dict[Instruction, Instruction],
+                 position: dict[Instruction, int], callers: dict[Computation, list[Instruction]]) -> None:
     """Sort the outside operands of the shard values into pulled and sliced ones and check
     that everything the shards read is identical across the group."""
     members = set(component.shard_values) | {s.end for s in component.stems}
@@ -368,14 +373,13 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
                 need_replicated[o] = None
                 sliced[o] = None
     replicated = Replication(module, component.groups, assume_parameters=assume_parameters,
-                             extra=reductions)
+                             extra=reductions, callers=callers)
     for instr in need_replicated:
         if not replicated(instr):
             component.decline(instr, f"%{instr.name} is not provably identical on every device of the "
                                      "group (declare parameter_replication={true}, or use "
                                      "assume-replicated-parameters)")
             return
-    order = {instr: i for i, instr in enumerate(component.stems[0].all_reduce.parent.post_order())}
-    component.pulled = sorted(pulled, key=order.__getitem__)
+    component.pulled = sorted(pulled, key=position.__getitem__)
     component.sliced = list(sliced)
     component.assumed = set(replicated.assumed)

@@ -80,14 +80,15 @@ class Replication:
     """Is a value identical on every device of each group in `groups`? (see the module docstring)"""
 
     def __init__(self, module: Module, groups: Groups, *, assume_parameters: bool = False,
-                 extra: set[Instruction] | None = None):
+                 extra: set[Instruction] | None = None,
+                 callers: dict[Computation, list[Instruction]] | None = None):
         self.module = module
         self.groups = groups
         self.assume_parameters = assume_parameters
         self.extra = extra if extra is not None else set()
         self.assumed: set[Instruction] = set()  # ENTRY parameters taken as replicated by assumption
         self._memo: dict[Instruction, bool] = {}
-        self._callers = call_sites(module)
+        self._callers = callers if callers is not None else call_sites(module)  # the module's, now
         self._evaluators: dict[int, DeviceEvaluator] = {}
         self._dependent_callees: dict[Computation, bool] = {}
 

@@ -173,7 +173,13 @@ class ComponentRewriter:
         c = self.c
         self.weights = self.weight_exits()  # before anything here reads the inputs
         if self.price is not None:  # the removed region is priced as it ran: its users before
-            self._users_before = {i: tuple(i.users) for i in self.comp.instructions}
+            # (only the region, what it reads, the parameters and the ROOT can get new users or
+            # lose them here; everything else keeps its users, read when priced)
+            touched = [*(i for stem in c.stems for i in (stem.all_reduce, *stem.ops)), *c.shard_values,
+                       *c.reductions, *c.exits, *c.tails, *c.pulled, *c.sliced, *self.comp.parameters]
+            if self.comp.root is not None:
+                touched.append(self.comp.root)
+            self._users_before = {i: tuple(i.users) for x in touched for i in (x, *x.operands)}
             self._root_before = self.comp.root
         if self.keep_state:
             self._choose_state_params()
