@@ -210,6 +210,10 @@ class _Flat:
                 if o is not None:
                     self.origin[i] = o
         self.replaced: dict[Instruction, Instruction] = {}
+        # Tuples the import removes as dead once their elements are read directly (an inlined
+        # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
+        # their elements' shardings, as they would were the tuple still there.
+        self.dead_tuples: dict[Instruction, list[Instruction]] = {}
         values: dict[Instruction, list[Instruction]] = {}
         for comp in propagated_computations(self.module):
             self._inline_calls(comp, values)
@@ -223,7 +227,7 @@ class _Flat:
                 values.setdefault(orig, []).append(flat_instr)
         self.copies = {}
         for orig, vs in values.items():
-            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None]
+            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples]
             if live:
                 self.copies[orig] = live
 
@@ -294,6 +298,8 @@ class _Flat:
                         or instr.control_successors):
                     continue
                 self.origin.pop(instr, None)
+                if instr.opcode is Opcode.TUPLE:
+                    self.dead_tuples[instr] = list(instr.operands)
                 comp.remove(instr)
                 dead = True
 
@@ -344,7 +350,7 @@ class _Flat:
                 twins = self.copies.get(instr, []) if self.module is not self.original else [instr]
                 if not twins:
                     continue
-                found = [state[t] for t in twins if t in state]
+                found = [f for f in (self._state_of(t, state) for t in twins) if f is not None]
                 new = found[0] if found else None
                 if any(f != new for f in found[1:]):
                     owner.remark(instr, "inlined at several call sites that disagree on its sharding: "
@@ -365,6 +371,23 @@ class _Flat:
                 instr.sharding = new
                 changed = True
         return changed
+
+
+    def _state_of(self, instr: Instruction, state: dict[Instruction, Sharding]) -> Sharding | None:
+        """The walk's sharding of `instr`, or for a tuple the import removed, the tuple of its
+        elements' shardings (None unless every element has one)."""
+        if instr in state:
+            return state[instr]
+        elements = getattr(self, "dead_tuples", {}).get(instr)
+        if elements is None:
+            return None
+        leaves: list[Sharding] = []
+        for e in elements:
+            s = self._state_of(self._resolve(e), state)
+            if s is None:
+                return None
+            leaves.extend(su.leaves_of(s, e.shape))
+        return su.tuple_sharding(leaves)
 
 
 class _Walk:
