@@ -313,3 +313,61 @@ ENTRY e {{
         rng.integers(1, 100, (3, dims)).astype(dtype) | dtype(0b1010)  # shared bits: `and` is not 0
     report = verify_equivalent(text, out, num_devices=4, inputs=[x, np.array(identity).astype(dtype)])
     assert report.ok, report.format() + "\n" + out
+
+
+SCATTER_ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def _partition_and_verify(text: str, n: int, inputs):
+    from hlo_passes.runtime import verify_equivalent
+
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=n).run(module)
+    out = print_module(module)
+    report = verify_equivalent(text, out, num_devices=n, inputs=inputs)
+    assert report.ok, report.format() + "\n" + out
+    return out
+
+
+def test_take_along_axis_gradient_scatters_into_its_own_vocabulary_rows():
+    """The gradient of take_along_axis over a vocabulary-sharded dim (batch over data, vocab over
+    model): each device scatters its batch rows' updates with the indices shifted into its own
+    vocab rows; the others are out of bounds and skipped.  No collective at all (we gathered
+    the whole vocab dim of the operand before)."""
+    text = "HloModule taa_grad, num_partitions=8\n" + SCATTER_ADD + """ENTRY e {
+  z = f32[] constant(0)
+  base = f32[8,6,32] broadcast(z), dimensions={}, sharding={devices=[2,1,4]<=[8]}
+  idx = s32[8,6,1,1] parameter(0), sharding={devices=[2,1,1,1,4]<=[8] last_tile_dim_replicate}
+  upd = f32[8,6,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[8,6,32] scatter(base, idx, upd), update_window_dims={}, inserted_window_dims={2}, scatter_dims_to_operand_dims={2}, input_batching_dims={0,1}, scatter_indices_batching_dims={0,1}, index_vector_dim=3, to_apply=add, sharding={devices=[2,1,4]<=[8]}
+}
+"""
+    rng = np.random.default_rng(0)
+    out = _partition_and_verify(text, 8, [rng.integers(0, 32, (8, 6, 1, 1)).astype(np.int32),
+                                          rng.standard_normal((8, 6, 1)).astype(np.float32)])
+    assert not any(c in out for c in ("all-gather", "all-reduce", "all-to-all", "collective-permute")), out
+
+
+@pytest.mark.parametrize("vocab", [64, 60])
+def test_embedding_gradient_scatters_its_batch_into_its_rows_and_sums_over_data(vocab):
+    """The embedding table's gradient with the table sharded by vocabulary over model=4 and the
+    token ids by batch over data=2: each device scatters its own batch into its own rows
+    (shifted indices), and the data-parallel parts are summed with one all-reduce of a vocab
+    shard, as XLA does, instead of gathering every token's update.  Uneven vocab too."""
+    text = f"HloModule embed_grad, num_partitions=8\n" + SCATTER_ADD + f"""ENTRY e {{
+  z = f32[] constant(0)
+  base = f32[{vocab},16] broadcast(z), dimensions={{}}, sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+  idx = s32[8,6,1] parameter(0), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  upd = f32[8,6,16] parameter(1), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  ROOT s = f32[{vocab},16] scatter(base, idx, upd), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=add, sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+}}
+"""
+    rng = np.random.default_rng(1)
+    out = _partition_and_verify(text, 8, [rng.integers(0, vocab, (8, 6, 1)).astype(np.int32),
+                                          rng.standard_normal((8, 6, 16)).astype(np.float32)])
+    assert out.count(" all-reduce(") == 1 and "all-gather" not in out, out

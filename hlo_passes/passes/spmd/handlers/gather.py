@@ -211,41 +211,81 @@ def gather(p: HandlerContext, instr: Instruction) -> PValue:
 
 def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
     """A scatter whose operands are tiled along dims its indices address (where an update
-    window covers one element: the gradient of an embedding sharded by vocabulary): every
-    device scatters all the updates with the indices shifted into its own rows; those that
-    fall in another device's rows are out of bounds, and a scatter skips them.  No
-    communication."""
+    window covers one element: the gradient of an embedding sharded by vocabulary, of a
+    take-along-axis over a sharded dim): every device scatters its updates with the indices
+    shifted into its own rows; those that fall in another device's rows are out of bounds, and
+    a scatter skips them.  Explicit batching dims keep the operand's tiling on both sides, and
+    the indices' other batch dims may stay tiled over the remaining devices (a data-parallel
+    batch): then each device scatters its part of the batch into identity-filled rows, the
+    parts are summed over those devices and combined with the operand."""
     sd = instr.scatter_dimensions
     n = (len(instr.operands) - 1) // 2
-    inputs, indices = instr.operands[:n], instr.operands[n]
-    if sd.input_batching_dims:
-        return None
+    inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
     target = p.target(instr)
+    like = target.element(0) if target.is_tuple else target
     found = _sharded_index_dims(p, instr, inputs[0], sd.scatter_dims_to_operand_dims,
-                                lambda d: d in sd.inserted_window_dims,
-                                like=target.element(0) if target.is_tuple else target)
+                                lambda d: d in sd.inserted_window_dims, like=like)
     if found is None:
         return None
-    op_tm, index_dims = found
-    model = p.ctx.cost_model
-    moving = sum((cost(p.value(op).sharding, Sharding.replicated(), op.shape, p.n, model)
-                  for op in instr.operands[n:]), ZERO)
-    # the other way (index-parallel with partial sums) all-reduces the whole result
-    summing = model.collective("all-reduce", instr.shape.byte_size(), op_tm.num_tiles)
-    if summing < moving:
+    index_dims = found[1]
+    op_rank, ivd = inputs[0].shape.rank, sd.index_vector_dim
+    op_batching, idx_batching = list(sd.input_batching_dims), list(sd.scatter_indices_batching_dims)
+    idx_batch = [d for d in range(indices.shape.rank) if d != ivd]
+    window = set(sd.update_window_dims)
+    upd_scatter = [d for d in range(updates[0].shape.rank) if d not in window]
+    if len(upd_scatter) != len(idx_batch):
         return None
-    b = p.em.b()
+    partial_idx = [d for d in idx_batch if d not in idx_batching]
+    # One iteration space: the operand's dims, then the indices' non-batching batch dims.
+    source = like if not like.is_tuple and tile_map(like, op_rank, p.n).keep_dims(index_dims).num_tiles > 1 \
+        else p.value(inputs[0]).sharding
+    space = tile_map(source, op_rank, p.n).keep_dims(index_dims + op_batching).remap(
+        op_rank + len(partial_idx), {d: d for d in range(op_rank)})
+    idx_own = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
+    lifted = idx_own.remap(op_rank + len(partial_idx), {op_rank + j: d for j, d in enumerate(partial_idx)})
+    if lifted.num_tiles > 1:
+        merged = space.merge(lifted)
+        if merged is not None:
+            space = merged
+    partial = [op_rank + j for j in range(len(partial_idx)) if space.dims[op_rank + j] > 1]
+    opcode = reducer_opcode(instr.called["to_apply"]) if n == 1 else None
+    if partial and opcode is None:
+        space = space.keep_dims(range(op_rank))
+        partial = []
+    to_space = dict(zip(idx_batching, op_batching)) | {d: op_rank + j for j, d in enumerate(partial_idx)}
+    op_tm = space.remap(op_rank, {d: d for d in range(op_rank)})
+    idx_tm = space.remap(indices.shape.rank, to_space)
+    upd_tm = space.remap(updates[0].shape.rank, {upd_scatter[idx_batch.index(d)]: s for d, s in to_space.items()})
+    if not (op_batching or partial):  # the plain form: every device reads all the updates
+        model = p.ctx.cost_model
+        moving = sum((cost(p.value(op).sharding, Sharding.replicated(), op.shape, p.n, model)
+                      for op in instr.operands[n:]), ZERO)
+        # the other way (index-parallel with partial sums) all-reduces the whole result
+        summing = model.collective("all-reduce", instr.shape.byte_size(), op_tm.num_tiles)
+        if summing < moving:
+            return None
+    em, b = p.em, p.em.b()
     out = to_sharding(op_tm)
     xs = [p.operand_as(instr, i, out) for i in range(n)]
-    idx = p.operand_as(instr, n, Sharding.replicated())
-    upds = [p.operand_as(instr, n + 1 + i, Sharding.replicated()) for i in range(n)]
+    idx = p.operand_as(instr, n, to_sharding(idx_tm))
+    upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
     local = tm_local_dims(op_tm, tuple(inputs[0].shape.dims))
     tables = [[int(op_tm.coords[dev, d]) * local[d] for dev in range(p.n)] if d in index_dims else None
               for d in sd.scatter_dims_to_operand_dims]
-    shifted = b.subtract(idx, _index_offsets(p, idx, sd.index_vector_dim, tables))
+    shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
     result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
-    new = p.clone(instr, [*xs, shifted, *upds], local_shape(instr.shape, result_sharding))
-    return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
+    if not partial:
+        new = p.clone(instr, [*xs, shifted, *upds], local_shape(instr.shape, result_sharding))
+        return p.reshard(PValue(new, result_sharding, instr.shape), target)
+    etype = instr.shape.element_type
+    fill = Reduction(opcode, etype).identity
+    partial_upd = [upd_scatter[idx_batch.index(partial_idx[s - op_rank])] for s in partial]
+    upd = em.mask_padding(upds[0], upd_tm, tuple(updates[0].shape.dims), partial_upd, fill)
+    base = em.broadcast_scalar(fill, etype, tuple(xs[0].shape.dims))
+    scattered = p.clone(instr, [base, shifted, upd], local_shape(instr.shape, out))
+    summed = em.all_reduce(scattered, groups_varying(space, partial), opcode)
+    combined = em.b().op(opcode, summed.shape, [xs[0], summed])
+    return p.reshard(PValue(combined, out, instr.shape), target)
 
 
 @handles(Opcode.SCATTER)
