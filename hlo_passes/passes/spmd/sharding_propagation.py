@@ -214,6 +214,10 @@ class _Flat:
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
         self.dead_tuples: dict[Instruction, list[Instruction]] = {}
+        # Originals an instruction of the walk also stands for: an inlined callee's ROOT stands
+        # for the call it replaced, and keeps standing for it when the computation holding it
+        # is inlined in turn (callees are inlined first).
+        self.aliases: dict[Instruction, list[Instruction]] = {}
         values: dict[Instruction, list[Instruction]] = {}
         for comp in propagated_computations(self.module):
             self._inline_calls(comp, values)
@@ -224,6 +228,9 @@ class _Flat:
             self._tuple_root(comp)
         for flat_instr, orig in self.origin.items():
             if flat_instr.parent is not None and flat_instr.parent.module is self.module:
+                values.setdefault(orig, []).append(flat_instr)
+        for flat_instr, origs in self.aliases.items():
+            for orig in origs:
                 values.setdefault(orig, []).append(flat_instr)
         self.copies = {}
         for orig, vs in values.items():
@@ -255,14 +262,17 @@ class _Flat:
                 comp.add(copy, name_hint=instr.name, before=call)
                 if instr in self.origin:
                     self.origin[copy] = self.origin[instr]
+                if instr in self.aliases:
+                    self.aliases[copy] = list(self.aliases[instr])
                 mapping[instr] = copy
                 if copy.opcode is Opcode.CALL:
                     work.append(copy)
             root = mapping[callee.root]
             if "sharding" in call.attributes and "sharding" not in root.attributes:
                 root.sharding = call.sharding  # XLA's ReplaceInstruction keeps the old sharding
-            if call in self.origin:
-                values.setdefault(self.origin.pop(call), []).append(root)
+            stands_for = ([self.origin.pop(call)] if call in self.origin else []) + self.aliases.pop(call, [])
+            if stands_for:
+                self.aliases.setdefault(root, []).extend(stands_for)
             self.replaced[call] = root
             was_root = comp.root is call
             call.replace_all_uses_with(root)
