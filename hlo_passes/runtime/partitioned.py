@@ -291,7 +291,7 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
                  propagate_to_parameters=_propagation_flags(copy, "allow_spmd_sharding_propagation_to_parameters"))
     if not in_shardy_form(copy):
         return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True, **flags)
-    from hlo_passes.passes.spmd.shardy_import import has_partially_manual_regions, import_shardy
+    from hlo_passes.parse.shardy_import import has_partially_manual_regions, import_shardy
 
     if not has_partially_manual_regions(copy):
         try:

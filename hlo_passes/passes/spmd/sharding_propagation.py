@@ -65,7 +65,7 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
                                                       SHARDING, forward_rule, is_custom_call, passes_at_level,
                                                       supports_spatial_partitioning, user_rule)
-from hlo_passes.passes.spmd.shardy_import import SDY_PREFIX, import_shardy
+from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)

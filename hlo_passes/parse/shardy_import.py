@@ -25,12 +25,15 @@ the same as JAX's GSPMD lowering.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from hlo_passes.ir.attributes import FrontendAttributes, quote
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, SdySharding, mesh_sharding, to_hlo_sharding
+from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.module import Module
 from hlo_passes.parse.sdy import read_manual_axes, read_meshes, read_sharding, read_sharding_per_value
@@ -42,7 +45,7 @@ LOCAL_TO_GLOBAL = "xla.sdy.LocalToGlobalShape"
 INLINEABLE = "inlineable"  # Shardy's export marks shard_map body calls inlineable="xla_late"
 
 
-def _frontend(obj_attr_getter) -> FrontendAttributes | None:
+def _frontend(obj_attr_getter: Callable[..., Any]) -> FrontendAttributes | None:
     value = obj_attr_getter("frontend_attributes")
     return value if isinstance(value, FrontendAttributes) else None
 
@@ -59,7 +62,8 @@ def has_partially_manual_regions(module: Module) -> bool:
     """Is some shard_map region manual over only part of its mesh (the other axes left to the
     partitioner)?  XLA's Shardy pipeline aborts the process on such modules (jaxlib 0.12)."""
     fe = _frontend(module.header_attr)
-    meshes = read_meshes(fe.get("xla.sdy.meshes")) if fe is not None and fe.get("xla.sdy.meshes") else {}
+    text = fe.get("xla.sdy.meshes") if fe is not None else None
+    meshes = read_meshes(text) if text else {}
     mesh_sizes = [len(m.axes) for m in meshes.values()]
     for instr in module.all_instructions():
         if instr.custom_call_target == GLOBAL_TO_LOCAL:
@@ -75,8 +79,9 @@ def import_shardy(module: Module) -> bool:
         return False
     fe = _frontend(module.header_attr)
     meshes: dict[str, SdyMesh] = {}
-    if fe is not None and fe.get("xla.sdy.meshes") is not None:
-        meshes = read_meshes(fe.get("xla.sdy.meshes"))
+    text = fe.get("xla.sdy.meshes") if fe is not None else None
+    if text is not None:
+        meshes = read_meshes(text)
     manual = _manual_axes_by_computation(module)
     for comp in list(module.computations):
         axes = manual.get(comp, ())
@@ -106,6 +111,20 @@ def import_shardy(module: Module) -> bool:
 
 
 # ------------------------------------------------------------------ helpers --
+Meshes = dict[str, SdyMesh]
+
+
+def _parent(instr: Instruction) -> Computation:
+    comp = instr.parent
+    assert comp is not None, f"{instr.name} is in no computation"
+    return comp
+
+
+def _element_shapes(instr: Instruction) -> tuple[Shape, ...]:
+    shape = instr.shape
+    return shape.elements if isinstance(shape, TupleShape) else (shape,)
+
+
 def _sdy_entry(instr: Instruction, key: str) -> str | None:
     fe = _frontend(instr.attr)
     return None if fe is None else fe.get(key)
@@ -120,7 +139,7 @@ def _shardings_of(instr: Instruction, key: str) -> tuple[SdySharding, ...]:
     return (read_sharding(text),)
 
 
-def _value_sharding(instr: Instruction, meshes, manual_axes) -> Sharding:
+def _value_sharding(instr: Instruction, meshes: Meshes, manual_axes: tuple[AxisRef, ...]) -> Sharding:
     values = _shardings_of(instr, "xla.sdy.sharding")
     shardings = [to_hlo_sharding(v, meshes, manual_axes) for v in values]
     if instr.shape.is_tuple:
@@ -138,23 +157,23 @@ def _mark_open_dims(instr: Instruction, values: tuple[SdySharding, ...]) -> None
         instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
 
 
-def _func_result(instr: Instruction, meshes, manual_axes) -> None:
+def _func_result(instr: Instruction, meshes: Meshes, manual_axes: tuple[AxisRef, ...]) -> None:
     """FuncResultSharding -> a `Sharding` annotation (same name, same operand)."""
     sharding = _value_sharding(instr, meshes, manual_axes)
     instr.set_attr("custom_call_target", "Sharding")
     instr.remove_attr("custom_call_has_side_effect")
     instr.sharding = sharding
-    root = instr.parent.root
-    if root is instr or root.sharding is not None:
+    root = _parent(instr).root
+    if root is None or root is instr or root.sharding is not None:
         return
-    if root.opcode is Opcode.TUPLE and all(o.custom_call_target == "Sharding" and o.sharding is not None
-                                           for o in root.operands):
-        leaves = [o.sharding for o in root.operands]
-        if all(not s.is_tuple for s in leaves):
-            root.sharding = Sharding.tuple_of(leaves)
+    leaves = [o.sharding for o in root.operands if o.custom_call_target == "Sharding"]
+    if root.opcode is Opcode.TUPLE and len(leaves) == len(root.operands):
+        known = [leaf for leaf in leaves if leaf is not None and not leaf.is_tuple]
+        if len(known) == len(leaves):
+            root.sharding = Sharding.tuple_of(known)
 
 
-def _local_sharding(value: SdySharding, meshes, manual_axes: tuple[AxisRef, ...]) -> Sharding:
+def _local_sharding(value: SdySharding, meshes: Meshes, manual_axes: tuple[AxisRef, ...]) -> Sharding:
     """The sharding of the per-device part: manual axes are gone from the dims."""
     mesh = value.resolve_mesh(meshes)
     names = {a.name for a in manual_axes}
@@ -162,16 +181,16 @@ def _local_sharding(value: SdySharding, meshes, manual_axes: tuple[AxisRef, ...]
     return mesh_sharding(mesh, dims, manual_axes)
 
 
-def _manual_boundary(instr: Instruction, meshes, *, entering: bool) -> None:
+def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool) -> None:
     """GlobalToLocalShape -> Sharding + SPMDFullToShardShape per value;
     LocalToGlobalShape -> Sharding + SPMDShardToFullShape per value."""
-    comp = instr.parent
+    comp = _parent(instr)
     manual_axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
     values = _shardings_of(instr, "xla.sdy.in_shardings" if entering else "xla.sdy.out_shardings")
     if not values and "sharding" in instr.attributes:
         _manual_boundary_of_exported(instr, entering=entering)
         return
-    shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
+    shapes = _element_shapes(instr)
     b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
     results = []
     for i, (operand, value) in enumerate(zip(instr.operands, values)):
@@ -214,9 +233,10 @@ def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
     an SPMDFullToShardShape with the element's local sharding; leaving, each operand is
     annotated with its local sharding (the value's own, else manual) and goes through an
     SPMDShardToFullShape with the element's global sharding."""
-    comp = instr.parent
-    shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
+    comp = _parent(instr)
+    shapes = _element_shapes(instr)
     own = instr.sharding
+    assert own is not None  # callers check the instruction has a sharding
     b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
     results = []
     for i, operand in enumerate(instr.operands):
@@ -274,7 +294,7 @@ def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisR
     return found
 
 
-def _mark(comp: Computation, axes, found) -> None:
+def _mark(comp: Computation, axes: tuple[AxisRef, ...], found: dict[Computation, tuple[AxisRef, ...]]) -> None:
     if comp in found:
         return
     found[comp] = axes
@@ -301,7 +321,8 @@ def _drop_frontend_keys(instr: Instruction, keys: tuple[str, ...]) -> None:
         instr.remove_attr("frontend_attributes")
 
 
-def _drop_sdy_frontend(get, set_, remove) -> None:
+def _drop_sdy_frontend(get: Callable[..., Any], set_: Callable[[str, Any], Any],
+                       remove: Callable[[str], Any]) -> None:
     fe = _frontend(get)
     if fe is None:
         return
