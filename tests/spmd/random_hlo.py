@@ -229,16 +229,21 @@ def op_reshape(p: Program) -> None:
     p.emit("reshape", dims, f"reshape({x.name})", sharding=p.maybe_sharding(dims))
 
 
+def _reduced_dims(p: Program, dims) -> tuple[list[int], tuple[int, ...]]:
+    """A random non-empty set of dims to reduce (sorted), and the dims that remain."""
+    k = p.rng.randint(1, len(dims))
+    rdims = sorted(p.rng.sample(range(len(dims)), k))
+    return rdims, tuple(d for i, d in enumerate(dims) if i not in rdims)
+
+
 def op_reduce(p: Program) -> None:
     x = p.pick()
     if not x.dims:
         return
-    k = p.rng.randint(1, len(x.dims))
-    rdims = sorted(p.rng.sample(range(len(x.dims)), k))
+    rdims, dims = _reduced_dims(p, x.dims)
     op = p.rng.choice(list(REDUCERS))
     init = p.emit("init", (), f"constant({REDUCERS[op]})", etype="f32")
     p.values.remove(init)
-    dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
     p.emit("reduce", dims, f"reduce({x.name}, {init.name}), dimensions={{{','.join(map(str, rdims))}}}, "
                            f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
 
@@ -263,10 +268,8 @@ def op_int_reduce(p: Program) -> None:
         v = p.emit("cmp", x.dims, f"compare({x.name}, {zeros.name}), direction=GT", etype="pred")
     else:
         v = p.emit("convert", x.dims, f"convert({x.name})", etype=etype)
-    k = p.rng.randint(1, len(x.dims))
-    rdims = sorted(p.rng.sample(range(len(x.dims)), k))
+    rdims, dims = _reduced_dims(p, x.dims)
     init = p.emit("init", (), f"constant({identity})", etype=etype)
-    dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
     r = p.emit("reduce", dims, f"reduce({v.name}, {init.name}), dimensions={{{','.join(map(str, rdims))}}}, "
                                f"to_apply={p.reducer(op, etype)}", etype=etype, sharding=p.maybe_sharding(dims))
     p.emit("convert", dims, f"convert({r.name})", sharding=p.maybe_sharding(dims))

@@ -28,7 +28,8 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.collective_groups import group_mode
-from hlo_passes.passes.collectives.common import reduction_of, replica_groups
+from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.collectives.common import replica_groups
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 
@@ -66,7 +67,7 @@ class AllReduceReassociate(ModulePass):
             return False
         if not ra.shape.is_array or not rb.shape.is_array or len(ra.users) != 1 or len(rb.users) != 1:
             return False
-        kind_a, kind_b = reduction_of(ra), reduction_of(rb)
+        kind_a, kind_b = Reduction.of_instruction(ra), Reduction.of_instruction(rb)
         if kind_a is None or kind_a != kind_b or kind_a.opcode is not op.opcode:
             if kind_a is not None and kind_a == kind_b and (ca or cb) is None:
                 self.remark(op, f"{op.opcode.value} does not match the all-reduces' {kind_a.opcode.value}",

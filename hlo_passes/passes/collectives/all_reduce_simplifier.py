@@ -22,7 +22,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.collective_groups import participant_groups
-from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 
@@ -87,7 +87,7 @@ class AllReduceSimplifier(ModulePass):
             return True
         if instr.opcode is not Opcode.ALL_REDUCE or not instr.shape.is_array or len(instr.operands) != 1:
             return False
-        kind = reduction_of(instr)
+        kind = Reduction.of_instruction(instr)
         sizes = {len(g) for g in groups or ()}
         if kind is None or len(sizes) != 1 or not built_from_constants(instr.operands[0], memo):
             return False

@@ -37,11 +37,6 @@ from hlo_passes.passes.collectives.domains import DomainMap
 from hlo_passes.passes.pass_base import ModulePass
 
 
-def reduction_of(instr: Instruction) -> Reduction | None:
-    """The reduction a collective applies (`Reduction.of_instruction`)."""
-    return Reduction.of_instruction(instr)
-
-
 def combinable_reduction(instr: Instruction) -> Reduction | None:
     """The reduction of an all-reduce or reduce-scatter as XLA's GetAllReduceKey accepts it:
     `to_apply` is exactly two parameters and one binary reduction (no other instruction)."""

@@ -196,6 +196,10 @@ class _Flat:
     def __init__(self, module: Module):
         self.original = module
         self.copies: dict[Instruction, list[Instruction]] = {}
+        # Tuples the import removes as dead once their elements are read directly (an inlined
+        # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
+        # their elements' shardings, as they would were the tuple still there.
+        self.dead_tuples: dict[Instruction, list[Instruction]] = {}
         comps = propagated_computations(module)
         needed = any(_reshaped_by_import(i) for c in comps for i in c.instructions)
         if not needed:
@@ -210,10 +214,6 @@ class _Flat:
                 if o is not None:
                     self.origin[i] = o
         self.replaced: dict[Instruction, Instruction] = {}
-        # Tuples the import removes as dead once their elements are read directly (an inlined
-        # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
-        # their elements' shardings, as they would were the tuple still there.
-        self.dead_tuples: dict[Instruction, list[Instruction]] = {}
         # Originals an instruction of the walk also stands for: an inlined callee's ROOT stands
         # for the call it replaced, and keeps standing for it when the computation holding it
         # is inlined in turn (callees are inlined first).
@@ -388,7 +388,7 @@ class _Flat:
         elements' shardings (None unless every element has one)."""
         if instr in state:
             return state[instr]
-        elements = getattr(self, "dead_tuples", {}).get(instr)
+        elements = self.dead_tuples.get(instr)
         if elements is None:
             return None
         leaves: list[Sharding] = []

@@ -32,7 +32,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
 from hlo_passes.passes.weight_update_sharding.replication import Replication, call_sites, device_groups
 
@@ -130,7 +130,7 @@ def _is_degenerate_reduce(instr: Instruction) -> bool:
     if instr.opcode is not Opcode.REDUCE or len(instr.operands) != 2 or not instr.shape.is_array:
         return False
     data, init = instr.operands
-    kind = reduction_of(instr)
+    kind = Reduction.of_instruction(instr)
     return (kind is not None and kind.opcode is Opcode.ADD
             and all(data.shape.dims[d] == 1 for d in instr.attr("dimensions", ()))
             and _constant_equals(init, 0.0))
@@ -159,7 +159,7 @@ def _candidate_problem(instr: Instruction, module: Module) -> str | None:
         return "a variadic all-reduce (one gradient per all-reduce is modeled)"
     if instr.shape.rank == 0:
         return "a scalar all-reduce (a loss or a metric, not a weight's gradient)"
-    kind = reduction_of(instr)
+    kind = Reduction.of_instruction(instr)
     if kind is None or kind.opcode is not Opcode.ADD:
         name = kind.opcode.value if kind is not None else "an unrecognised computation"
         return f"a non-sum reduction ({name}); only summed gradients are sharded"
@@ -261,7 +261,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             continue
         if (instr.opcode is Opcode.REDUCE and len(instr.operands) == 2 and instr.shape.is_array
                 and instr.shape.rank == 0 and instr.operands[0] in origin):
-            kind = reduction_of(instr)
+            kind = Reduction.of_instruction(instr)
             if kind is None or kind.opcode not in REDUCTION_IDENTITY:
                 problems.setdefault(first, (instr, f"%{instr.name} reduces the gradient with a computation "
                                                    "that is not add/multiply/maximum/minimum"))

@@ -29,8 +29,8 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.cleanup.call_inliner import inline_call
-from hlo_passes.passes.collectives.common import reduction_of
 from hlo_passes.passes.weight_update_sharding.fused import split_variadic_all_reduces
 from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
 
@@ -46,7 +46,7 @@ def canonicalize(module: Module, computations: list[Computation]) -> bool:
 
 
 def _summed(instr: Instruction) -> bool:
-    kind = reduction_of(instr)
+    kind = Reduction.of_instruction(instr)
     return kind is not None and kind.opcode is Opcode.ADD
 
 

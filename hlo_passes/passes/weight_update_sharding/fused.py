@@ -31,7 +31,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout
-from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.ir.reduction import Reduction
 
 
 def elementwise_fusion(instr: Instruction) -> bool:
@@ -119,7 +119,7 @@ def split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
     changed = False
     for ar in comp.instructions:
         if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_tuple or ar.is_root
-                or reduction_of(ar) is None or ar.control_predecessors or ar.control_successors
+                or Reduction.of_instruction(ar) is None or ar.control_predecessors or ar.control_successors
                 or not all(u.opcode is Opcode.GET_TUPLE_ELEMENT for u in ar.users)):
             continue
         parts = []
@@ -139,7 +139,7 @@ def split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
 
 def _is_reduced_gradient(instr: Instruction) -> bool:
     return (instr.opcode is Opcode.ALL_REDUCE and instr.shape.is_array and len(instr.operands) == 1
-            and reduction_of(instr) is not None)
+            and Reduction.of_instruction(instr) is not None)
 
 
 def _hoist_gradient_transposes(module: Module, comp: Computation) -> bool:

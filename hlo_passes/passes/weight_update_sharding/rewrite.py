@@ -25,7 +25,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.collectives.common import reduction_of
+from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.weight_update_sharding.analysis import (REDUCTION_NAME, Component, _is_degenerate_reduce,
                                                                is_row_major_bitcast)
@@ -238,7 +238,7 @@ class ComponentRewriter:
                                                    ArrayShape(S32, (chunk,)), ()), "LT")
             part = b.select(real, part, b.broadcast(init, self.flat(etype), ()))
         partial = b.reduce(part, init, (0,), instr.called["to_apply"])
-        kind = reduction_of(instr)
+        kind = Reduction.of_instruction(instr)
         total = self.collective(b, Opcode.ALL_REDUCE, instr.shape, partial,
                                 self.reduction(REDUCTION_NAME[kind.opcode], kind.element_type))
         instr.replace_all_uses_with(total)
