@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr
@@ -35,6 +36,7 @@ class Computation:
         self.module: Module | None = None
         self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
         self.print_signature = True
+        self._additions: list[list[Instruction]] = []  # open `recording_additions` logs
 
     @property
     def _instructions(self) -> dict[Instruction, None]:
@@ -141,7 +143,22 @@ class Computation:
             self._pending.add(instr)
         if instr.opcode is Opcode.PARAMETER:
             self._register_parameter(instr)
+        for log in self._additions:
+            log.append(instr)
         return instr
+
+    @contextmanager
+    def recording_additions(self) -> Iterator[list[Instruction]]:
+        """The instructions added here while the block runs, in the order they were added (some
+        may be erased again: check `in`).  A rewrite that prices what it made reads them here
+        instead of diffing the whole computation before and after: per rewrite, the cost is
+        what it added, not the computation's size."""
+        log: list[Instruction] = []
+        self._additions.append(log)
+        try:
+            yield log
+        finally:
+            self._additions = [open_log for open_log in self._additions if open_log is not log]
 
     def _register_parameter(self, instr: Instruction) -> None:
         n = cast(int, instr.parameter_number)  # a parameter has its number

@@ -37,13 +37,20 @@ class DeviceEvaluator:
     def __init__(self, replica: int, partition: int):
         self.replica = replica
         self.partition = partition
-        self._memo: dict[Instruction, np.ndarray] = {}
+        # Failures are remembered too: asked about many values that all depend on one
+        # parameter, the evaluator would otherwise walk down to it again for each.
+        self._memo: dict[Instruction, np.ndarray | NotDeviceConstant] = {}
 
     def __call__(self, instr: Instruction) -> np.ndarray:
         value = self._memo.get(instr)
         if value is None:
-            value = self._eval(instr)
+            try:
+                value = self._eval(instr)
+            except NotDeviceConstant as why:
+                value = why
             self._memo[instr] = value
+        if isinstance(value, NotDeviceConstant):
+            raise value
         return value
 
     def _eval(self, instr: Instruction) -> np.ndarray:

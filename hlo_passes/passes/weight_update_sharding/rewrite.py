@@ -173,12 +173,14 @@ class ComponentRewriter:
         c = self.c
         self.weights = self.weight_exits()  # before anything here reads the inputs
         if self.price is not None:  # the removed region is priced as it ran: its users before
-            # (only the region, what it reads, the parameters and the ROOT can get new users or
-            # lose them here; everything else keeps its users, read when priced)
+            # Pricing reads the users of the region's own ops only (never of parameters or the
+            # ROOT tuple, which are no kernel work).  Only the region and what it reads can gain
+            # or lose users here (an exit loses the ROOT, which reads its replacement instead);
+            # everything else keeps its users, read when priced.  Per rewrite this costs the
+            # region, not the computation (the ROOT tuple of a training step has thousands of
+            # operands, the ENTRY thousands of parameters).
             touched = [*(i for stem in c.stems for i in (stem.all_reduce, *stem.ops)), *c.shard_values,
-                       *c.reductions, *c.exits, *c.tails, *c.pulled, *c.sliced, *self.comp.parameters]
-            if self.comp.root is not None:
-                touched.append(self.comp.root)
+                       *c.reductions, *c.exits, *c.tails, *c.pulled, *c.sliced]
             self._users_before = {i: tuple(i.users) for x in touched for i in (x, *x.operands)}
             self._root_before = self.comp.root
         if self.keep_state:

@@ -165,17 +165,17 @@ class WeightUpdateSharding(ModulePass):
                 if not trial and first.name not in chosen:
                     continue
                 rewriter = self._rewriter(module, comp, component, index, price, quiet=trial)
-                before = set(comp.instructions) if trial else None
                 stems = [Remark(self.name, "", s.all_reduce.name, comp.name, source_location(s.all_reduce), "missed")
                          for s in component.stems]
                 summary = self._summary(component, rewriter)
-                rewriter.apply()
+                with comp.recording_additions() as made_here:
+                    rewriter.apply()
                 if trial:
                     # The paper's rewrite moves the bytes of the all-reduce it replaces and saves
                     # (N-1)/N of the update: it is priced only where it moves more, when the
                     # signature returns optimizer state whole (all-gathered) or the formatting pads.
                     gathered, padded = len(rewriter.gathered_state), rewriter.fmt.padded > rewriter.fmt.size
-                    added = [i for i in comp.instructions if i not in before]
+                    added = [i for i in made_here if i in comp]
                     cost = Price(rewriter.removed_cost,
                                  kernel_estimate(added, module, model, roots=frozenset({comp.root})),
                                  model.profile)
