@@ -10,6 +10,8 @@ instead of matching its spelling.  Anything else (parameters, loops, big arrays)
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
@@ -31,32 +33,66 @@ _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equ
             "GT": np.greater, "GE": np.greater_equal}
 
 
+_LEAVES = (Opcode.REPLICA_ID, Opcode.PARTITION_ID, Opcode.CONSTANT, Opcode.IOTA)
+_EVALUATED = frozenset({*_LEAVES, *_BINARY, Opcode.CONVERT, Opcode.COPY, Opcode.RESHAPE, Opcode.BITCAST,
+                        Opcode.BROADCAST, Opcode.DIVIDE, Opcode.REMAINDER, Opcode.COMPARE, Opcode.SELECT,
+                        Opcode.CLAMP, Opcode.SLICE, Opcode.DYNAMIC_SLICE})
+
+
 class DeviceEvaluator:
-    """Values of expressions on the device (replica, partition); memoized per instruction."""
+    """Values of expressions on the device (replica, partition); memoized per instruction.
+
+    Operands are evaluated first with an explicit stack, not by recursion: the small values of a
+    deep model chain through every layer (the dropout RNG's key), deeper than Python's stack.
+    Failures are remembered too: asked about many values that all depend on one parameter, the
+    evaluator would otherwise walk down to it again for each."""
 
     def __init__(self, replica: int, partition: int):
         self.replica = replica
         self.partition = partition
-        # Failures are remembered too: asked about many values that all depend on one
-        # parameter, the evaluator would otherwise walk down to it again for each.
         self._memo: dict[Instruction, np.ndarray | NotDeviceConstant] = {}
 
     def __call__(self, instr: Instruction) -> np.ndarray:
-        value = self._memo.get(instr)
-        if value is None:
+        memo = self._memo
+        stack = [instr]
+        while stack:
+            top = stack[-1]
+            if top in memo:
+                stack.pop()
+                continue
+            why = self._not_evaluated(top)
+            if why is None and top.opcode not in _LEAVES:
+                pending = [o for o in top.operands if o not in memo]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                why = next((v for v in (memo[o] for o in top.operands) if isinstance(v, NotDeviceConstant)), None)
+            stack.pop()
+            if why is not None:
+                memo[top] = why
+                continue
             try:
-                value = self._eval(instr)
-            except NotDeviceConstant as why:
-                value = why
-            self._memo[instr] = value
+                memo[top] = self._eval(top, [cast(np.ndarray, memo[o]) for o in top.operands])
+            except NotDeviceConstant as e:
+                memo[top] = e
+        value = memo[instr]
         if isinstance(value, NotDeviceConstant):
             raise value
         return value
 
-    def _eval(self, instr: Instruction) -> np.ndarray:
+    @staticmethod
+    def _not_evaluated(instr: Instruction) -> NotDeviceConstant | None:
+        """Why `instr` is never evaluated, whatever its operands hold (None: it may be)."""
         shape = instr.shape
         if not shape.is_array or shape.element_count > MAX_ELEMENTS:
-            raise NotDeviceConstant(f"{instr.name}: not a small array")
+            return NotDeviceConstant(f"{instr.name}: not a small array")
+        if instr.opcode not in _EVALUATED:
+            return NotDeviceConstant(f"{instr.name}: {instr.opcode.value} is not evaluated per device")
+        return None
+
+    def _eval(self, instr: Instruction, args: list[np.ndarray]) -> np.ndarray:
+        """`instr`'s value from its operands' values `args` (an opcode of `_EVALUATED`)."""
+        shape = instr.shape
         dtype = shape.element_type.numpy_dtype()
         op = instr.opcode
         if op is Opcode.REPLICA_ID:
@@ -71,7 +107,6 @@ class DeviceEvaluator:
             view = [1] * shape.rank
             view[dim] = shape.dims[dim]
             return np.broadcast_to(idx.reshape(view), shape.dims).astype(dtype)
-        args = [self(o) for o in instr.operands]
         with np.errstate(over="ignore"):
             if op in _BINARY:
                 return np.asarray(_BINARY[op](args[0], args[1]), dtype)
@@ -102,9 +137,8 @@ class DeviceEvaluator:
             spec = instr.attr("slice")
             index = tuple(slice(s, l, st) for s, l, st in zip(spec.starts, spec.limits, spec.strides))
             return args[0][index]
-        if op is Opcode.DYNAMIC_SLICE:
-            return dynamic_slice(args[0], [int(a) for a in args[1:]], instr.attr("dynamic_slice_sizes"))
-        raise NotDeviceConstant(f"{instr.name}: {op.value} is not evaluated per device")
+        assert op is Opcode.DYNAMIC_SLICE
+        return dynamic_slice(args[0], [int(a) for a in args[1:]], instr.attr("dynamic_slice_sizes"))
 
 
 def clamp_start(start: int, dim: int, size: int) -> int:
