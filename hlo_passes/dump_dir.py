@@ -7,7 +7,9 @@ XLA names every file after the module's process-wide number and name, then the s
                                                            a pass dump (--xla_dump_hlo_pass_re=...):
                                                            sequence number, pipeline, the pass just
                                                            run, the pass about to run
-    module_0014.jit_step.cpu_after_optimizations.txt       after XLA's whole pipeline (fused, scheduled)
+    module_0014.jit_step.cpu_after_optimizations.txt       after XLA's whole pipeline (fused, scheduled;
+                                                           on a GPU the prefix names the chip:
+                                                           sm_9.0a_gpu_after_optimizations)
     ... .hlo.pb                                            the same as a binary proto
                                                            (--xla_dump_hlo_as_proto)
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _FILE = re.compile(r"^module_(?P<number>\d+)\.(?P<name>[^.]+(?:\.[^.]+)*?)\.(?P<stage>"
-                   r"before_optimizations|(?:[a-z0-9]+_)?after_optimizations|"
+                   r"before_optimizations|(?:[a-z0-9][\w.]*?_)?after_optimizations|"
                    r"(?P<seq>\d{4})\.(?P<pipeline>[^.]+)\.after_(?P<after>[^.]+)\.before_(?P<before>[^.]+))"
                    r"(?P<ext>\.txt|\.hlo\.pb)$")
 

@@ -258,3 +258,39 @@ def test_final_module_is_always_checked_and_a_malformed_one_never_written(test_p
     assert cli(["run", str(dead), "--passes=break-shape"]) == 1
     assert capsys.readouterr().out == ""
     assert cli(["run", str(dead), "--passes=dce", "-o", str(out)]) == 0 and out.exists()
+
+
+def test_gpu_dump_stage_names(tmp_path):
+    # XLA:GPU prefixes the optimized module with the chip (seen on an H100 with jax 0.11.2:
+    # `sm_9.0a_gpu_after_optimizations`, a dot inside); its buffer reports share the prefix.
+    from hlo_passes.dump_dir import DumpDirectory
+
+    dump = tmp_path / "gpu_dump"
+    dump.mkdir()
+    (dump / "module_5967.jit_step.before_optimizations.txt").write_text(EXAMPLE.read_text())
+    (dump / "module_5967.jit_step.sm_9.0a_gpu_after_optimizations.txt").write_text(EXAMPLE.read_text())
+    (dump / "module_5967.jit_step.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt").write_text("x")
+    (dump / "module_0012.jit_f.gfx942_gpu_after_optimizations.txt").write_text(DEAD)
+    modules = {m.name: m for m in DumpDirectory(dump).modules()}
+    assert sorted(modules) == ["jit_f", "jit_step"]
+    assert [st.stage for st in modules["jit_step"].stages] == ["before_optimizations", "after_optimizations"]
+    found = DumpDirectory(dump).find("jit_step", "after_optimizations")
+    assert found.path.name == "module_5967.jit_step.sm_9.0a_gpu_after_optimizations.txt"
+    assert DumpDirectory(dump).find("jit_f", "after_optimizations").path.name.startswith("module_0012.jit_f.gfx942")
+
+
+def test_python_dash_m_reports_bad_input_as_such(tmp_path):
+    # Run as `python -m hlo_passes.cli.main` the file is `__main__`: its except clauses must still
+    # catch the errors the commands raise (a missing stage was reported as an internal error).
+    import subprocess
+    import sys
+
+    dump = tmp_path / "only_before"
+    dump.mkdir()
+    (dump / "module_0001.jit_f.before_optimizations.txt").write_text(EXAMPLE.read_text())
+    for launcher in (["-m", "hlo_passes.cli.main"], ["-m", "hlo_passes"]):
+        done = subprocess.run([sys.executable, *launcher, "verify", str(dump)], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert "internal error" not in done.stderr
+        assert "no stage 'after_optimizations'" in done.stderr

@@ -386,3 +386,58 @@ def test_float_outputs_are_judged_against_the_array_scale():
     assert not compare_arrays("0", small, np.array([1.0, -0.5], ml_dtypes.bfloat16)).ok
     assert not compare_arrays("0", np.float32([292.0, 5.34375]), np.float32([292.0, 4.90625])).ok
     assert not compare_arrays("0", want, reordered, rtol=1e-3).ok  # an explicit rtol is elementwise
+
+
+_BF16_SUM = """HloModule m
+
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+
+addf {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = bf16[4096] parameter(0)
+  q = f32[64] parameter(1)
+  zero = bf16[] constant(0)
+  %BODY%
+  loss = f32[] convert(total)
+  zf = f32[] constant(0)
+  qs = f32[] reduce(q, zf), dimensions={0}, to_apply=addf
+  ROOT t = (f32[], f32[]) tuple(loss, qs)
+}
+"""
+_WHOLE = "total = bf16[] reduce(p, zero), dimensions={0}, to_apply=add"
+_HALVES = """lo = bf16[2048] slice(p), slice={[0:2048]}
+  hi = bf16[2048] slice(p), slice={[2048:4096]}
+  rlo = bf16[] reduce(lo, zero), dimensions={0}, to_apply=add
+  rhi = bf16[] reduce(hi, zero), dimensions={0}, to_apply=add
+  total = bf16[] add(rlo, rhi)"""
+
+
+def test_an_f32_output_of_bf16_work_is_judged_at_bf16_precision():
+    # The f32 loss of a bf16 model: the same sum rounded at other places (as XLA:GPU's optimized
+    # module does next to XLA:CPU's, or a partitioned reduction) moves it by bf16 ulps, far more
+    # than f32's 1e-4; the f32 output computed in f32 alone keeps f32's tolerance.
+    from hlo_passes.runtime.verify import computed_in
+
+    whole, halves = (parse_module(_BF16_SUM.replace("%BODY%", body)) for body in (_WHOLE, _HALVES))
+    assert [str(t) for t in computed_in(whole)] == ["bfloat16", "float32"]
+    report = verify_equivalent(whole, halves, seed=3)
+    assert report.ok, report.format()
+    assert report.outputs[0].rtol == default_tolerance(ml_dtypes.bfloat16)[0]
+    assert report.outputs[1].rtol == default_tolerance(np.float32)[0]
+    # judged at f32 precision the same pair differs: the looser tolerance is what lets it pass
+    want = execute_module(whole, random_inputs(whole, 3))[0]
+    got = execute_module(halves, random_inputs(whole, 3))[0]
+    assert not compare_arrays("0", want, got).ok
+    # a wrong rewrite still fails
+    wrong = parse_module(_BF16_SUM.replace("%BODY%", _WHOLE).replace("loss = f32[] convert(total)",
+                                                                      "c = f32[] convert(total)\n  two = f32[] constant(2)\n  loss = f32[] multiply(c, two)"))
+    assert not verify_equivalent(whole, wrong, seed=3).ok

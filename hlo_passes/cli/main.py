@@ -110,4 +110,10 @@ def internal_error(e: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m hlo_passes.cli.main`: run the imported module's `main`, not this copy's.  Run as
+    # a script this file is `__main__`, and the exception classes the commands raise (imported
+    # from `hlo_passes.cli.main`) would not be the ones the `except` clauses here name: a bad
+    # input would be reported as an internal error.
+    from hlo_passes.cli.main import main as _imported_main
+
+    sys.exit(_imported_main())

@@ -19,6 +19,9 @@ tolerances by element type (rtol, atol):
     bf16                      2e-2, 2e-2
     f8 / f4 types             two units in the last place: 2·eps (e4m3fn 0.25, e5m2 0.5)
 
+A float output computed from a less precise float type (an f32 loss of a bf16 model) gets that
+type's tolerance (`computed_in`): the roundings of the narrow type reach the output.
+
 `max_rel` is |got - want| / |want| over finite elements with want != 0.
 The detail of a failed comparison names the first mismatching element (in
 row-major order) with both values.
@@ -80,8 +83,11 @@ def _is_exact(dtype: np.dtype) -> bool:
 
 
 def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol: float | None = None,
-                   atol: float | None = None) -> OutputStats:
-    """Compare `got` with `want` (the oracle); see the module docstring for the rule."""
+                   atol: float | None = None, computed_in: np.dtype | None = None) -> OutputStats:
+    """Compare `got` with `want` (the oracle); see the module docstring for the rule.
+    `computed_in`: the least precise float type the output is computed from, when less precise
+    than its own (an f32 loss of a bf16 model): the default tolerance is that type's, since its
+    roundings reach the output (XLA:GPU and XLA:CPU round a bf16 model at different places)."""
     want, got = np.asarray(want), np.asarray(got)
     stats = OutputStats(index, str(want.dtype), tuple(want.shape))
     if want.shape != got.shape or want.dtype != got.dtype:
@@ -89,6 +95,9 @@ def compare_arrays(index: str, want: np.ndarray, got: np.ndarray, rtol: float | 
         stats.detail = f"expected {want.dtype}{list(want.shape)}, got {got.dtype}{list(got.shape)}"
         return stats
     d_rtol, d_atol = default_tolerance(want.dtype)
+    if computed_in is not None and want.dtype.kind in "fcV" and not _is_exact(want.dtype):
+        c_rtol, c_atol = default_tolerance(computed_in)
+        d_rtol, d_atol = max(d_rtol, c_rtol), max(d_atol, c_atol)
     stats.rtol = d_rtol if rtol is None else rtol
     stats.atol = d_atol if atol is None else atol
     if want.size == 0:
