@@ -147,14 +147,25 @@ class Module:
         return comp
 
     def remove_computation(self, comp: Computation) -> None:
+        self.remove_computations([comp])
+
+    def remove_computations(self, comps: Iterable[Computation]) -> None:
+        """Remove `comps`, none of which may be called from a computation that stays.  One scan
+        of the module for all of them (dead-code elimination drops a model's unreachable
+        computations together, not one whole-module scan each)."""
+        going = {id(c): c for c in comps}
         for other in self.computations:
+            if id(other) in going:
+                continue
             for instr in other.instructions:
-                if comp in instr.called_computations():
-                    raise IRError(f"cannot remove {comp.name}: called by {instr.name}")
-        self.computations.remove(comp)
-        self.computation_names.release(comp.name)
-        for instr in comp.instructions:
-            self.names.release(instr.name)
+                for callee in instr.called_computations():
+                    if id(callee) in going:
+                        raise IRError(f"cannot remove {callee.name}: called by {instr.name}")
+        self.computations[:] = [c for c in self.computations if id(c) not in going]
+        for comp in going.values():
+            self.computation_names.release(comp.name)
+            for instr in comp.instructions:
+                self.names.release(instr.name)
 
     def computation(self, name: str) -> Computation:
         for comp in self.computations:

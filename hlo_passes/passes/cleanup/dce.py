@@ -72,9 +72,7 @@ class DeadCodeElimination(ModulePass):
                     if id(callee) not in reachable:
                         reachable.add(id(callee))
                         stack.append(callee)
-        dropped = []
-        for comp in reversed(module.computation_post_order()):  # callers before callees
-            if id(comp) not in reachable:
-                module.remove_computation(comp)
-                dropped.append(comp.name)
-        return dropped
+        dropped = [comp for comp in reversed(module.computation_post_order())  # callers before callees
+                   if id(comp) not in reachable]
+        module.remove_computations(dropped)
+        return [comp.name for comp in dropped]
