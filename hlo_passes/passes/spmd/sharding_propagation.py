@@ -58,6 +58,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.passes.spmd.call_sites import CallSiteCopies
 from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
@@ -112,10 +113,15 @@ class ShardingPropagation(ModulePass):
             return changed
         _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
+        sites = CallSiteCopies.flatten(module)
         flat = _Flat(module)
         walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
         walk.run()
         changed |= flat.transfer(walk.state, self)
+        for body, extra in sites.merge_back():
+            changed = True
+            self.remark(None, f"{body.name}: its call sites disagree on its shardings; {extra + 1} bodies, one per "
+                              "sharding (as XLA, which inlines every call)", "applied")
         changed |= _remove_barriers(module)
         if not self.options.keep_sharding_custom_calls:
             changed |= _sharding_calls_to_copies(module)

@@ -43,6 +43,7 @@ from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
 from hlo_passes.passes.spmd.partition_context import (Emitter, PartitionContext, PValue, is_manual,
                                                        local_shape)
+from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.reshard import reshard
 
 
@@ -139,6 +140,7 @@ class Partitioner:
         self.ctx = ctx
         self.values: dict[Instruction, PValue] = {}
         self._reshards: dict[tuple[Instruction, Sharding], PValue] = {}
+        self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
         self.em: Emitter | None = None
         self._kept: set[Computation] = set()
 
@@ -226,14 +228,34 @@ class Partitioner:
             return value
         key = (op, sharding)
         if key not in self._reshards:
-            self._reshards[key] = reshard(self.em, value, sharding)
+            self._reshards[key] = self._made_again(op, value, sharding) or reshard(self.em, value, sharding)
         return self._reshards[key]
+
+    def _made_again(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue | None:
+        """A broadcast or an iota wanted in another sharding is made again in it rather than
+        moved: the iota from the device's offsets, the broadcast from its operand (never larger
+        than its result) in the matching sharding.  One value used in several shardings is
+        common (one zero broadcast initialises every gradient accumulator of a scanned model,
+        each sharded its own way; moving it all-to-alls the whole stack of layers).  Only where
+        the move would communicate: a local slice is as cheap as making it again."""
+        if (op.opcode not in (Opcode.BROADCAST, Opcode.IOTA) or not op.shape.is_array
+                or is_manual(value.sharding) or is_manual(sharding)
+                or reshard_cost(value.sharding, sharding, op.shape, self.ctx.n).collectives == 0):
+            return None
+        from hlo_passes.passes.spmd.handlers import handler_for  # cycle: the handlers import this module
+
+        self._target_override[op] = sharding
+        try:
+            return handler_for(op)(self, op)
+        finally:
+            del self._target_override[op]
 
     def reshard(self, value: PValue, sharding: Sharding) -> PValue:
         return reshard(self.em, value, sharding)
 
     def target(self, instr: Instruction) -> Sharding:
-        return target_sharding(instr)
+        override = self._target_override.get(instr)
+        return override if override is not None else target_sharding(instr)
 
     def clone(self, instr: Instruction, operands, shape: Shape, **called) -> Instruction:
         """`instr` with new operands and per-device shape; attributes kept except the sharding."""

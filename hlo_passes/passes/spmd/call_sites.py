@@ -1,0 +1,108 @@
+"""One body per call site while shardings are chosen, merged back where the sites agree.
+
+XLA's import inlines every `call` before sharding propagation, so each call site's copy of a
+body takes the shardings of its own surroundings.  Our propagation walks such an inlined copy
+too, but writes its result back onto the module, which keeps its calls: a body called from
+several sites whose shardings differ can hold only one of them, and the partitioner then
+reshards every other site's arguments to it.  In a scanned transformer that is ruinous: the
+loop body reads each stacked weight through the same `dynamic_index_in_dim` body, the weights
+are sharded along different dims, and every site but the first all-to-alls its whole stack
+(all layers) on every iteration to slice one layer out of it.
+
+So before the shardings are written back, every computation called from more than one `call`
+gets a copy per extra site (XLA's FlattenCallGraph, for calls), and afterwards the copies whose
+shardings agree (and whose own calls went to the same bodies) are merged back, callees first:
+where the sites agree the module is what it was, names included; where they differ, each
+group of agreeing sites keeps a body of its own.
+"""
+
+from __future__ import annotations
+
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
+
+_CONTROL_FLOW = (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL)
+
+
+class CallSiteCopies:
+    """`flatten(module)` gives each call its own body; `merge_back()` undoes what was not needed."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.copies: dict[Computation, list[Computation]] = {}  # original body -> its extra copies
+        self.site: dict[Computation, Instruction] = {}  # a copy -> the one call that calls it
+
+    @classmethod
+    def flatten(cls, module: Module) -> "CallSiteCopies":
+        """Copy every body reached through `call` from the entry once per call site beyond the
+        first (callers first, so a copy's own calls get copies too)."""
+        self = cls(module)
+        if module.entry is None:
+            return self
+        called_by_call: set[int] = set()
+        seen: set[int] = {id(module.entry)}
+        work = [module.entry]
+        while work:
+            comp = work.pop()
+            for instr in comp.instructions:
+                if instr.opcode not in _CONTROL_FLOW:
+                    continue
+                if instr.opcode is Opcode.CALL:
+                    callee = instr.called["to_apply"]
+                    assert isinstance(callee, Computation)
+                    if id(callee) in called_by_call:
+                        copy = module.clone_computation(callee, suffix="site")
+                        self.copies.setdefault(callee, []).append(copy)
+                        self.site[copy] = instr
+                        instr.called["to_apply"] = copy
+                        callee = copy
+                    called_by_call.add(id(callee))
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        work.append(callee)
+                    continue
+                for callee in instr.called_computations():
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        work.append(callee)
+        return self
+
+    def merge_back(self) -> list[tuple[Computation, int]]:
+        """Merge each body's copies that agree with an earlier one (the original first), callees
+        first; returns (body, copies kept) for the bodies whose sites still disagree."""
+        if not self.copies:
+            return []
+        kept: list[tuple[Computation, int]] = []
+        going: list[Computation] = []
+        canonical: dict[int, Computation] = {}  # id of a merged copy -> the body that replaced it
+        for original in self.module.computation_post_order():  # callees first
+            copies = self.copies.get(original)
+            if not copies:
+                continue
+            representatives: dict[tuple, Computation] = {}
+            for comp in (original, *copies):
+                key = self._key(comp, canonical)
+                first = representatives.setdefault(key, comp)
+                if first is comp:
+                    continue
+                self.site[comp].called["to_apply"] = first
+                canonical[id(comp)] = first
+                going.append(comp)
+            if len(representatives) > 1:
+                kept.append((original, len(representatives) - 1))
+        self.module.remove_computations(going)
+        return kept
+
+    @staticmethod
+    def _key(comp: Computation, canonical: dict[int, Computation]) -> tuple:
+        """What must agree for two copies of one body to be one: per instruction (copies share
+        their structure and post order), its sharding and the bodies it calls."""
+
+        def sharding(instr: Instruction) -> Sharding | None:
+            return instr.sharding if "sharding" in instr.attributes else None
+
+        return tuple((sharding(i), tuple(id(canonical.get(id(c), c)) for c in i.called_computations()))
+                     for i in comp.post_order())

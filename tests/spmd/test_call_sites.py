@@ -1,0 +1,109 @@
+"""A body called from several sites gets the shardings of each site (as XLA, which inlines every
+call before propagation), and broadcasts and iotas wanted in several shardings are made again in
+each instead of being moved.  Both were found on a scanned transformer step: every stacked
+weight but the first was all-to-all'd whole (all layers) on every iteration of the loop, and the
+zero broadcast initialising the gradient accumulators once per step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from hlo_passes import parse_module, print_module
+from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+from hlo_passes.runtime import verify_equivalent
+
+PICK = """HloModule sites, num_partitions=8
+
+pick {
+  stack = f32[4,16,32] parameter(0)
+  i = s32[] parameter(1)
+  zero = s32[] constant(0)
+  ds = f32[1,16,32] dynamic-slice(stack, i, zero, zero), dynamic_slice_sizes={1,16,32}
+  ROOT r = f32[16,32] reshape(ds)
+}
+
+ENTRY main {
+  a = f32[4,16,32] parameter(0), sharding={devices=[1,8,1]<=[8]}
+  b = f32[4,16,32] parameter(1), sharding={devices=[1,1,8]<=[8]}
+  i = s32[] parameter(2), sharding={replicated}
+  pa = f32[16,32] call(a, i), to_apply=pick
+  pb = f32[16,32] call(b, i), to_apply=pick
+  ea = f32[16,32] exponential(pa), sharding={devices=[8,1]<=[8]}
+  eb = f32[16,32] exponential(pb), sharding={devices=[1,8]<=[8]}
+  ROOT t = (f32[16,32], f32[16,32]) tuple(ea, eb), sharding={{devices=[8,1]<=[8]}, {devices=[1,8]<=[8]}}
+}
+"""
+
+
+def _partition(text: str, n: int = 8):
+    module = parse_module(text)
+    p = SpmdPartitioner(num_partitions=n)
+    p.run(module)
+    return module, print_module(module), p.remarks
+
+
+def _collectives(module) -> Counter:
+    return Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective)
+
+
+def _verify(text: str, out: str, n: int = 8) -> None:
+    report = verify_equivalent(text, out, num_devices=n, seed=1)
+    assert report.ok, report.format() + "\n" + out
+
+
+def test_each_call_site_slices_its_own_stack_where_it_lies():
+    module, out, remarks = _partition(PICK)
+    assert _collectives(module) == Counter(), out  # no stack moves: each site's body slices locally
+    assert any("pick: its call sites disagree on its shardings; 2 bodies" in r.message for r in remarks)
+    assert len([c for c in module.computations if c.name.startswith("pick")]) == 2
+    _verify(PICK, out)
+
+
+def test_sites_that_agree_share_one_body_as_before():
+    text = PICK.replace("sharding={devices=[1,1,8]<=[8]}", "sharding={devices=[1,8,1]<=[8]}").replace(
+        "eb = f32[16,32] exponential(pb), sharding={devices=[1,8]<=[8]}",
+        "eb = f32[16,32] exponential(pb), sharding={devices=[8,1]<=[8]}").replace(
+        "{devices=[8,1]<=[8]}, {devices=[1,8]<=[8]}", "{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}")
+    module, out, remarks = _partition(text)
+    assert ".site" not in out and _collectives(module) == Counter()
+    assert not any("call sites disagree" in r.message for r in remarks)
+    _verify(text, out)
+
+
+NESTED = PICK.replace("""ENTRY main {""", """twice {
+  s = f32[4,16,32] parameter(0)
+  j = s32[] parameter(1)
+  ROOT c = f32[16,32] call(s, j), to_apply=pick
+}
+
+ENTRY main {""").replace("call(a, i), to_apply=pick", "call(a, i), to_apply=twice").replace(
+    "call(b, i), to_apply=pick", "call(b, i), to_apply=twice")
+
+
+def test_a_call_inside_a_body_called_twice_follows_each_outer_site():
+    module, out, _ = _partition(NESTED)
+    assert _collectives(module) == Counter(), out
+    _verify(NESTED, out)
+
+
+@pytest.mark.parametrize("maker", ["z = f32[] constant(0)\n  bz = f32[8,64,64] broadcast(z), dimensions={}",
+                                   "bz = f32[8,64,64] iota(), iota_dimension=2",
+                                   "z = f32[64] parameter(2), sharding={replicated}\n"
+                                   "  bz = f32[8,64,64] broadcast(z), dimensions={2}"])
+def test_a_broadcast_or_iota_wanted_in_two_shardings_is_made_in_each(maker):
+    text = f"""HloModule remat, num_partitions=8
+
+ENTRY main {{
+  {maker}
+  x = f32[8,64,64] parameter(0), sharding={{devices=[1,8,1]<=[8]}}
+  y = f32[8,64,64] parameter(1), sharding={{devices=[1,1,8]<=[8]}}
+  ax = f32[8,64,64] add(x, bz), sharding={{devices=[1,8,1]<=[8]}}
+  ay = f32[8,64,64] add(y, bz), sharding={{devices=[1,1,8]<=[8]}}
+  ROOT t = (f32[8,64,64], f32[8,64,64]) tuple(ax, ay), sharding={{{{devices=[1,8,1]<=[8]}}, {{devices=[1,1,8]<=[8]}}}}
+}}
+"""
+    module, out, _ = _partition(text)
+    assert _collectives(module) == Counter(), out
+    _verify(text, out)
