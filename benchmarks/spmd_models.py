@@ -6,7 +6,8 @@ d_model 4096 costs nothing to build.  XLA partitions it in a compile with
 `xla_dump_hlo_pass_re=spmd-partitioning` (its `after_spmd-partitioning` module is read back);
 ours partitions the same lowered text.  Per model, ours beside XLA's:
 
-    bytes      what each device sends into collectives (hlo_passes.stats)
+    bytes      what each device sends into collectives in one step (hlo_passes.stats, a loop
+               body's collectives times the loop's trip count)
     GFLOP      XLA's HloCostAnalysis of the per-device module (the same counter for both)
     est. ms    the cost model's step time (cost_model.module_estimate, latency included)
     verified   small models only: ours against the unpartitioned program on 8 CPU devices
@@ -134,7 +135,39 @@ def mlp_2d(d: int, tokens: int = 512):
                            spec(m, (tokens, d), P("data", None)))
 
 
-MODELS = {"gpt_tp": gpt_tp, "gpt_dense": gpt_dense, "fsdp_mlp": fsdp_mlp, "mlp_2d": mlp_2d}
+def gpt_scan(d: int, tokens: int = 512, heads: int = 8, layers: int = 4):
+    """`layers` of gpt_tp's block as a `lax.scan` over stacked weights (how Flax's nn.scan and
+    most large-model code write depth): each weight gets a leading layer dim, sharded as in
+    gpt_tp on the others; the loop body slices one layer of every stack."""
+    m = mesh((2, 4), ("data", "model"))
+    b, s = 4, tokens // 4
+    dh = d // heads
+
+    def block(x, p):
+        q, k, v = (jnp.einsum("bsd,dhe->bhse", x, w) for w in (p["wq"], p["wk"], p["wv"]))
+        a = jax.nn.softmax(jnp.einsum("bhse,bhte->bhst", q, k) / math.sqrt(dh), axis=-1)
+        h = x + jnp.einsum("bhst,bhte,hed->bsd", a, v, p["wo"])
+        return h + jax.nn.gelu(h @ p["w1"]) @ p["w2"], None
+
+    def loss(p, x):
+        y, _ = jax.lax.scan(block, x, p)
+        return jnp.mean(y ** 2)
+
+    def step(p, x):
+        g = jax.grad(loss)(p, x)
+        return jax.tree.map(lambda w, g: w - 1e-3 * g, p, g)
+
+    L = layers
+    params = {"wq": spec(m, (L, d, heads, dh), P(None, None, "model", None)),
+              "wk": spec(m, (L, d, heads, dh), P(None, None, "model", None)),
+              "wv": spec(m, (L, d, heads, dh), P(None, None, "model", None)),
+              "wo": spec(m, (L, heads, dh, d), P(None, "model", None, None)),
+              "w1": spec(m, (L, d, 4 * d), P(None, None, "model")),
+              "w2": spec(m, (L, 4 * d, d), P(None, "model", None))}
+    return jax.jit(step), (params, spec(m, (b, s, d), P("data", None, None)))
+
+
+MODELS = {"gpt_tp": gpt_tp, "gpt_dense": gpt_dense, "gpt_scan": gpt_scan, "fsdp_mlp": fsdp_mlp, "mlp_2d": mlp_2d}
 try:  # real Flax + Optax steps (benchmark extras: pip install flax optax)
     import flax_models
 
@@ -164,8 +197,10 @@ def xla_partition(fn, args) -> tuple[str, str]:
 
 
 def measure(text: str, model: CostModel) -> tuple[int, float, float]:
+    """Bytes a step sends (a loop body's collectives times its trip count), XLA's FLOPs of the
+    module (HloCostAnalysis: loop bodies once, for both), the cost model's step estimate."""
     module = parse_module(text)
-    stats = module_stats(module)
+    stats = module_stats(module, executed=True)
     flops = cost_analysis(text).get("flops", 0.0)
     return sum(stats.collective_bytes.values()), flops, module_estimate(module, model).step_seconds(model.profile)
 

@@ -4,7 +4,8 @@ collectives by kind (count and bytes each device sends into them), and FLOPs.
 FLOPs count 2·M·N·K for dots and convolutions (per output element: 2 × the
 contracted size), one per output element for elementwise ops and reductions'
 inputs, and nothing for data movement.  Fusion and call bodies are counted once
-per call site; while bodies once (trip counts are unknown)."""
+per call site; while bodies once.  Collectives are counted once each, or (`executed`) as many
+times as one run of the entry executes them (a scanned model's loop body times its layers)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.while_loop import trip_count
 
 _DONE = {Opcode.ALL_REDUCE_DONE, Opcode.ALL_GATHER_DONE, Opcode.COLLECTIVE_PERMUTE_DONE}
 
@@ -75,16 +78,47 @@ def _flops(instr: Instruction) -> int:
     return 0
 
 
-def module_stats(module: Module) -> ModuleStats:
+def module_stats(module: Module, *, executed: bool = False) -> ModuleStats:
+    """Static counts (each instruction once), or with `executed` the collectives as a step runs
+    them: a while body's times its trip count where the module says it (see ir/while_loop.py;
+    once where unknown), a computation called from several places once per call."""
     stats = ModuleStats()
-    for instr in module.all_instructions():
-        stats.opcodes[instr.opcode.value] += 1
-        kind = collective_kind(instr)
-        if kind is not None:
-            stats.collective_count[kind] += 1
-            stats.collective_bytes[kind] += collective_bytes(instr)
+    runs = _executions(module) if executed else None
+    for comp in module.computations:
+        times = 1 if runs is None else runs.get(comp, 0)
+        for instr in comp.instructions:
+            stats.opcodes[instr.opcode.value] += 1
+            kind = collective_kind(instr)
+            if kind is not None and times:
+                stats.collective_count[kind] += times
+                stats.collective_bytes[kind] += times * collective_bytes(instr)
     stats.flops = _entry_flops(module.entry, set())
     return stats
+
+
+def _executions(module: Module) -> dict[Computation, int]:
+    """How many times each computation reachable from the entry through control flow runs in
+    one execution of the entry (computations nothing executes are left out)."""
+    runs: dict[Computation, int] = {}
+    if module.entry is None:
+        return runs
+    runs[module.entry] = 1
+    for comp in reversed(module.computation_post_order()):  # callers before callees
+        times = runs.get(comp, 0)
+        if not times:
+            continue
+        for instr in comp.instructions:
+            if instr.opcode not in _CONTROL_FLOW:
+                continue
+            per_call = times
+            if instr.opcode is Opcode.WHILE:
+                per_call = times * (trip_count(instr) or 1)
+            for callee in instr.called_computations():
+                runs[callee] = runs.get(callee, 0) + per_call
+    return runs
+
+
+_CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL, Opcode.ASYNC_START)
 
 
 def _entry_flops(comp, stack: set) -> int:
