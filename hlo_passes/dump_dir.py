@@ -214,7 +214,7 @@ def _print_proto(path: str) -> int:
     """Child-process side of `proto_file_text`."""
     import sys
 
-    from hlo_passes.runtime.xla_backend import proto_to_text
+    from hlo_passes.runtime.xla_backend import proto_to_text  # deferred: numpy, and jax to decode
 
     data = Path(path).read_bytes()
     for _ in range(2):  # HloSnapshot -> HloProto -> HloModuleProto

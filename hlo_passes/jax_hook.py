@@ -65,8 +65,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.manager import PassFailed, PassManager
 from hlo_passes.passes.pass_base import ModulePass, Remark
+from hlo_passes.passes.pipeline import parse_pipeline
+from hlo_passes.printer import print_module
+from hlo_passes.runtime import hlo_proto
+from hlo_passes.runtime.per_device import compare_per_device
 from hlo_passes.runtime.recompile import as_fresh_program  # verify's preparation, importable here
 
 STAGES = ("pre-scheduler", "post-scheduler")
@@ -228,9 +233,6 @@ class Installation:
             _guard.active = False
 
     def _transform(self, proto: bytes, index: int, start: float) -> bytes | None:
-        from hlo_passes.printer import print_module
-        from hlo_passes.runtime import hlo_proto
-
         original = hlo_proto.proto_to_text(proto)
         devices = _Devices(*device_assignment(proto), hlo_proto.parameter_replicated(proto))
         module = devices.parse(original)
@@ -327,18 +329,6 @@ def installed(pipeline: str, **kwargs) -> Iterator[Installation]:
 
 # ------------------------------------------------------------------ passes --
 def _build_passes(pipeline: str) -> list[ModulePass]:
-    try:
-        from hlo_passes.passes.pipeline import parse_pipeline
-    except ImportError:  # pipeline.py not merged yet: bare comma-separated names, no options
-        from hlo_passes.passes.registry import lookup
-
-        passes = []
-        for name in (n.strip() for n in pipeline.split(",")):
-            cls = lookup(name)
-            if cls is None or "{" in name:
-                raise ValueError(f"unknown pass {name!r} (or options, which need hlo_passes.passes.pipeline)")
-            passes.append(cls())
-        return passes
     return list(parse_pipeline(pipeline).passes)
 
 
@@ -356,8 +346,6 @@ class _Devices:
 
     def parse(self, text: str):
         """`text` parsed, with the device counts and replicated parameters passes need."""
-        from hlo_passes.parse.module_parser import parse_module
-
         module = parse_module(text, "<xla module>")
         if self.partitions > 1:
             module.num_partitions = self.partitions
@@ -422,8 +410,6 @@ def entry_signature(module) -> tuple:
 
 
 def _compare(original: str, rewritten: str, num_devices: int, replicated: list[bool] | None):
-    from hlo_passes.runtime.per_device import compare_per_device
-
     return compare_per_device(as_fresh_program(original), as_fresh_program(rewritten),
                               num_devices=num_devices, replicated=replicated)
 
@@ -431,8 +417,6 @@ def _compare(original: str, rewritten: str, num_devices: int, replicated: list[b
 def _first_mismatching_pass(pipeline: str, original: str, devices: _Devices) -> str:
     """Re-run the pipeline on `original`, comparing after every pass that changed something;
     the first pass whose output differs (or raises, or does not compile)."""
-    from hlo_passes.printer import print_module
-
     class Found(Exception):
         pass
 

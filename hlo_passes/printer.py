@@ -19,7 +19,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import TupleShape
+from hlo_passes.ir.shape import ArrayShape, Layout, TupleShape
 
 
 _OPCODE_TEXT = {op: op.value for op in Opcode}
@@ -39,9 +39,7 @@ def print_module(module: Module) -> str:
 
 def print_instruction(instr: Instruction) -> str:
     """One instruction's line as `print_module` writes it (for diagnostics)."""
-    from hlo_passes.ir.module import Module as _Module
-
-    module = instr.parent.module if instr.parent is not None and instr.parent.module is not None else _Module("")
+    module = instr.parent.module if instr.parent is not None and instr.parent.module is not None else Module("")
     return _Printer(module, io.StringIO()).instruction(instr)
 
 
@@ -65,6 +63,8 @@ class _Printer:
             w("\n" if i < len(order) - 1 else "")
 
     def _header_attrs(self):
+        # cycle: parse.module_parser runs the verifier, which prints with this module (this edge
+        # is the one kept local: the printer should not load the parser)
         from hlo_passes.parse.module_parser import entry_signature
 
         m = self.m
@@ -184,8 +184,6 @@ def entry_computation_layout(module: Module) -> str:
 
 
 def _with_default_layout(shape) -> str:
-    from hlo_passes.ir.shape import ArrayShape, Layout
-
     if isinstance(shape, TupleShape):
         return "(" + ", ".join(_with_default_layout(e) for e in shape.elements) + ")"
     assert isinstance(shape, ArrayShape)

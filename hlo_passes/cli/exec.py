@@ -11,10 +11,18 @@ output is summarised over all devices.
 
 from __future__ import annotations
 
-import numpy as np
+import sys
+from typing import TYPE_CHECKING
 
 from hlo_passes.cli.io import add_dump_arguments, read_module
 from hlo_passes.cli.main import UserError
+from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
+from hlo_passes.ir.program_kind import ProgramKind, read_program
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from hlo_passes._deferred import numpy as np  # deferred: --help imports every command
 
 COMMAND = "exec"
 HELP = "run a module through XLA and summarise its outputs"
@@ -64,10 +72,7 @@ def per_device_summary(index: int, out: np.ndarray) -> str:
 
 
 def main(args) -> int:
-    import sys
-
-    from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
-    from hlo_passes.ir.program_kind import ProgramKind, read_program
+    # deferred: the runtime loads numpy and xla_backend (jax on first use); --help imports every command
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable

@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hlo_passes.cli.main import UserError
 from hlo_passes.ir.module import Module
 from hlo_passes.parse.module_parser import parse_module
 
@@ -48,8 +49,6 @@ def add_dump_arguments(p, *, stages: int = 1) -> None:
 def read_bounded(stream, name: str, limit: int | None = None) -> str:
     """The UTF-8 text of a binary `stream`, read in chunks: at most `limit` bytes, and an error
     at the first NUL or non-UTF-8 byte (HLO text has neither) before the rest is read."""
-    from hlo_passes.cli.main import UserError
-
     limit = MAX_INPUT_BYTES if limit is None else limit
     decoder = codecs.getincrementaldecoder("utf-8")()
     parts: list[str] = []
@@ -78,8 +77,6 @@ def read_bounded(stream, name: str, limit: int | None = None) -> str:
 
 def _read_bounded_text(stream, name: str) -> str:
     """`read_bounded` for a text stream without a binary buffer (a StringIO standing in for stdin)."""
-    from hlo_passes.cli.main import UserError
-
     parts, total = [], 0
     while chunk := stream.read(_CHUNK):
         if "\0" in chunk:
@@ -94,8 +91,6 @@ def _read_bounded_text(stream, name: str) -> str:
 def read_text(path: str, module: str | None = None, stage: str | None = None) -> tuple[str, str]:
     """(text, display name) of a file, '-' for standard input, a binary HLO proto (`.pb`), or
     one stage of one module of an XLA dump directory."""
-    from hlo_passes.cli.main import UserError
-
     if path == "":
         raise UserError("an input file name is empty")
     if path == "-":
@@ -108,6 +103,7 @@ def read_text(path: str, module: str | None = None, stage: str | None = None) ->
     if not p.is_dir() and not p.name.endswith(".pb") and module is None and stage is None:
         with open(p, "rb") as f:  # plain text: no need for the dump-directory machinery
             return read_bounded(f, path), path
+    # deferred: only dump directories and .pb files need it; `fmt FILE` starts without it
     from hlo_passes.dump_dir import DumpDirectory, DumpError, proto_file_text
 
     try:
@@ -135,8 +131,6 @@ def two_modules(first: str, second: str | None, module: str | None, stages: str 
     """The two modules of a two-input command: two files, two dump directories, or one dump
     directory and two stages (`--stage A,B`, default `default_stages`).  Returns
     [(Module, display name), (Module, display name)]."""
-    from hlo_passes.cli.main import UserError
-
     picked = [s.strip() for s in stages.split(",")] if stages else []
     if len(picked) > 2:
         raise UserError(f"--stage: at most two stages, got {stages!r}")
@@ -167,8 +161,6 @@ def write_text(path: str, text: str) -> None:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write `data` to the file `path` by the rules of the module docstring."""
-    from hlo_passes.cli.main import UserError
-
     if path == "":
         raise UserError("the output file name is empty (use - for standard output)")
     target = path

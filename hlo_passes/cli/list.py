@@ -11,6 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from hlo_passes.cli.main import UserError
+from hlo_passes.dump_dir import DumpDirectory, DumpError, select_stage
+from hlo_passes.ir.program_kind import read_program
+from hlo_passes.parse.errors import HloParseError
+from hlo_passes.parse.module_parser import parse_module
 
 COMMAND = "list"
 HELP = "list the modules and stages of an XLA dump directory"
@@ -22,10 +26,6 @@ def add_arguments(p) -> None:
 
 
 def _describe(stage) -> str:
-    from hlo_passes.ir.program_kind import read_program
-    from hlo_passes.parse.errors import HloParseError
-    from hlo_passes.parse.module_parser import parse_module
-
     try:
         reading = read_program(parse_module(stage.read_text(), str(stage.path)))
     except (HloParseError, ValueError) as e:
@@ -42,8 +42,6 @@ def _size(n: int) -> str:
 
 
 def main(args) -> int:
-    from hlo_passes.dump_dir import DumpDirectory, DumpError, select_stage
-
     try:
         dump = DumpDirectory(Path(args.directory))
         if args.module is None:

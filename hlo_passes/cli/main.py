@@ -11,6 +11,7 @@ import importlib
 import pkgutil
 import sys
 
+import hlo_passes.cli as package
 from hlo_passes.parse.errors import HloParseError
 
 
@@ -20,8 +21,6 @@ class UserError(Exception):
 
 def _module_names() -> list[str]:
     """The modules of hlo_passes.cli that may hold a subcommand (found without importing them)."""
-    import hlo_passes.cli as package
-
     return sorted(info.name for info in pkgutil.iter_modules(package.__path__)
                   if info.name != "main" and not info.name.startswith("_"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hlo_passes.cli.main import UserError
 from hlo_passes.passes.pipeline import describe_type, format_value, kebab, option_types
 from hlo_passes.passes.registry import all_passes
 
@@ -21,8 +22,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from hlo_passes.cli.main import UserError
-
     passes = all_passes()
     unknown = [n for n in args.names if n not in passes]
     if unknown:

@@ -51,7 +51,7 @@ def local_device_count(total: int, processes: int) -> int:
 
 def join(args, total_devices: int) -> None:
     """This process joins the multi-process run described by args (--coordinator ...)."""
-    from hlo_passes.runtime.xla_backend import BackendUnavailable, init_distributed
+    from hlo_passes.runtime.xla_backend import BackendUnavailable, init_distributed  # deferred: numpy, jax
 
     _keep_stdout_for_python()
     try:

@@ -17,6 +17,12 @@ from pathlib import Path
 
 from hlo_passes.cli.io import add_dump_arguments, read_text, write_text
 from hlo_passes.cli.main import UserError
+from hlo_passes.cli.progress import Progress
+from hlo_passes.ir.sharding import ShardingKind
+from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
+from hlo_passes.printer import print_module
+from hlo_passes.stats import module_stats
 
 COMMAND = "run"
 HELP = "run a pass pipeline on a module"
@@ -45,11 +51,8 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
+    # deferred: the manager loads the verifier (~10 ms); --help imports every command
     from hlo_passes.passes.manager import PassFailed, PassManager, structural_problems
-    from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
-    from hlo_passes.parse.module_parser import parse_module
-    from hlo_passes.printer import print_module
-    from hlo_passes.stats import module_stats
 
     try:
         pipeline = parse_pipeline(args.passes)
@@ -75,12 +78,10 @@ def main(args) -> int:
     # Keep the number of an XLA dump's module_NNNN file so both dumps sort together.
     module_number = Path(source).name.split(".")[0].removeprefix("module_") \
         if Path(source).name.startswith("module_") else "0000"
-    from hlo_passes.cli.progress import Progress
-
     progress = Progress(len(pipeline.passes), enabled=False if args.quiet else None)
     pass_report = None
     if args.report:
-        from hlo_passes.view.report_data import PassReport
+        from hlo_passes.view.report_data import PassReport  # deferred: the page builder (~40 ms)
 
         pass_report = PassReport(display, str(pipeline))
 
@@ -136,6 +137,7 @@ def main(args) -> int:
         print("passes:", file=sys.stderr)
         print(manager.timing_report(), file=sys.stderr)
     if args.verify:
+        # deferred: the runtime loads numpy and xla_backend (jax on first use)
         from hlo_passes.runtime import verify_equivalent
         from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
@@ -151,8 +153,6 @@ def main(args) -> int:
 def check_device_counts(module, num_partitions: int) -> None:
     """`--num-partitions N` must fit the module: every tiled sharding is over N devices (a pass
     cannot cut an 8-device tiling into 3 parts) and every named device is below N."""
-    from hlo_passes.ir.sharding import ShardingKind
-
     for instr in module.all_instructions():
         if not instr.has_attr("sharding"):
             continue

@@ -13,6 +13,8 @@ from hlo_passes.cli.io import add_dump_arguments, two_modules
 from hlo_passes.cli.main import UserError
 from hlo_passes.cli.processes import (add_process_arguments, check_process_arguments, join, launch,
                                       local_device_count, start_watchdog)
+from hlo_passes.ir.program_kind import ProgramKind, read_program
+from hlo_passes.parse.attribute_reader import reader_for
 
 COMMAND = "verify"
 HELP = "numerically compare two modules through XLA (exit 0 equal, 1 different)"
@@ -63,7 +65,7 @@ def read_kinds(text: str | None, count: int) -> list[str | None]:
 
 
 def quiet_xla_logs() -> None:
-    from hlo_passes.runtime.xla_backend import quiet_cpp_logs
+    from hlo_passes.runtime.xla_backend import quiet_cpp_logs  # deferred: numpy, jax
 
     quiet_cpp_logs()
 
@@ -72,8 +74,6 @@ def read_sharding_option(flag: str, text: str | None):
     """A sharding given on the command line, read like `sharding=` in HLO text."""
     if text is None:
         return None
-    from hlo_passes.parse.attribute_reader import reader_for
-
     try:
         return reader_for("sharding")(text.strip())
     except ValueError as e:
@@ -81,13 +81,13 @@ def read_sharding_option(flag: str, text: str | None):
 
 
 def xla_failure(what: str, error: BaseException) -> UserError:
-    from hlo_passes.runtime.xla_backend import xla_error_lines
+    from hlo_passes.runtime.xla_backend import xla_error_lines  # deferred: numpy, jax
 
     return UserError(f"XLA could not compile or run {what}:\n  " + "\n  ".join(xla_error_lines(error)))
 
 
 def main(args) -> int:
-    from hlo_passes.ir.program_kind import ProgramKind, read_program
+    # deferred: the runtime loads numpy and xla_backend (jax on first use); --help imports every command
     from hlo_passes.runtime import inputs as inp
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices, process_index

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hlo_passes.cli.io import add_dump_arguments, read_text, write_text
+from hlo_passes.parse.module_parser import parse_module
 
 COMMAND = "view"
 HELP = "write a module as a self-contained HTML page (graph, shardings, collectives, source lines)"
@@ -25,8 +26,7 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from hlo_passes.parse.module_parser import parse_module
-    from hlo_passes.view import module_html
+    from hlo_passes.view import module_html  # deferred: the page builder (~40 ms); --help imports every command
 
     text, display = read_text(args.input, args.module, args.stage)
     module = parse_module(text, display)

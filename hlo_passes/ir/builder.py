@@ -76,7 +76,7 @@ class Builder:
         """A constant of any rank holding `values` (a numpy array)."""
         import numpy as np
 
-        from hlo_passes.ir.literal import format_literal
+        from hlo_passes.ir.literal import format_literal  # deferred: imports numpy
 
         arr = np.asarray(values)
         return self.op(Opcode.CONSTANT, ArrayShape(element_type, tuple(arr.shape)),
@@ -226,7 +226,7 @@ def next_channel_id(module: Module) -> int:
 def reduction_computation(module: Module, kind: str, element_type: PrimitiveType) -> Computation:
     """The module's scalar reducer `kind` (`add`, `maximum`, ...) over `element_type`:
     `Reduction(...).computation(module)` for callers that hold the name."""
-    from hlo_passes.ir.reduction import Reduction  # reduction builds on this module's imports
+    from hlo_passes.ir.reduction import Reduction  # deferred: imports numpy
 
     return Reduction(Opcode(kind), element_type).computation(module)
 

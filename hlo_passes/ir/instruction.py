@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, GatherDimensions, OpMetadata,
                                       ScatterDimensions, Window, WindowDimension, reader_for)
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from hlo_passes.ir.computation import Computation
-    from hlo_passes.ir.replica_groups import ReplicaGroups
+    from hlo_passes.ir.computation import Computation  # cycle: computation imports this module
 
 # Custom-call targets that have effects even without the side-effect flag.
 SIDE_EFFECTING_CUSTOM_CALLS = frozenset({
@@ -225,8 +225,6 @@ class Instruction:
     def replica_groups(self) -> "ReplicaGroups":
         """`replica_groups={...}`; absent or `{}`: one group of every device (read with the
         module's replica and partition counts, see collectives' participant groups)."""
-        from hlo_passes.ir.replica_groups import ReplicaGroups
-
         groups = self.attr("replica_groups")
         return cast(ReplicaGroups, groups) if groups is not None else ReplicaGroups.explicit(())
 
@@ -262,7 +260,7 @@ class Instruction:
 
     def literal_value(self) -> "np.ndarray":
         """The constant's values as a numpy array (constants only)."""
-        from hlo_passes.ir.literal import literal_array
+        from hlo_passes.ir.literal import literal_array  # deferred: imports numpy, which fmt never needs
 
         if self.opcode is not Opcode.CONSTANT:
             raise ValueError(f"{self.name} is a {self.opcode.value}, not a constant")

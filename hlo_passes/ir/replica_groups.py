@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, cast
 
+from hlo_passes.ir.sdy import AxisRef, RefinedMesh, SdyMesh
 from hlo_passes.ir.sharding import IotaDevices
 
 
@@ -59,8 +60,6 @@ class ReplicaGroups:
 
         `selected` holds (axis, pre_size, size): a whole axis when pre_size is None, else the
         sub-axis of `size` devices inside it whose more-major factors multiply to pre_size."""
-        from hlo_passes.ir.sdy import AxisRef, RefinedMesh, SdyMesh
-
         mesh = SdyMesh(tuple(axes))
         unknown = {name for name, _, _ in selected} - {name for name, _ in axes}
         if unknown:

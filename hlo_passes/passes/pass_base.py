@@ -90,7 +90,7 @@ class ModulePass:
 
     def pipeline_text(self) -> str:
         """`name{opt=val,...}` with only the options that differ from their defaults."""
-        from hlo_passes.passes.pipeline import format_pass
+        from hlo_passes.passes.pipeline import format_pass  # cycle: pipeline imports this module
 
         return format_pass(self)
 

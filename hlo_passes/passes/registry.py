@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import hlo_passes.passes as package
 from hlo_passes.passes.pass_base import ModulePass
 
 _REGISTRY: dict[str, type[ModulePass]] = {}
@@ -26,8 +27,6 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    import hlo_passes.passes as package
-
     for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         importlib.import_module(info.name)
     _discovered = True

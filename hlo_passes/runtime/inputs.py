@@ -107,6 +107,24 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
             for label, shape in parameter_leaves(module)]
 
 
+def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None = None,
+                      seed: int = 0) -> list[list[np.ndarray]]:
+    """`args[leaf][device]`: random inputs per device, identical on every device for the
+    parameters flagged in `replicated` (one flag per ENTRY parameter)."""
+    rng = np.random.default_rng(seed)
+    positive = positive_parameters(module)
+    flags = []
+    for number, p in enumerate(module.entry.parameters):
+        same = bool(replicated and number < len(replicated) and replicated[number])
+        flags += [same] * len(p.shape.leaves())
+    args = []
+    for (label, shape), same in zip(parameter_leaves(module), flags):
+        pos = label.split("{")[0] in positive
+        arrays = [random_array(rng, shape, positive=pos) for _ in range(1 if same else n)]
+        args.append(arrays * n if same else arrays)
+    return args
+
+
 def check_inputs(module: Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """`inputs` as the module's leaves need them: count and shape checked, dtypes cast
     (an .npz file stores bf16/f8 as raw bytes; they are reinterpreted, not converted)."""

@@ -34,12 +34,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.parse.shardy_import import has_partially_manual_regions, import_shardy
 from hlo_passes.printer import print_module
+from hlo_passes.runtime import xla_backend
+from hlo_passes.runtime.compare import compare_arrays
+from hlo_passes.runtime.per_device import as_replica_program
 
 
 class PartitionError(ValueError):
@@ -107,8 +114,6 @@ def _same_replica(a: np.ndarray, b: np.ndarray) -> bool:
     """Do two devices hold the same replica?  Exactly for integers and pred; floats within the
     element type's tolerance: XLA:CPU's reductions add in an order that depends on the buffer's
     alignment, so replicas computed by one program on identical data can differ in the last bit."""
-    from hlo_passes.runtime.compare import compare_arrays
-
     if a.shape != b.shape:
         return False
     return compare_arrays("", a, b).ok
@@ -127,8 +132,6 @@ def leaf_shardings(sharding: Sharding | None, shape: Shape) -> list[Sharding | N
 
 # ------------------------------------------------------- manual programs --
 def _split_variadic_all_reduces(module: Module) -> None:
-    from hlo_passes.ir.builder import Builder
-
     for comp in module.computations:
         for instr in list(comp.instructions):
             if instr.opcode is not Opcode.ALL_REDUCE or len(instr.operands) < 2:
@@ -151,8 +154,6 @@ def manual_program(module: Module, num_partitions: int) -> str:
 
     Mesh-form replica groups (`mesh['x'=4,'y'=2] {'x':(2)2}`) are spelled out as explicit
     groups: XLA's verifier misreads sub-axis groups when it parses them back."""
-    from hlo_passes.ir.replica_groups import ReplicaGroups
-
     copy = module.clone()
     for instr in copy.all_instructions():
         instr.remove_attr("sharding")
@@ -191,9 +192,6 @@ class DeviceRun:
 def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_devices: int,
                            platform: str | None = None) -> DeviceRun:
     """Run a per-device program on `num_devices` devices (see the module docstring)."""
-    from hlo_passes.runtime import xla_backend
-    from hlo_passes.runtime.per_device import as_replica_program
-
     replicas, partitions = module.replica_count, module.num_partitions
     if partitions == 1:  # replica-style: XLA runs it as it is
         text = print_module(module)
@@ -281,8 +279,6 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
     the module header's `allow_spmd_sharding_propagation_to_parameters/output` (what JAX asked
     for when it compiled the module), see mode (b) in the module docstring for how Shardy-form
     modules are compiled."""
-    from hlo_passes.runtime import xla_backend
-
     copy = module.clone()
     copy.num_partitions = num_devices
     flags = dict(platform=platform,
@@ -291,8 +287,6 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
                  propagate_to_parameters=_propagation_flags(copy, "allow_spmd_sharding_propagation_to_parameters"))
     if not in_shardy_form(copy):
         return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True, **flags)
-    from hlo_passes.parse.shardy_import import has_partially_manual_regions, import_shardy
-
     if not has_partially_manual_regions(copy):
         try:
             return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True,
@@ -315,8 +309,6 @@ def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int
 
     Returns the global outputs, problems, and the output shardings XLA chose (per leaf);
     how the module was compiled, where it matters, is appended to `notes`."""
-    from hlo_passes.parse.attribute_reader import reader_for
-
     exe = compile_xla_spmd(module, num_devices, platform, notes if notes is not None else [])
     read = reader_for("sharding")
     in_shardings = [read("{" + s + "}" if not s.startswith("{") else s) for s in exe.parameter_shardings() or []]

@@ -26,6 +26,10 @@ from hlo_passes.ir.collective_groups import participant_groups
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.printer import print_module
+from hlo_passes.runtime import xla_backend
+from hlo_passes.runtime.inputs import per_device_inputs
+from hlo_passes.runtime.recompile import make_fresh_program, needs_fresh_program
 
 _GROUPED = {Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL,
             Opcode.ALL_REDUCE_START, Opcode.ALL_GATHER_START}
@@ -77,17 +81,12 @@ def random_inputs(text: str, num_devices: int, *, replicated: list[bool] | None 
                   seed: int = 0) -> list[list[np.ndarray]]:
     """`inputs[leaf][device]`: random inputs per device (see inputs.py for the values),
     identical on every device for the parameters flagged in `replicated`."""
-    from hlo_passes.runtime.verify import per_device_inputs
-
     return per_device_inputs(parse_module(text), num_devices, replicated=replicated, seed=seed)
 
 
 def as_replica_program(text: str, num_devices: int) -> str:
     """A per-device `num_partitions=N` program as the equivalent `replica_count=N` program
     (and, when XLA already compiled it, as a fresh program: recompile.py)."""
-    from hlo_passes.printer import print_module
-    from hlo_passes.runtime.recompile import make_fresh_program, needs_fresh_program
-
     module = parse_module(text)
     fresh = needs_fresh_program(module) and make_fresh_program(module)
     if module.replica_count > 1 and module.num_partitions == 1:
@@ -111,7 +110,5 @@ def execute(text: str, inputs: list[list[np.ndarray]], num_devices: int) -> list
     """Outputs per device: result[device] = the flat list of that device's outputs.
 
     Runs the `replica_count=N` form of the program (see `as_replica_program`)."""
-    from hlo_passes.runtime import xla_backend
-
     exe = xla_backend.compile_hlo(as_replica_program(text, num_devices), num_replicas=num_devices)
     return exe.run(inputs)

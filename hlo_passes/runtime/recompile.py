@@ -36,6 +36,8 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.parse.module_parser import parse_module
+from hlo_passes.printer import print_module
 
 
 class NotRecompilable(ValueError):
@@ -101,9 +103,6 @@ def make_fresh_program(module: Module) -> bool:
 
 def as_fresh_program(text: str) -> str:
     """`make_fresh_program` on HLO text; the text itself when nothing needs rewriting."""
-    from hlo_passes.parse.module_parser import parse_module
-    from hlo_passes.printer import print_module
-
     module = parse_module(text, "<xla module>")
     if not needs_fresh_program(module):
         return text

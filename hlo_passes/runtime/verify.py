@@ -44,12 +44,18 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import ProgramKind, ProgramReading, read_program
+from hlo_passes.ir.shape import TupleShape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.printer import print_module
 from hlo_passes.runtime import inputs as _inputs
+from hlo_passes.runtime import xla_backend
 from hlo_passes.runtime.compare import OutputStats, compare_arrays, default_tolerance
-from hlo_passes.runtime.partitioned import PartitionError
+from hlo_passes.runtime.partitioned import (PartitionError, compile_xla_spmd, leaf_shardings, run_global_partitioned,
+                                            run_per_device_program, run_xla_spmd)
+from hlo_passes.runtime.recompile import NotRecompilable, make_fresh_program, needs_fresh_program
+from hlo_passes.runtime.xla_backend import xla_error_lines
 
 # Kept importable from here: other modules use these names.
 random_array = _inputs.random_array
@@ -100,8 +106,6 @@ class VerificationReport:
 def _module(m: Module | str) -> Module:
     """A private copy: verification never mutates the caller's module.  A module XLA already
     fused, laid out or scheduled comes back as the fresh program it stands for (recompile.py)."""
-    from hlo_passes.runtime.recompile import NotRecompilable, make_fresh_program, needs_fresh_program
-
     copy = parse_module(m) if isinstance(m, str) else m.clone()
     if needs_fresh_program(copy):
         try:
@@ -157,8 +161,6 @@ def strip_shardings(module: Module) -> Module:
 # ------------------------------------------------------------------ runs --
 def run_single_device(module: Module, inputs: list[np.ndarray], platform: str | None = None) -> list[np.ndarray]:
     """Mode (a): a global module without collectives on one device."""
-    from hlo_passes.runtime import xla_backend
-
     if needs_devices(module):
         raise VerificationError("a global module with collectives or manual regions cannot run on one "
                                 "device; run it on several (num_devices) or compare per-device programs")
@@ -167,8 +169,6 @@ def run_single_device(module: Module, inputs: list[np.ndarray], platform: str | 
 
 def _run_global(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
     """Mode (a), or (b) when the module needs several devices."""
-    from hlo_passes.runtime.partitioned import run_xla_spmd
-
     if not needs_devices(module):
         return run_single_device(module, inputs, platform)
     n = num_devices or read_program(module).num_devices
@@ -184,8 +184,6 @@ def run_partitioned(module: Module, global_inputs: list[np.ndarray], *, param_sh
                     root_sharding=None, global_root_shape=None, report=None, platform=None,
                     num_devices: int | None = None) -> list[np.ndarray]:
     """Mode (c): a per-device partitioned module on global inputs; global outputs."""
-    from hlo_passes.runtime.partitioned import run_global_partitioned
-
     if global_root_shape is None:
         raise VerificationError("the global result shape is unknown")
     shardings = param_shardings or [p.sharding if _has_sharding(p) else None for p in module.entry.parameters]
@@ -220,10 +218,6 @@ def xla_shardings(original: Module, n: int, platform, partitioned: Module | None
     it letting XLA choose the outputs' shardings.  When the header is silent and `partitioned`
     (a per-device program of `original`) is given, that reading is tried too, and the one whose
     tiles have `partitioned`'s per-device shapes wins."""
-    from hlo_passes.parse.attribute_reader import reader_for
-    from hlo_passes.runtime.partitioned import compile_xla_spmd
-    from hlo_passes.runtime.xla_backend import xla_error_lines
-
     errors = errors if errors is not None else []
     candidates: list[tuple[bool, ...] | None] = [None]
     if "allow_spmd_sharding_propagation_to_output" not in original.attributes:
@@ -255,8 +249,6 @@ def xla_shardings(original: Module, n: int, platform, partitioned: Module | None
 
 def _tiles_match(global_shape, sharding: Sharding | None, local_shape) -> bool:
     """Does `sharding` cut `global_shape` into tiles of `local_shape` (leaf by leaf)?"""
-    from hlo_passes.runtime.partitioned import leaf_shardings
-
     g, loc = global_shape.leaves(), local_shape.leaves()
     if len(g) != len(loc):
         return False
@@ -315,8 +307,6 @@ def verify_equivalent(original, rewritten, *, num_devices: int | None = None, se
 
 def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num_devices, seed, rtol, atol,
             inputs, platform, param_shardings, root_sharding) -> VerificationReport:
-    from hlo_passes.runtime import xla_backend
-
     _check_signatures(a, b, same_shapes=ra.kind.is_per_device == rb.kind.is_per_device)
     per_device = [r.num_devices for r in (ra, rb) if r.kind.is_per_device]
     xla_backend.ensure_devices(max([num_devices or 1, *per_device]), platform)
@@ -483,13 +473,11 @@ def _compare(report: VerificationReport, want, got, rtol, atol,
 
 
 def _verify_per_device(a: Module, b: Module, n: int, seed, rtol, atol, inputs, platform) -> VerificationReport:
-    from hlo_passes.runtime.partitioned import run_per_device_program
-
     report = VerificationReport(f"per-device on {n} devices")
     replicated = [_declared_replicated(pa) or _declared_replicated(pb)
                   for pa, pb in zip(a.entry.parameters, b.entry.parameters)]
     if inputs is None:
-        args = per_device_inputs(a, n, replicated=replicated, seed=seed)
+        args = _inputs.per_device_inputs(a, n, replicated=replicated, seed=seed)
     else:
         stacked = [np.asarray(x) for x in inputs]
         if any(x.ndim == 0 or x.shape[0] != n for x in stacked):
@@ -517,24 +505,6 @@ def _verify_per_device(a: Module, b: Module, n: int, seed, rtol, atol, inputs, p
     return report
 
 
-def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None = None,
-                      seed: int = 0) -> list[list[np.ndarray]]:
-    """`args[leaf][device]`: random inputs per device, identical on every device for the
-    parameters flagged in `replicated` (one flag per ENTRY parameter)."""
-    rng = np.random.default_rng(seed)
-    positive = _inputs.positive_parameters(module)
-    flags = []
-    for number, p in enumerate(module.entry.parameters):
-        same = bool(replicated and number < len(replicated) and replicated[number])
-        flags += [same] * len(p.shape.leaves())
-    args = []
-    for (label, shape), same in zip(_inputs.parameter_leaves(module), flags):
-        pos = label.split("{")[0] in positive
-        arrays = [_inputs.random_array(rng, shape, positive=pos) for _ in range(1 if same else n)]
-        args.append(arrays * n if same else arrays)
-    return args
-
-
 def _declared_replicated(param) -> bool:
     """`parameter_replication={true}` (every leaf) or a replicated `sharding=` on a parameter."""
     flags = param.attr("parameter_replication") if "parameter_replication" in param.attributes else None
@@ -559,9 +529,6 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
     inputs (mode c).  Per-device programs without logical shardings have no global result:
     VerificationError (`execute_per_device` runs them).
     """
-    from hlo_passes.runtime import xla_backend
-    from hlo_passes.runtime.partitioned import run_xla_spmd
-
     m = _module(module_or_text)
     reading = _reading(m, as_kind)
     try:
@@ -612,15 +579,12 @@ def execute_per_device(module_or_text, *, num_devices: int | None = None, seed: 
                        platform: str | None = None) -> tuple[list[list[np.ndarray]], int]:
     """Run a per-device program on its devices, each with its own random inputs (the same on
     every device for parameters declared replicated); `(outputs[device][leaf], devices)`."""
-    from hlo_passes.runtime import xla_backend
-    from hlo_passes.runtime.partitioned import run_per_device_program
-
     m = _module(module_or_text)
     n = num_devices or read_program(m).num_devices
     xla_backend.ensure_devices(n, platform)
     replicated = [_declared_replicated(p) for p in m.entry.parameters]
     try:
-        run = run_per_device_program(m, per_device_inputs(m, n, replicated=replicated, seed=seed), n, platform)
+        run = run_per_device_program(m, _inputs.per_device_inputs(m, n, replicated=replicated, seed=seed), n, platform)
     except (PartitionError, _inputs.InputError) as e:
         raise VerificationError(str(e)) from None
     return run.outputs, n
@@ -629,8 +593,6 @@ def execute_per_device(module_or_text, *, num_devices: int | None = None, seed: 
 def _global_shape(shape, sharding: Sharding):
     """The global shape of a per-device shape under `sharding` (tiles × tile dims; uneven
     dims cannot be recovered and are reported as their padded size)."""
-    from hlo_passes.ir.shape import TupleShape
-
     if shape.is_tuple:
         return TupleShape(tuple(_global_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
     if sharding is None or not sharding.is_tiled:

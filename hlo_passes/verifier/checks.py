@@ -13,6 +13,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
+from hlo_passes.printer import print_instruction
 from hlo_passes.verifier.collectives import COLLECTIVE_RULES
 from hlo_passes.verifier.errors import VerifierError
 from hlo_passes.verifier.shape_rules import (OPERAND_COUNTS, SHAPE_RULES, ShapeProblem, operand_count_problem,
@@ -205,8 +206,6 @@ def _error(instr: Instruction, message: str) -> VerifierError:
 
 def context_lines(instr: Instruction, around: int = CONTEXT_LINES) -> tuple[str, ...]:
     """The printed instruction with `around` lines either side, the offending one marked `>`."""
-    from hlo_passes.printer import print_instruction
-
     comp = instr.parent
     if comp is None or instr not in comp:
         return ("  > " + _safe_print(print_instruction, instr),)

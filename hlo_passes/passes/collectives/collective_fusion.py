@@ -33,6 +33,7 @@ from hlo_passes.passes.collectives.async_collective_creator import AsyncCollecti
 from hlo_passes.passes.collectives.collective_permute_combiner import CollectivePermuteCombiner
 from hlo_passes.passes.collectives.reduce_scatter_combiner import ReduceScatterCombiner
 from hlo_passes.passes.collectives.reduce_scatter_creator import ReduceScatterCreator
+from hlo_passes.passes.manager import PassManager
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 
@@ -80,9 +81,6 @@ class CollectiveFusion(ModulePass):
         return passes
 
     def run(self, module: Module) -> bool:
-        # function-local: manager imports the registry, which imports every pass (this one too)
-        from hlo_passes.passes.manager import PassManager
-
         manager = PassManager(self.sub_passes(), verify_each=True, on_failure="rollback")
         changed = manager.run(module)
         self.remarks.extend(manager.remarks)
