@@ -20,6 +20,7 @@ import math
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
 
 
 def trip_count(loop: Instruction) -> int | None:
@@ -60,17 +61,21 @@ def _known_trip_count(loop: Instruction) -> int | None:
         return None
 
 
+def _is_int_scalar(x: Instruction) -> bool:
+    shape = x.shape
+    return isinstance(shape, ArrayShape) and shape.rank == 0 and shape.element_type.is_integer
+
+
 def _element_of_parameter(x: Instruction) -> int | None:
     """k when `x` is element k of its computation's (tuple) parameter 0."""
     if (x.opcode is Opcode.GET_TUPLE_ELEMENT and x.operands[0].opcode is Opcode.PARAMETER
-            and x.operands[0].parameter_number == 0 and x.shape.is_array and x.shape.rank == 0
-            and x.shape.element_type.is_integer):
+            and x.operands[0].parameter_number == 0 and _is_int_scalar(x)):
         return int(x.attr("index"))
     return None
 
 
 def _int_constant(x: Instruction) -> int | None:
-    if x.opcode is Opcode.CONSTANT and x.shape.is_array and x.shape.rank == 0 and x.shape.element_type.is_integer:
+    if x.opcode is Opcode.CONSTANT and _is_int_scalar(x):
         return int(x.literal_value())
     return None
 
