@@ -6,8 +6,11 @@ A Sharding keeps the spelling it was parsed from so unchanged text prints back
 exactly, but compares and hashes by meaning: the tile-dimension sizes, the device
 at each tile position, and the subgroup kinds of the trailing dimensions.
 
-Device arrays are kept flattened in row-major order (`devices`), with the tile
-grid's dimensions in `tile_dims`.  The last `len(subgroups)` tile dimensions are
+The device array is kept as a read-only int64 numpy array shaped like the tile grid
+(`tile_assignment`, dimensions `tile_dims`); `devices` is the same list flattened in
+row-major order, as a tuple, built only when asked for.  Comparing and hashing read the
+array's bytes, so a sharding over thousands of devices costs what one over eight does
+outside numpy.  The last `len(subgroups)` tile dimensions are
 not data dimensions: they enumerate devices that hold the same data (REPLICATED)
 or that run a manual (MANUAL) region.
 """
@@ -112,7 +115,9 @@ class Sharding:
 
     kind: ShardingKind
     tile_dims: tuple[int, ...] = ()
-    devices: tuple[int, ...] = ()
+    # TILED: the device at each tile position (int64, read-only, shape `tile_dims`); build with
+    # `Sharding.tiled`, which copies and freezes the array it is given.
+    tile_assignment: np.ndarray | None = None
     subgroups: tuple[SubgroupKind, ...] = ()
     device: int | None = None  # MAXIMAL
     elements: tuple["Sharding", ...] = ()  # TUPLE
@@ -154,9 +159,8 @@ class Sharding:
               replicate_spelled_as_flag: bool = True, metadata: str = "",
               devices_spelled_explicitly: bool = False) -> "Sharding":
         """A tiled sharding from an integer device array whose shape is the tile grid."""
-        arr = np.asarray(tile_assignment)
-        return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape),
-                   tuple(arr.reshape(-1).tolist()), tuple(subgroups), iota=iota,
+        arr = _frozen(tile_assignment)
+        return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape), arr, tuple(subgroups), iota=iota,
                    replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata,
                    devices_spelled_explicitly=devices_spelled_explicitly)
 
@@ -189,14 +193,14 @@ class Sharding:
             norm = self.normalized()
             if norm is not self:
                 return norm._key()
-            return (self.kind, self.tile_dims, self.devices, self.subgroups, self.shard_group)
+            return (self.kind, self.tile_dims, self._assignment.tobytes(), self.subgroups, self.shard_group)
         if self.kind is ShardingKind.TUPLE:
             return (self.kind, tuple(e._key() for e in self.elements))
         return (self.kind, self.device, self.shard_group)
 
     def __eq__(self, other: object) -> bool:
-        # Shardings over thousands of devices carry long device tuples: the cached hashes
-        # settle most comparisons without walking them.
+        # The cached hashes settle most comparisons before the keys (with the device bytes)
+        # are compared.
         if self is other:
             return True
         return (isinstance(other, Sharding) and self._hash == other._hash
@@ -221,8 +225,7 @@ class Sharding:
         # Merge several REPLICATED subgroup dims into one, sorted like XLA (manual before replicated).
         if new_subgroups.count(SubgroupKind.REPLICATED) > 1 or (
                 new_subgroups and new_subgroups != sorted(new_subgroups, key=_SUBGROUP_ORDER.index)):
-            arr = np.asarray(self.devices).reshape(dims)
-            arr = arr.reshape(new_dims)
+            arr = self._assignment.reshape(new_dims)
             d_rank = data_rank
             order = sorted(range(len(new_subgroups)), key=lambda i: _SUBGROUP_ORDER.index(new_subgroups[i]))
             arr = arr.transpose(list(range(d_rank)) + [d_rank + i for i in order])
@@ -237,17 +240,17 @@ class Sharding:
                     merged_kinds.append(k)
             arr = arr.reshape(merged_dims)
             new_dims, new_subgroups = list(arr.shape), merged_kinds
-            devices = tuple(int(d) for d in arr.reshape(-1))
+            devices = arr
         else:
-            devices = self.devices
+            devices = self._assignment.reshape(new_dims)
         data_dims = new_dims[:data_rank]
         if all(d == 1 for d in data_dims) and all(k is SubgroupKind.REPLICATED for k in new_subgroups):
             return Sharding(ShardingKind.REPLICATED, shard_group=self.shard_group)
         if all(k is SubgroupKind.MANUAL for k in new_subgroups) and new_subgroups and all(d == 1 for d in data_dims):
             return Sharding(ShardingKind.MANUAL, shard_group=self.shard_group)
-        if new_dims == dims and new_subgroups == subgroups and devices == self.devices:
-            return self
-        return Sharding(ShardingKind.TILED, tuple(new_dims), devices, tuple(new_subgroups),
+        if new_dims == dims and new_subgroups == subgroups:
+            return self  # the device order only changes when subgroup dims move
+        return Sharding(ShardingKind.TILED, tuple(new_dims), _frozen(devices), tuple(new_subgroups),
                         shard_group=self.shard_group)
 
     @property
@@ -285,16 +288,25 @@ class Sharding:
 
     @property
     def num_devices(self) -> int:
-        return len(self.devices) if self.kind is ShardingKind.TILED else 0
+        return self.tile_assignment.size if self.tile_assignment is not None else 0
+
+    @property
+    def _assignment(self) -> np.ndarray:
+        if self.tile_assignment is None:
+            raise ValueError(f"a {self.kind.value} sharding has no tile assignment")
+        return self.tile_assignment
 
     @cached_property
-    def tile_assignment(self) -> np.ndarray:
-        return np.asarray(self.devices, dtype=np.int64).reshape(self.tile_dims)
+    def devices(self) -> tuple[int, ...]:
+        """The device list in row-major tile order (empty unless TILED)."""
+        return tuple(self.tile_assignment.reshape(-1).tolist()) if self.tile_assignment is not None else ()
 
     @cached_property
     def _tile_index_by_device(self) -> dict[int, tuple[int, ...]]:
-        arr = self.tile_assignment
-        return {int(arr[idx]): tuple(int(i) for i in idx) for idx in np.ndindex(arr.shape)}
+        arr = self._assignment
+        coords = np.stack(np.unravel_index(np.arange(arr.size), arr.shape), axis=1) if arr.ndim else (
+            np.zeros((arr.size, 0), np.int64))
+        return {d: tuple(c) for d, c in zip(arr.reshape(-1).tolist(), coords.tolist())}
 
     def tile_index(self, device: int) -> tuple[int, ...]:
         """Position of `device` in the data dimensions of the tile grid (for TILED), else all zeros."""
@@ -332,8 +344,9 @@ class Sharding:
     def _iota_spelling(self) -> IotaDevices | None:
         """The iota form the device list prints in: as parsed, else found (unless the text
         spelled the list out, which printing keeps)."""
-        iota = self.iota or (None if self.devices_spelled_explicitly else IotaDevices.find(self.devices))
-        return iota if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)) else None
+        flat = self._assignment.reshape(-1)
+        iota = self.iota or (None if self.devices_spelled_explicitly else IotaDevices.find(flat))
+        return iota if iota is not None and np.array_equal(iota.expand(), flat) else None
 
     def to_hlo(self) -> str:
         if self.kind is ShardingKind.TUPLE:
@@ -348,7 +361,7 @@ class Sharding:
             if iota is not None:
                 parts = ["devices=" + dims + iota.to_hlo()]
             else:
-                parts = ["devices=" + dims + ",".join(map(str, self.devices))]
+                parts = ["devices=" + dims + ",".join(map(str, self._assignment.reshape(-1).tolist()))]
             if self.subgroups == (SubgroupKind.REPLICATED,) and self.replicate_spelled_as_flag:
                 parts.append("last_tile_dim_replicate")
             elif self.subgroups:
@@ -367,6 +380,13 @@ class Sharding:
         return f"Sharding({self.to_hlo()})"
 
     __str__ = to_hlo
+
+
+def _frozen(devices: ArrayLike) -> np.ndarray:
+    """A read-only int64 copy of a device array: a Sharding's array never changes under it."""
+    arr = np.array(devices, dtype=np.int64)
+    arr.setflags(write=False)
+    return arr
 
 
 _SUBGROUP_ORDER = [SubgroupKind.MANUAL, SubgroupKind.REPLICATED, SubgroupKind.MAXIMAL, SubgroupKind.OTHER]

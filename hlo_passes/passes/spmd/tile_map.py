@@ -83,20 +83,22 @@ class TileMap:
             return None
         arr = sharding.tile_assignment
         n = arr.size
-        if n != num_devices or sorted(sharding.devices) != list(range(n)):
+        flat = arr.reshape(-1)
+        if n != num_devices or not np.array_equal(np.sort(flat), np.arange(n)):
             return None
         data_rank = sharding.data_rank
-        coords = np.zeros((n, data_rank), np.int64)
-        manual = np.zeros(n, np.int64)
         manual_axes = [data_rank + i for i, k in enumerate(sharding.subgroups) if k is SubgroupKind.MANUAL]
         if any(k not in (SubgroupKind.MANUAL, SubgroupKind.REPLICATED) for k in sharding.subgroups):
             return None
         manual_dims = [arr.shape[a] for a in manual_axes]
-        for idx in np.ndindex(arr.shape):
-            d = int(arr[idx])
-            coords[d] = idx[:data_rank]
-            if manual_axes:
-                manual[d] = np.ravel_multi_index([idx[a] for a in manual_axes], manual_dims)
+        # position of every tile-array entry, scattered to the device it names
+        index = np.unravel_index(np.arange(n), arr.shape)
+        coords = np.zeros((n, data_rank), np.int64)
+        if data_rank:
+            coords[flat] = np.stack(index[:data_rank], axis=1)
+        manual = np.zeros(n, np.int64)
+        if manual_axes:
+            manual[flat] = np.ravel_multi_index([index[a] for a in manual_axes], manual_dims)
         return cls(tuple(arr.shape[:data_rank]), coords, manual, math.prod(manual_dims))
 
     def to_sharding(self) -> Sharding | None:
