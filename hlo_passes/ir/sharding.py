@@ -89,7 +89,7 @@ class IotaDevices:
             steps = arr[::block]
             off = np.flatnonzero(steps != np.arange(steps.size) * stride)
             run = int(off[0]) if off.size else steps.size
-            size = max(k for k in range(1, run + 1) if (n // block) % k == 0)
+            size = next(k for k in range(min(run, n // block), 0, -1) if (n // block) % k == 0)
             if size == 1:
                 return None
             axes.append((size, stride))

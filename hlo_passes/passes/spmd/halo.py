@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from hlo_passes.ir.attributes import WindowDimension
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
@@ -204,7 +206,7 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
         return _masked(em, _exchange_intervals(em, x, tm, halo), tm, halo, fill, x.shape.element_type)
     k, local, tiles = halo.dim, halo.local, halo.tiles
     b = em.b()
-    groups = groups_varying(tm, [k])
+    groups = _as_lists(groups_varying(tm, [k]))
     parts = []
     for m in range(-(-halo.left // local), 0, -1):  # farthest left neighbour first
         rows = min(local, halo.left - (m - 1) * local)
@@ -231,7 +233,7 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     that lie outside the array or past the window)."""
     k, width = halo.dim, halo.rows.width
     b = em.b()
-    groups = groups_varying(tm, [k])
+    groups = _as_lists(groups_varying(tm, [k]))
     coord = [int(tm.coords[d, k]) for d in range(em.n)]
     transfers = halo.transfers
     dims = list(x.shape.dims)
@@ -313,3 +315,8 @@ def row_bytes(local_dims, dim: int, element_bytes: int) -> int:
 
 
 __all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_rows"]
+
+
+def _as_lists(groups) -> list:
+    """Device groups as lists of ints: a halo's permute pairs are read off them per device."""
+    return groups.tolist() if isinstance(groups, np.ndarray) else [list(g) for g in groups]

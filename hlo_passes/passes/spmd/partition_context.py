@@ -101,34 +101,55 @@ def same_placement(a: TileMap, b: TileMap) -> bool:
     return a.dims == b.dims and np.array_equal(a.coords, b.coords)
 
 
-def groups_varying(tm: TileMap, dims) -> list[tuple[int, ...]]:
+def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     """Device groups that differ only in the tile coordinates of `dims`: one holder of each
     coordinate combination per group, ordered row-major by those coordinates (the j-th holder
-    of each combination, by device id, forms the j-th group); the groups sorted.  Computed
-    with array sorts, so 2048 devices cost what 8 do."""
+    of each combination, by device id, forms the j-th group); the groups sorted.  A
+    [num_groups, group_size] int64 array (what `ReplicaGroups.of` turns into XLA's iota form),
+    computed with array sorts, so 2048 devices cost what 8 do; a list of tuples only for a map
+    no sharding spells whose groups differ in size."""
     dims = list(dims)
     others = [k for k in range(tm.rank) if k not in dims]
     n = tm.num_devices
     devices = np.arange(n)
     key = tm.manual.astype(np.int64)
+    num_keys = tm.manual_size
     for k in others:
         key = key * tm.dims[k] + tm.coords[:, k]
+        num_keys *= tm.dims[k]
     sub = np.zeros(n, np.int64)
+    num_subs = 1
     for k in dims:
         sub = sub * tm.dims[k] + tm.coords[:, k]
+        num_subs *= tm.dims[k]
     order = np.lexsort((devices, sub, key))  # by key, then coordinates, then device id
-    key_sorted, sub_sorted = key[order], sub[order]
+    counts = np.bincount(key * num_subs + sub, minlength=num_keys * num_subs)
+    replicas = int(counts[0]) if counts.size else 0
+    if replicas and counts.size == num_keys * num_subs and np.all(counts == replicas):
+        # every (key, combination) cell has the same holders: group j of a key takes the j-th
+        # holder of each combination
+        groups = order.reshape(num_keys, num_subs, replicas).transpose(0, 2, 1).reshape(-1, num_subs)
+    else:
+        groups = _groups_of_unequal_cells(order, key[order], sub[order])
+        if isinstance(groups, list):
+            return sorted(groups)
+    # groups are disjoint, so their first devices order them as tuples would be ordered
+    return groups[np.argsort(groups[:, 0], kind="stable")] if groups.size else groups
+
+
+def _groups_of_unequal_cells(order: np.ndarray, key_sorted: np.ndarray,
+                             sub_sorted: np.ndarray) -> np.ndarray | list[tuple[int, ...]]:
+    """groups_varying where some coordinate combinations have more holders than others (a map
+    no sharding spells): per key, the j-th holder of each combination present."""
     groups: list[tuple[int, ...]] = []
     bounds = np.flatnonzero(np.diff(key_sorted)) + 1
     for members, subs in zip(np.split(order, bounds), np.split(sub_sorted, bounds)):
         combos, counts = np.unique(subs, return_counts=True)
-        replicas = int(counts[0])
-        if np.any(counts != replicas):  # unequal holders: the j-th of each where there is one
-            by_combo = np.split(members, np.cumsum(counts)[:-1])
-            groups.extend(tuple(int(c[j]) for c in by_combo) for j in range(replicas))
-            continue
-        groups.extend(map(tuple, members.reshape(len(combos), replicas).T.tolist()))
-    return sorted(groups)
+        by_combo = np.split(members, np.cumsum(counts)[:-1])
+        groups.extend(tuple(int(c[j]) for c in by_combo) for j in range(int(counts[0])))
+    if len({len(g) for g in groups}) > 1:
+        return groups
+    return np.asarray(groups, dtype=np.int64).reshape(len(groups), -1)
 
 
 # Reductions the partitioner completes with an all-reduce of partial results: those XLA's
@@ -267,7 +288,7 @@ class Emitter:
 
     # ------------------------------------------------------- collectives --
     def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
-        if all(len(g) == 1 for g in groups):
+        if _singletons(groups):
             return x
         red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
@@ -279,7 +300,7 @@ class Emitter:
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 
     def all_gather(self, x: Instruction, dim: int, groups) -> Instruction:
-        if all(len(g) == 1 for g in groups):
+        if _singletons(groups):
             return x
         return self.b().all_gather(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
@@ -289,3 +310,10 @@ class Emitter:
 
     def collective_permute(self, x: Instruction, pairs) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
+
+
+def _singletons(groups) -> bool:
+    """Every group one device: the collective would move nothing."""
+    if isinstance(groups, np.ndarray):
+        return groups.shape[1] == 1
+    return all(len(g) == 1 for g in groups)

@@ -116,7 +116,7 @@ def _coarsened(src: TileMap, k: int, g: int) -> TileMap:
     return TileMap(tuple(dims), coords, src.manual, src.manual_size)
 
 
-def _factor_groups(src: TileMap, k: int, g: int) -> list[tuple[int, ...]]:
+def _factor_groups(src: TileMap, k: int, g: int) -> np.ndarray | list[tuple[int, ...]]:
     """The devices that differ only in the minor factor g of dim k's tile coordinate, ordered by it."""
     coords = np.concatenate([src.coords, (src.coords[:, k] % g)[:, None]], axis=1)
     coords[:, k] //= g

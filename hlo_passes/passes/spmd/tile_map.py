@@ -19,7 +19,7 @@ manual groups agree.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -37,6 +37,9 @@ class TileMap:
     coords: np.ndarray             # [num_devices, rank]: tile coordinate of device d
     manual: np.ndarray             # [num_devices]: manual group of device d (all 0 when none)
     manual_size: int = 1           # number of manual groups
+    # maps derived from this one (remap, merge), by their arguments: a handler asks for the same
+    # few derivations of the same (cached) maps at every layer of a model
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -136,12 +139,21 @@ class TileMap:
     # ---------------------------------------------------------- operations --
     def remap(self, rank: int, source: dict[int, int]) -> "TileMap":
         """A map of rank `rank` whose dim i takes the tiling of this map's dim `source[i]`;
-        dims not in `source` are untiled and dims never used are dropped (replicated)."""
+        dims not in `source` are untiled and dims never used are dropped (replicated).
+        Computed once per map and arguments."""
+        key = ("remap", rank, tuple(sorted(source.items())))
+        found = self._derived.get(key)
+        if found is None:
+            found = self._derived[key] = self._remap(rank, source)
+        return found
+
+    def _remap(self, rank: int, source: dict[int, int]) -> "TileMap":
         coords = np.zeros((self.num_devices, rank), np.int64)
         dims = [1] * rank
         for out, src in source.items():
             coords[:, out] = self.coords[:, src]
             dims[out] = self.dims[src]
+        coords.setflags(write=False)
         return TileMap(tuple(dims), coords, self.manual, self.manual_size)
 
     def keep_dims(self, keep) -> "TileMap":
@@ -156,7 +168,15 @@ class TileMap:
         return self.manual_size == other.manual_size and np.array_equal(self.manual, other.manual)
 
     def merge(self, other: "TileMap") -> "TileMap | None":
-        """Both maps' tilings at once (dims tiled in both must agree), or None if impossible."""
+        """Both maps' tilings at once (dims tiled in both must agree), or None if impossible.
+        Computed once per pair of maps (the other map is held by the cache)."""
+        key = ("merge", id(other))
+        found = self._derived.get(key, _MISSING)
+        if found is _MISSING or found[0] is not other:
+            found = self._derived[key] = (other, self._merge(other))
+        return found[1]
+
+    def _merge(self, other: "TileMap") -> "TileMap | None":
         if self.rank != other.rank or self.num_devices != other.num_devices or not self.same_manual(other):
             return None
         coords = self.coords.copy()
@@ -169,6 +189,7 @@ class TileMap:
                 dims[i] = other.dims[i]
             elif self.dims[i] != other.dims[i] or not np.array_equal(self.coords[:, i], other.coords[:, i]):
                 return None
+        coords.setflags(write=False)
         merged = TileMap(tuple(dims), coords, self.manual, self.manual_size)
         return merged if merged.to_sharding() is not None else None
 
