@@ -211,16 +211,18 @@ class Emitter:
         return self._pid
 
     def device_scalar(self, values, element_type: PrimitiveType = S32) -> Instruction:
-        """A scalar holding values[partition-id] (a constant when all devices agree)."""
-        values = tuple(int(v) for v in values)
-        key = (values, element_type)
+        """A scalar holding values[partition-id] (a constant when all devices agree).  `values`
+        is a table of one integer per device, best a numpy array computed from a TileMap's
+        coordinates (`tm.coords[:, k] * size`); one table instruction per distinct table."""
+        table_values = np.asarray(values, dtype=np.int64).reshape(-1)
+        key = (table_values.tobytes(), element_type)
         if key in self._tables:
             return self._tables[key]
         b = self.b()
-        if len(set(values)) == 1:
-            out = b.constant(values[0], element_type)
+        if _uniform(table_values):
+            out = b.constant(int(table_values[0]), element_type)
         else:
-            table = b.constant_array(values, element_type)
+            table = b.constant_array(table_values.tolist(), element_type)
             pid = self.partition_id()
             one = b.dynamic_slice(table, [pid], (1,))
             out = b.reshape(one, ArrayShape(element_type, ()))
@@ -235,14 +237,16 @@ class Emitter:
         return b.broadcast(b.constant(value, element_type), ArrayShape(element_type, dims))
 
     # ------------------------------------------------------------ slicing --
-    def local_slice(self, x: Instruction, offsets: list[list[int]], sizes: tuple[int, ...]) -> Instruction:
-        """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k."""
-        if all(len(set(o)) == 1 for o in offsets):
-            starts = [o[0] for o in offsets]
+    def local_slice(self, x: Instruction, offsets, sizes: tuple[int, ...]) -> Instruction:
+        """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k (`offsets[k]` a table of
+        one offset per device)."""
+        tables = [np.asarray(o, dtype=np.int64).reshape(-1) for o in offsets]
+        if all(_uniform(t) for t in tables):
+            starts = [int(t[0]) for t in tables]
             if tuple(sizes) == tuple(x.shape.dims) and not any(starts):
                 return x
             return self.b().slice(x, starts, [s + z for s, z in zip(starts, sizes)])
-        idx = [self.device_scalar(o) for o in offsets]
+        idx = [self.device_scalar(t) for t in tables]
         return self.b().dynamic_slice(x, idx, sizes)
 
     def slice_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
@@ -270,7 +274,7 @@ class Emitter:
         for k in dims:
             if tm.dims[k] == 1 or global_dims[k] % tm.dims[k] == 0:
                 continue
-            offsets = [int(tm.coords[d, k]) * local[k] for d in range(self.n)]
+            offsets = tm.coords[:, k] * local[k]
             shape = ArrayShape(S32, local)
             pos = b.add(b.iota(shape, k), b.broadcast(self.device_scalar(offsets), shape))
             limit = b.broadcast(b.constant(global_dims[k], S32), shape)
@@ -310,6 +314,11 @@ class Emitter:
 
     def collective_permute(self, x: Instruction, pairs) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
+
+
+def _uniform(table: np.ndarray) -> bool:
+    """Every device has the same entry (a table of none is not uniform)."""
+    return bool(table.size) and bool(np.all(table == table[0]))
 
 
 def _singletons(groups) -> bool:
