@@ -29,8 +29,9 @@ describes, as XLA keeps it; merging two shardings keeps both lists.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
@@ -305,6 +306,38 @@ def sub_sharding(shape: Shape, s: Sharding, index: int) -> Sharding:
 
 
 # --------------------------------------------------------------- operations --
+_Op = TypeVar("_Op", bound=Callable[..., "Sharding | None"])
+_MISSING = object()
+_RESULTS: dict[tuple, "Sharding | None"] = {}
+
+
+def _spelling(s: Sharding) -> tuple:
+    """What a sharding carries besides its meaning (an operation may hand its input back)."""
+    return (s.metadata, s.iota, s.replicate_spelled_as_flag, s.devices_spelled_explicitly, s.named_mesh,
+            s.open_dims)
+
+
+def _by_value(op: _Op) -> _Op:
+    """Cache a pure operation on a tiled sharding by value: propagation moves the same few
+    shardings across every layer of a model, and each move costs numpy work on the whole
+    device array."""
+    @functools.wraps(op)
+    def cached(s: Sharding, *args):
+        if s.kind is not ShardingKind.TILED:
+            return op(s, *args)
+        args = tuple(a if isinstance(a, int) else tuple(a) for a in args)
+        key = (op.__name__, s, _spelling(s), args)
+        found = _RESULTS.get(key, _MISSING)
+        if found is _MISSING:
+            found = op(s, *args)
+            if len(_RESULTS) > 100_000:
+                _RESULTS.clear()
+            _RESULTS[key] = found
+        return found
+    return cached  # type: ignore[return-value]
+
+
+@_by_value
 def transpose(s: Sharding, dims: Sequence[int]) -> Sharding:
     """Data dim i of the result is data dim dims[i] of `s` (XLA's TransposeSharding)."""
     if s.kind is not ShardingKind.TILED:
@@ -319,6 +352,7 @@ def transpose(s: Sharding, dims: Sequence[int]) -> Sharding:
     return subgroup(a, kinds, s.metadata)
 
 
+@_by_value
 def replicate_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     """XLA's PartiallyReplicateTiledShardingOnDims: `dims` become untiled, their devices replicas
     (the new replica index is the old tile index of those dims, then the old replica index)."""
@@ -372,6 +406,7 @@ def remove_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     return same_kind_subgroup(s, arr(s).reshape(shape))
 
 
+@_by_value
 def transpose_collapsed(s: Sharding, src_to_tgt: Sequence[int], tgt_to_src: Sequence[int]) -> Sharding | None:
     """XLA's TransposeShardingWithCollapsedDims: data dims move by `src_to_tgt` (-1: dropped,
     must be untiled, else None), target dims with -1 are new and untiled."""
@@ -631,7 +666,6 @@ def _positions(s: Sharding) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     return flat[order], np.unravel_index(order, s.tile_dims)
 
 
-_MISSING = object()
 _MERGED: dict[tuple, Sharding | None] = {}
 
 
