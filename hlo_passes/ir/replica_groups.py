@@ -152,8 +152,26 @@ class ReplicaGroups:
         return {d: g for g in self.groups for d in g}
 
     def group_of(self, device: int) -> tuple[int, ...]:
+        """The group holding `device` (computed from the iota form when there is one)."""
+        if self.iota is not None:
+            (_, size), devices = self.iota
+            first = self._position(device) // size * size
+            return tuple(devices.device_at(first + i) for i in range(size))
         try:
             return self._group_by_device[device]
+        except KeyError:
+            raise KeyError(f"device {device} is in no replica group of {self.to_hlo()}") from None
+
+    def rank_of(self, device: int) -> int:
+        """`device`'s position inside its group (its rank in the collective)."""
+        if self.iota is not None:
+            return self._position(device) % self.iota[0][1]
+        return self.group_of(device).index(device)
+
+    def _position(self, device: int) -> int:
+        assert self.iota is not None
+        try:
+            return self.iota[1].position_of(device)
         except KeyError:
             raise KeyError(f"device {device} is in no replica group of {self.to_hlo()}") from None
 

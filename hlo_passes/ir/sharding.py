@@ -61,6 +61,36 @@ class IotaDevices:
             arr = arr.transpose(self.transpose)
         return arr.reshape(-1)
 
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.reshape_dims)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The dims after the transpose: the list is iota(n) laid out over them, row-major."""
+        return tuple(self.reshape_dims[p] for p in self._perm)
+
+    @property
+    def _perm(self) -> tuple[int, ...]:
+        return self.transpose or tuple(range(len(self.reshape_dims)))
+
+    def position_of(self, device: int) -> int:
+        """Where `device` sits in the expanded list, from the dims alone (no expansion): its
+        coordinates over `reshape_dims`, permuted, read row-major over `dims`."""
+        if not 0 <= device < self.num_devices:
+            raise KeyError(f"device {device} is not in {self.to_hlo()}")
+        coords = _unravel(device, self.reshape_dims)
+        return _ravel([coords[p] for p in self._perm], self.dims)
+
+    def device_at(self, position: int) -> int:
+        """The device at `position` of the expanded list (the inverse of `position_of`)."""
+        if not 0 <= position < self.num_devices:
+            raise IndexError(f"position {position} is outside {self.to_hlo()}")
+        coords = [0] * len(self.reshape_dims)
+        for axis, c in zip(self._perm, _unravel(position, self.dims)):
+            coords[axis] = c
+        return _ravel(coords, self.reshape_dims)
+
     def to_hlo(self) -> str:
         text = "<=[" + ",".join(map(str, self.reshape_dims)) + "]"
         if self.transpose and tuple(self.transpose) != tuple(range(len(self.transpose))):
@@ -107,6 +137,20 @@ class IotaDevices:
         perm = tuple(major_first.index(i) for i in output)
         found = IotaDevices(reshape_dims, () if perm == tuple(range(len(perm))) else perm)
         return found if np.array_equal(found.expand(), arr) else None
+
+
+def _unravel(index: int, dims: tuple[int, ...]) -> list[int]:
+    coords = [0] * len(dims)
+    for i in range(len(dims) - 1, -1, -1):
+        index, coords[i] = divmod(index, dims[i])
+    return coords
+
+
+def _ravel(coords: Iterable[int], dims: tuple[int, ...]) -> int:
+    index = 0
+    for c, d in zip(coords, dims):
+        index = index * d + c
+    return index
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,6 +356,8 @@ class Sharding:
         """Position of `device` in the data dimensions of the tile grid (for TILED), else all zeros."""
         if self.kind is not ShardingKind.TILED:
             raise ValueError(f"tile_index on a {self.kind.value} sharding")
+        if self.iota is not None and self._iota_spelling is self.iota:  # arithmetic, no table
+            return tuple(_unravel(self.iota.position_of(device), self.tile_dims)[: self.data_rank])
         return self._tile_index_by_device[device][: self.data_rank]
 
     def tile_shape(self, dims: tuple[int, ...]) -> tuple[int, ...]:
