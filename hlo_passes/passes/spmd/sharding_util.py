@@ -330,7 +330,7 @@ def _by_value(op: _Op) -> _Op:
         found = _RESULTS.get(key, _MISSING)
         if found is _MISSING:
             found = op(s, *args)
-            if len(_RESULTS) > 100_000:
+            if len(_RESULTS) > 10_000:  # a module asks for tens; each entry holds device arrays
                 _RESULTS.clear()
             _RESULTS[key] = found
         return found
@@ -678,7 +678,7 @@ def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sh
     found = _MERGED.get(key, _MISSING)
     if found is _MISSING:
         found = _merge_if_compatible(to_merge, min_tiles, dst)
-        if len(_MERGED) > 100_000:
+        if len(_MERGED) > 10_000:  # a module asks for tens; each entry holds device arrays
             _MERGED.clear()
         _MERGED[key] = found
     return found  # type: ignore[return-value]
