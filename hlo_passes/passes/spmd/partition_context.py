@@ -35,7 +35,7 @@ from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.tile_map import TileMap
+from hlo_passes.passes.spmd.tile_map import TileMap, stable_order
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -111,7 +111,6 @@ def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     dims = list(dims)
     others = [k for k in range(tm.rank) if k not in dims]
     n = tm.num_devices
-    devices = np.arange(n)
     key = tm.manual.astype(np.int64)
     num_keys = tm.manual_size
     for k in others:
@@ -122,8 +121,9 @@ def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     for k in dims:
         sub = sub * tm.dims[k] + tm.coords[:, k]
         num_subs *= tm.dims[k]
-    order = np.lexsort((devices, sub, key))  # by key, then coordinates, then device id
-    counts = np.bincount(key * num_subs + sub, minlength=num_keys * num_subs)
+    cell = key * num_subs + sub
+    order = stable_order(cell, num_keys * num_subs)  # by key, then coordinates, then device id
+    counts = np.bincount(cell, minlength=num_keys * num_subs)
     replicas = int(counts[0]) if counts.size else 0
     if replicas and counts.size == num_keys * num_subs and np.all(counts == replicas):
         # every (key, combination) cell has the same holders: group j of a key takes the j-th

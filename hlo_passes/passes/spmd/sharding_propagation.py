@@ -1093,8 +1093,13 @@ def _unknown_to_replicated(s: Sharding) -> Sharding:
 def _check_devices(instr: Instruction, s: Sharding) -> None:
     leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
     for leaf in leaves:
-        if leaf.kind is ShardingKind.TILED and np.unique(leaf.tile_assignment).size != leaf.num_devices:
+        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(leaf.tile_assignment):
             raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} names a device twice")
+
+
+def _names_a_device_twice(devices: np.ndarray) -> bool:
+    ordered = np.sort(devices, axis=None)
+    return bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
