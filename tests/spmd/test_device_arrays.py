@@ -236,3 +236,14 @@ def test_big_meshes_cost_what_small_ones_cost():
     groups = groups_varying(tm, [1])
     assert groups.shape == (512, 8)
     assert sorted(groups.reshape(-1).tolist()) == list(range(4096))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 70_000), max_size=300), st.sampled_from([8, 1 << 16, 1 << 17]))
+def test_stable_order_is_a_sort_with_ties_in_device_order(keys, bound):
+    """Keys within the bound take numpy's 16-bit radix sort; keys past it (a map no sharding
+    spells) still sort correctly."""
+    from hlo_passes.passes.spmd.tile_map import stable_order
+
+    key = np.asarray(keys, dtype=np.int64) % (bound if bound == 8 else 1 << 17)
+    assert np.array_equal(stable_order(key, bound), np.lexsort((np.arange(key.size), key)))
