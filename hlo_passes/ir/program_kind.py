@@ -158,8 +158,8 @@ def sharding_device_count(module: Module) -> int:
         if s is None:
             continue
         for leaf in (s.elements if s.is_tuple else (s,)):
-            if leaf.kind is ShardingKind.TILED and leaf.devices:
-                best = max(best, max(leaf.devices) + 1)
+            if leaf.kind is ShardingKind.TILED and leaf.tile_assignment is not None and leaf.num_devices:
+                best = max(best, int(leaf.tile_assignment.max()) + 1)
             elif leaf.kind is ShardingKind.MAXIMAL and leaf.device is not None:
                 best = max(best, leaf.device + 1)
     return best

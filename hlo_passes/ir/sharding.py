@@ -6,8 +6,11 @@ A Sharding keeps the spelling it was parsed from so unchanged text prints back
 exactly, but compares and hashes by meaning: the tile-dimension sizes, the device
 at each tile position, and the subgroup kinds of the trailing dimensions.
 
-Device arrays are kept flattened in row-major order (`devices`), with the tile
-grid's dimensions in `tile_dims`.  The last `len(subgroups)` tile dimensions are
+The device array is kept as a read-only int64 numpy array shaped like the tile grid
+(`tile_assignment`, dimensions `tile_dims`); `devices` is the same list flattened in
+row-major order, as a tuple, built only when asked for.  Comparing and hashing read the
+array's bytes, so a sharding over thousands of devices costs what one over eight does
+outside numpy.  The last `len(subgroups)` tile dimensions are
 not data dimensions: they enumerate devices that hold the same data (REPLICATED)
 or that run a manual (MANUAL) region.
 """
@@ -58,6 +61,36 @@ class IotaDevices:
             arr = arr.transpose(self.transpose)
         return arr.reshape(-1)
 
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.reshape_dims)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The dims after the transpose: the list is iota(n) laid out over them, row-major."""
+        return tuple(self.reshape_dims[p] for p in self._perm)
+
+    @property
+    def _perm(self) -> tuple[int, ...]:
+        return self.transpose or tuple(range(len(self.reshape_dims)))
+
+    def position_of(self, device: int) -> int:
+        """Where `device` sits in the expanded list, from the dims alone (no expansion): its
+        coordinates over `reshape_dims`, permuted, read row-major over `dims`."""
+        if not 0 <= device < self.num_devices:
+            raise KeyError(f"device {device} is not in {self.to_hlo()}")
+        coords = _unravel(device, self.reshape_dims)
+        return _ravel([coords[p] for p in self._perm], self.dims)
+
+    def device_at(self, position: int) -> int:
+        """The device at `position` of the expanded list (the inverse of `position_of`)."""
+        if not 0 <= position < self.num_devices:
+            raise IndexError(f"position {position} is outside {self.to_hlo()}")
+        coords = [0] * len(self.reshape_dims)
+        for axis, c in zip(self._perm, _unravel(position, self.dims)):
+            coords[axis] = c
+        return _ravel(coords, self.reshape_dims)
+
     def to_hlo(self) -> str:
         text = "<=[" + ",".join(map(str, self.reshape_dims)) + "]"
         if self.transpose and tuple(self.transpose) != tuple(range(len(self.transpose))):
@@ -86,7 +119,7 @@ class IotaDevices:
             steps = arr[::block]
             off = np.flatnonzero(steps != np.arange(steps.size) * stride)
             run = int(off[0]) if off.size else steps.size
-            size = max(k for k in range(1, run + 1) if (n // block) % k == 0)
+            size = next(k for k in range(min(run, n // block), 0, -1) if (n // block) % k == 0)
             if size == 1:
                 return None
             axes.append((size, stride))
@@ -106,13 +139,29 @@ class IotaDevices:
         return found if np.array_equal(found.expand(), arr) else None
 
 
+def _unravel(index: int, dims: tuple[int, ...]) -> list[int]:
+    coords = [0] * len(dims)
+    for i in range(len(dims) - 1, -1, -1):
+        index, coords[i] = divmod(index, dims[i])
+    return coords
+
+
+def _ravel(coords: Iterable[int], dims: tuple[int, ...]) -> int:
+    index = 0
+    for c, d in zip(coords, dims):
+        index = index * d + c
+    return index
+
+
 @dataclass(frozen=True, eq=False)
 class Sharding:
     """One HLO sharding (see module docstring).  Build with the class methods."""
 
     kind: ShardingKind
     tile_dims: tuple[int, ...] = ()
-    devices: tuple[int, ...] = ()
+    # TILED: the device at each tile position (int64, read-only, shape `tile_dims`); build with
+    # `Sharding.tiled`, which copies and freezes the array it is given.
+    tile_assignment: np.ndarray | None = None
     subgroups: tuple[SubgroupKind, ...] = ()
     device: int | None = None  # MAXIMAL
     elements: tuple["Sharding", ...] = ()  # TUPLE
@@ -154,9 +203,8 @@ class Sharding:
               replicate_spelled_as_flag: bool = True, metadata: str = "",
               devices_spelled_explicitly: bool = False) -> "Sharding":
         """A tiled sharding from an integer device array whose shape is the tile grid."""
-        arr = np.asarray(tile_assignment)
-        return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape),
-                   tuple(arr.reshape(-1).tolist()), tuple(subgroups), iota=iota,
+        arr = _frozen(tile_assignment)
+        return cls(ShardingKind.TILED, tuple(int(d) for d in arr.shape), arr, tuple(subgroups), iota=iota,
                    replicate_spelled_as_flag=replicate_spelled_as_flag, metadata=metadata,
                    devices_spelled_explicitly=devices_spelled_explicitly)
 
@@ -189,14 +237,14 @@ class Sharding:
             norm = self.normalized()
             if norm is not self:
                 return norm._key()
-            return (self.kind, self.tile_dims, self.devices, self.subgroups, self.shard_group)
+            return (self.kind, self.tile_dims, self._assignment.tobytes(), self.subgroups, self.shard_group)
         if self.kind is ShardingKind.TUPLE:
             return (self.kind, tuple(e._key() for e in self.elements))
         return (self.kind, self.device, self.shard_group)
 
     def __eq__(self, other: object) -> bool:
-        # Shardings over thousands of devices carry long device tuples: the cached hashes
-        # settle most comparisons without walking them.
+        # The cached hashes settle most comparisons before the keys (with the device bytes)
+        # are compared.
         if self is other:
             return True
         return (isinstance(other, Sharding) and self._hash == other._hash
@@ -221,8 +269,7 @@ class Sharding:
         # Merge several REPLICATED subgroup dims into one, sorted like XLA (manual before replicated).
         if new_subgroups.count(SubgroupKind.REPLICATED) > 1 or (
                 new_subgroups and new_subgroups != sorted(new_subgroups, key=_SUBGROUP_ORDER.index)):
-            arr = np.asarray(self.devices).reshape(dims)
-            arr = arr.reshape(new_dims)
+            arr = self._assignment.reshape(new_dims)
             d_rank = data_rank
             order = sorted(range(len(new_subgroups)), key=lambda i: _SUBGROUP_ORDER.index(new_subgroups[i]))
             arr = arr.transpose(list(range(d_rank)) + [d_rank + i for i in order])
@@ -237,17 +284,17 @@ class Sharding:
                     merged_kinds.append(k)
             arr = arr.reshape(merged_dims)
             new_dims, new_subgroups = list(arr.shape), merged_kinds
-            devices = tuple(int(d) for d in arr.reshape(-1))
+            devices = arr
         else:
-            devices = self.devices
+            devices = self._assignment.reshape(new_dims)
         data_dims = new_dims[:data_rank]
         if all(d == 1 for d in data_dims) and all(k is SubgroupKind.REPLICATED for k in new_subgroups):
             return Sharding(ShardingKind.REPLICATED, shard_group=self.shard_group)
         if all(k is SubgroupKind.MANUAL for k in new_subgroups) and new_subgroups and all(d == 1 for d in data_dims):
             return Sharding(ShardingKind.MANUAL, shard_group=self.shard_group)
-        if new_dims == dims and new_subgroups == subgroups and devices == self.devices:
-            return self
-        return Sharding(ShardingKind.TILED, tuple(new_dims), devices, tuple(new_subgroups),
+        if new_dims == dims and new_subgroups == subgroups:
+            return self  # the device order only changes when subgroup dims move
+        return Sharding(ShardingKind.TILED, tuple(new_dims), _frozen(devices), tuple(new_subgroups),
                         shard_group=self.shard_group)
 
     @property
@@ -285,21 +332,32 @@ class Sharding:
 
     @property
     def num_devices(self) -> int:
-        return len(self.devices) if self.kind is ShardingKind.TILED else 0
+        return self.tile_assignment.size if self.tile_assignment is not None else 0
+
+    @property
+    def _assignment(self) -> np.ndarray:
+        if self.tile_assignment is None:
+            raise ValueError(f"a {self.kind.value} sharding has no tile assignment")
+        return self.tile_assignment
 
     @cached_property
-    def tile_assignment(self) -> np.ndarray:
-        return np.asarray(self.devices, dtype=np.int64).reshape(self.tile_dims)
+    def devices(self) -> tuple[int, ...]:
+        """The device list in row-major tile order (empty unless TILED)."""
+        return tuple(self.tile_assignment.reshape(-1).tolist()) if self.tile_assignment is not None else ()
 
     @cached_property
     def _tile_index_by_device(self) -> dict[int, tuple[int, ...]]:
-        arr = self.tile_assignment
-        return {int(arr[idx]): tuple(int(i) for i in idx) for idx in np.ndindex(arr.shape)}
+        arr = self._assignment
+        coords = np.stack(np.unravel_index(np.arange(arr.size), arr.shape), axis=1) if arr.ndim else (
+            np.zeros((arr.size, 0), np.int64))
+        return {d: tuple(c) for d, c in zip(arr.reshape(-1).tolist(), coords.tolist())}
 
     def tile_index(self, device: int) -> tuple[int, ...]:
         """Position of `device` in the data dimensions of the tile grid (for TILED), else all zeros."""
         if self.kind is not ShardingKind.TILED:
             raise ValueError(f"tile_index on a {self.kind.value} sharding")
+        if self.iota is not None and self._iota_spelling is self.iota:  # arithmetic, no table
+            return tuple(_unravel(self.iota.position_of(device), self.tile_dims)[: self.data_rank])
         return self._tile_index_by_device[device][: self.data_rank]
 
     def tile_shape(self, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -332,8 +390,9 @@ class Sharding:
     def _iota_spelling(self) -> IotaDevices | None:
         """The iota form the device list prints in: as parsed, else found (unless the text
         spelled the list out, which printing keeps)."""
-        iota = self.iota or (None if self.devices_spelled_explicitly else IotaDevices.find(self.devices))
-        return iota if iota is not None and np.array_equal(iota.expand(), np.asarray(self.devices)) else None
+        flat = self._assignment.reshape(-1)
+        iota = self.iota or (None if self.devices_spelled_explicitly else IotaDevices.find(flat))
+        return iota if iota is not None and np.array_equal(iota.expand(), flat) else None
 
     def to_hlo(self) -> str:
         if self.kind is ShardingKind.TUPLE:
@@ -348,7 +407,7 @@ class Sharding:
             if iota is not None:
                 parts = ["devices=" + dims + iota.to_hlo()]
             else:
-                parts = ["devices=" + dims + ",".join(map(str, self.devices))]
+                parts = ["devices=" + dims + ",".join(map(str, self._assignment.reshape(-1).tolist()))]
             if self.subgroups == (SubgroupKind.REPLICATED,) and self.replicate_spelled_as_flag:
                 parts.append("last_tile_dim_replicate")
             elif self.subgroups:
@@ -367,6 +426,13 @@ class Sharding:
         return f"Sharding({self.to_hlo()})"
 
     __str__ = to_hlo
+
+
+def _frozen(devices: ArrayLike) -> np.ndarray:
+    """A read-only int64 copy of a device array: a Sharding's array never changes under it."""
+    arr = np.array(devices, dtype=np.int64)
+    arr.setflags(write=False)
+    return arr
 
 
 _SUBGROUP_ORDER = [SubgroupKind.MANUAL, SubgroupKind.REPLICATED, SubgroupKind.MAXIMAL, SubgroupKind.OTHER]

@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from hlo_passes.ir.attributes import WindowDimension
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
@@ -204,7 +206,7 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
         return _masked(em, _exchange_intervals(em, x, tm, halo), tm, halo, fill, x.shape.element_type)
     k, local, tiles = halo.dim, halo.local, halo.tiles
     b = em.b()
-    groups = groups_varying(tm, [k])
+    groups = _as_lists(groups_varying(tm, [k]))
     parts = []
     for m in range(-(-halo.left // local), 0, -1):  # farthest left neighbour first
         rows = min(local, halo.left - (m - 1) * local)
@@ -214,11 +216,11 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
         rows = min(local, halo.right - (m - 1) * local)
         parts.append(_from_neighbour(em, x, k, 0, rows, groups, m, tiles))
     ext = b.concatenate(parts, k) if len(parts) > 1 else x
-    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
     dims = list(ext.shape.dims)
     dims[k] = halo.rows.width
-    offsets = [[0] * em.n for _ in dims]
-    offsets[k] = [halo.offsets[c] for c in coord]
+    offsets = [np.zeros(em.n, np.int64) for _ in dims]
+    offsets[k] = np.asarray(halo.offsets, np.int64)[coord]
     window = em.local_slice(ext, offsets, tuple(dims))
     return _masked(em, window, tm, halo, fill, x.shape.element_type)
 
@@ -231,8 +233,8 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     that lie outside the array or past the window)."""
     k, width = halo.dim, halo.rows.width
     b = em.b()
-    groups = groups_varying(tm, [k])
-    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    groups = _as_lists(groups_varying(tm, [k]))
+    coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
     transfers = halo.transfers
     dims = list(x.shape.dims)
     # dynamic-slice and dynamic-update-slice clamp their offsets: the source is padded by what
@@ -245,11 +247,11 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     zero = b.constant(0)
     for t in transfers:
         piece_dims = tuple(t.rows if i == k else d for i, d in enumerate(dims))
-        starts = [em.device_scalar([t.src_start[c] for c in coord]) if i == k else zero for i in range(len(dims))]
+        starts = [em.device_scalar(np.asarray(t.src_start, np.int64)[coord]) if i == k else zero for i in range(len(dims))]
         piece = b.dynamic_slice(padded, starts, piece_dims)
         if t.remote:
             piece = em.collective_permute(piece, [(g[src], g[dst]) for g in groups for src, dst in t.pairs])
-        at = [em.device_scalar([t.dst_start[c] for c in coord]) if i == k else zero for i in range(len(dims))]
+        at = [em.device_scalar(np.asarray(t.dst_start, np.int64)[coord]) if i == k else zero for i in range(len(dims))]
         buf = b.dynamic_update_slice(buf, piece, at)
     return b.slice(buf, [0] * len(dims), [width if i == k else d for i, d in enumerate(dims)])
 
@@ -282,10 +284,10 @@ def _mask_rows(em: Emitter, part: Instruction, tm: TileMap, halo: Halo, fill, et
     """`part` (rows first.. of the window) with rows outside the array set to `fill`."""
     k = halo.dim
     b = em.b()
-    coord = [int(tm.coords[d, k]) for d in range(em.n)]
+    coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
     dims = list(part.shape.dims)
     rows = ArrayShape(PrimitiveType.S32, (dims[k],))
-    pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar([halo.rows.starts[c] + first for c in coord]), rows))
+    pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar(np.asarray(halo.rows.starts, np.int64)[coord] + first), rows))
     low = b.compare(pos, b.broadcast(b.constant(0), rows), "GE")
     high = b.compare(pos, b.broadcast(b.constant(halo.size), rows), "LT")
     inside = b.op(Opcode.AND, low.shape, [low, high])
@@ -313,3 +315,8 @@ def row_bytes(local_dims, dim: int, element_bytes: int) -> int:
 
 
 __all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_rows"]
+
+
+def _as_lists(groups) -> list:
+    """Device groups as lists of ints: a halo's permute pairs are read off them per device."""
+    return groups.tolist() if isinstance(groups, np.ndarray) else [list(g) for g in groups]

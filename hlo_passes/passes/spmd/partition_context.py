@@ -35,7 +35,7 @@ from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.tile_map import TileMap
+from hlo_passes.passes.spmd.tile_map import TileMap, stable_order
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -101,34 +101,55 @@ def same_placement(a: TileMap, b: TileMap) -> bool:
     return a.dims == b.dims and np.array_equal(a.coords, b.coords)
 
 
-def groups_varying(tm: TileMap, dims) -> list[tuple[int, ...]]:
+def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     """Device groups that differ only in the tile coordinates of `dims`: one holder of each
     coordinate combination per group, ordered row-major by those coordinates (the j-th holder
-    of each combination, by device id, forms the j-th group); the groups sorted.  Computed
-    with array sorts, so 2048 devices cost what 8 do."""
+    of each combination, by device id, forms the j-th group); the groups sorted.  A
+    [num_groups, group_size] int64 array (what `ReplicaGroups.of` turns into XLA's iota form),
+    computed with array sorts, so 2048 devices cost what 8 do; a list of tuples only for a map
+    no sharding spells whose groups differ in size."""
     dims = list(dims)
     others = [k for k in range(tm.rank) if k not in dims]
     n = tm.num_devices
-    devices = np.arange(n)
     key = tm.manual.astype(np.int64)
+    num_keys = tm.manual_size
     for k in others:
         key = key * tm.dims[k] + tm.coords[:, k]
+        num_keys *= tm.dims[k]
     sub = np.zeros(n, np.int64)
+    num_subs = 1
     for k in dims:
         sub = sub * tm.dims[k] + tm.coords[:, k]
-    order = np.lexsort((devices, sub, key))  # by key, then coordinates, then device id
-    key_sorted, sub_sorted = key[order], sub[order]
+        num_subs *= tm.dims[k]
+    cell = key * num_subs + sub
+    order = stable_order(cell, num_keys * num_subs)  # by key, then coordinates, then device id
+    counts = np.bincount(cell, minlength=num_keys * num_subs)
+    replicas = int(counts[0]) if counts.size else 0
+    if replicas and counts.size == num_keys * num_subs and np.all(counts == replicas):
+        # every (key, combination) cell has the same holders: group j of a key takes the j-th
+        # holder of each combination
+        groups = order.reshape(num_keys, num_subs, replicas).transpose(0, 2, 1).reshape(-1, num_subs)
+    else:
+        groups = _groups_of_unequal_cells(order, key[order], sub[order])
+        if isinstance(groups, list):
+            return sorted(groups)
+    # groups are disjoint, so their first devices order them as tuples would be ordered
+    return groups[np.argsort(groups[:, 0], kind="stable")] if groups.size else groups
+
+
+def _groups_of_unequal_cells(order: np.ndarray, key_sorted: np.ndarray,
+                             sub_sorted: np.ndarray) -> np.ndarray | list[tuple[int, ...]]:
+    """groups_varying where some coordinate combinations have more holders than others (a map
+    no sharding spells): per key, the j-th holder of each combination present."""
     groups: list[tuple[int, ...]] = []
     bounds = np.flatnonzero(np.diff(key_sorted)) + 1
     for members, subs in zip(np.split(order, bounds), np.split(sub_sorted, bounds)):
         combos, counts = np.unique(subs, return_counts=True)
-        replicas = int(counts[0])
-        if np.any(counts != replicas):  # unequal holders: the j-th of each where there is one
-            by_combo = np.split(members, np.cumsum(counts)[:-1])
-            groups.extend(tuple(int(c[j]) for c in by_combo) for j in range(replicas))
-            continue
-        groups.extend(map(tuple, members.reshape(len(combos), replicas).T.tolist()))
-    return sorted(groups)
+        by_combo = np.split(members, np.cumsum(counts)[:-1])
+        groups.extend(tuple(int(c[j]) for c in by_combo) for j in range(int(counts[0])))
+    if len({len(g) for g in groups}) > 1:
+        return groups
+    return np.asarray(groups, dtype=np.int64).reshape(len(groups), -1)
 
 
 # Reductions the partitioner completes with an all-reduce of partial results: those XLA's
@@ -190,16 +211,18 @@ class Emitter:
         return self._pid
 
     def device_scalar(self, values, element_type: PrimitiveType = S32) -> Instruction:
-        """A scalar holding values[partition-id] (a constant when all devices agree)."""
-        values = tuple(int(v) for v in values)
-        key = (values, element_type)
+        """A scalar holding values[partition-id] (a constant when all devices agree).  `values`
+        is a table of one integer per device, best a numpy array computed from a TileMap's
+        coordinates (`tm.coords[:, k] * size`); one table instruction per distinct table."""
+        table_values = np.asarray(values, dtype=np.int64).reshape(-1)
+        key = (table_values.tobytes(), element_type)
         if key in self._tables:
             return self._tables[key]
         b = self.b()
-        if len(set(values)) == 1:
-            out = b.constant(values[0], element_type)
+        if _uniform(table_values):
+            out = b.constant(int(table_values[0]), element_type)
         else:
-            table = b.constant_array(values, element_type)
+            table = b.constant_array(table_values.tolist(), element_type)
             pid = self.partition_id()
             one = b.dynamic_slice(table, [pid], (1,))
             out = b.reshape(one, ArrayShape(element_type, ()))
@@ -214,14 +237,16 @@ class Emitter:
         return b.broadcast(b.constant(value, element_type), ArrayShape(element_type, dims))
 
     # ------------------------------------------------------------ slicing --
-    def local_slice(self, x: Instruction, offsets: list[list[int]], sizes: tuple[int, ...]) -> Instruction:
-        """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k."""
-        if all(len(set(o)) == 1 for o in offsets):
-            starts = [o[0] for o in offsets]
+    def local_slice(self, x: Instruction, offsets, sizes: tuple[int, ...]) -> Instruction:
+        """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k (`offsets[k]` a table of
+        one offset per device)."""
+        tables = [np.asarray(o, dtype=np.int64).reshape(-1) for o in offsets]
+        if all(_uniform(t) for t in tables):
+            starts = [int(t[0]) for t in tables]
             if tuple(sizes) == tuple(x.shape.dims) and not any(starts):
                 return x
             return self.b().slice(x, starts, [s + z for s, z in zip(starts, sizes)])
-        idx = [self.device_scalar(o) for o in offsets]
+        idx = [self.device_scalar(t) for t in tables]
         return self.b().dynamic_slice(x, idx, sizes)
 
     def slice_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
@@ -249,7 +274,7 @@ class Emitter:
         for k in dims:
             if tm.dims[k] == 1 or global_dims[k] % tm.dims[k] == 0:
                 continue
-            offsets = [int(tm.coords[d, k]) * local[k] for d in range(self.n)]
+            offsets = tm.coords[:, k] * local[k]
             shape = ArrayShape(S32, local)
             pos = b.add(b.iota(shape, k), b.broadcast(self.device_scalar(offsets), shape))
             limit = b.broadcast(b.constant(global_dims[k], S32), shape)
@@ -267,7 +292,7 @@ class Emitter:
 
     # ------------------------------------------------------- collectives --
     def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
-        if all(len(g) == 1 for g in groups):
+        if _singletons(groups):
             return x
         red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
@@ -279,7 +304,7 @@ class Emitter:
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 
     def all_gather(self, x: Instruction, dim: int, groups) -> Instruction:
-        if all(len(g) == 1 for g in groups):
+        if _singletons(groups):
             return x
         return self.b().all_gather(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
@@ -289,3 +314,15 @@ class Emitter:
 
     def collective_permute(self, x: Instruction, pairs) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
+
+
+def _uniform(table: np.ndarray) -> bool:
+    """Every device has the same entry (a table of none is not uniform)."""
+    return bool(table.size) and bool(np.all(table == table[0]))
+
+
+def _singletons(groups) -> bool:
+    """Every group one device: the collective would move nothing."""
+    if isinstance(groups, np.ndarray):
+        return groups.shape[1] == 1
+    return all(len(g) == 1 for g in groups)

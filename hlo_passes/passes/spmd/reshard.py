@@ -116,7 +116,7 @@ def _coarsened(src: TileMap, k: int, g: int) -> TileMap:
     return TileMap(tuple(dims), coords, src.manual, src.manual_size)
 
 
-def _factor_groups(src: TileMap, k: int, g: int) -> list[tuple[int, ...]]:
+def _factor_groups(src: TileMap, k: int, g: int) -> np.ndarray | list[tuple[int, ...]]:
     """The devices that differ only in the minor factor g of dim k's tile coordinate, ordered by it."""
     coords = np.concatenate([src.coords, (src.coords[:, k] % g)[:, None]], axis=1)
     coords[:, k] //= g
@@ -370,9 +370,9 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
 
 def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):
     s_local, d_local = tm_local_dims(src, dims), tm_local_dims(dst, dims)
-    offsets = [[int(o) for o in _slice_offsets(src, dst, dims, k)] for k in range(len(dims))]
+    offsets = [_slice_offsets(src, dst, dims, k) for k in range(len(dims))]
     # the buffer must hold every slice whole (dynamic-slice would clamp and shift it)
-    need = tuple(max(max(o) + d, s) for o, d, s in zip(offsets, d_local, s_local))
+    need = tuple(max(int(o.max()) + d, s) for o, d, s in zip(offsets, d_local, s_local))
     x = em.pad_to(x, need)
     return em.local_slice(x, offsets, d_local)
 
@@ -380,8 +380,8 @@ def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):
 def _emit_permute(em: Emitter, x, src: TileMap, dst: TileMap):
     pairs = _permute_pairs(src, dst)
     moved = em.collective_permute(x, pairs)
-    keep = [1 if tuple(dst.coords[d]) == tuple(src.coords[d]) else 0 for d in range(em.n)]
-    if not any(keep):
+    keep = np.all(dst.coords == src.coords, axis=1).astype(np.int64)
+    if not keep.any():
         return moved
     from hlo_passes.ir.types import PrimitiveType
 

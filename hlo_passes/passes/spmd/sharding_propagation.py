@@ -51,6 +51,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -1097,8 +1099,13 @@ def _unknown_to_replicated(s: Sharding) -> Sharding:
 def _check_devices(instr: Instruction, s: Sharding) -> None:
     leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
     for leaf in leaves:
-        if leaf.kind is ShardingKind.TILED and len(set(leaf.devices)) != len(leaf.devices):
+        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(leaf.tile_assignment):
             raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} names a device twice")
+
+
+def _names_a_device_twice(devices: np.ndarray) -> bool:
+    ordered = np.sort(devices, axis=None)
+    return bool(np.any(ordered[1:] == ordered[:-1]))
 
 
 def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
@@ -1184,12 +1191,12 @@ def _check_device_count(module: Module, n: int) -> None:
                 if leaf is not None and leaf.kind in (ShardingKind.TILED, ShardingKind.MAXIMAL):
                     found.append((instr, leaf))
     if n <= 1:
-        n = max([len(s.devices) for _, s in found if s.kind is ShardingKind.TILED]
+        n = max([s.num_devices for _, s in found if s.kind is ShardingKind.TILED]
                 + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
                 + [1])
     for instr, s in found:
-        if s.kind is ShardingKind.TILED and (len(s.devices) != n or max(s.devices) >= n):
-            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {len(s.devices)} devices, "
+        if s.kind is ShardingKind.TILED and (s.num_devices != n or int(s.tile_assignment.max()) >= n):
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {s.num_devices} devices, "
                                    f"but the program has {n} (num_partitions)")
         if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= n:
             raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} names device {s.device}, but the "

@@ -29,8 +29,9 @@ describes, as XLA keeps it; merging two shardings keeps both lists.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
@@ -153,7 +154,9 @@ def tile_dim(s: Sharding, i: int) -> int:
 
 
 def arr(s: Sharding) -> np.ndarray:
-    return np.asarray(s.devices, dtype=np.int64).reshape(s.tile_dims)
+    """The tile assignment (read-only: operations build new arrays from it)."""
+    assert s.tile_assignment is not None, s
+    return s.tile_assignment
 
 
 def replication_dim(s: Sharding) -> int:
@@ -303,6 +306,38 @@ def sub_sharding(shape: Shape, s: Sharding, index: int) -> Sharding:
 
 
 # --------------------------------------------------------------- operations --
+_Op = TypeVar("_Op", bound=Callable[..., "Sharding | None"])
+_MISSING = object()
+_RESULTS: dict[tuple, "Sharding | None"] = {}
+
+
+def _spelling(s: Sharding) -> tuple:
+    """What a sharding carries besides its meaning (an operation may hand its input back)."""
+    return (s.metadata, s.iota, s.replicate_spelled_as_flag, s.devices_spelled_explicitly, s.named_mesh,
+            s.open_dims)
+
+
+def _by_value(op: _Op) -> _Op:
+    """Cache a pure operation on a tiled sharding by value: propagation moves the same few
+    shardings across every layer of a model, and each move costs numpy work on the whole
+    device array."""
+    @functools.wraps(op)
+    def cached(s: Sharding, *args):
+        if s.kind is not ShardingKind.TILED:
+            return op(s, *args)
+        args = tuple(a if isinstance(a, int) else tuple(a) for a in args)
+        key = (op.__name__, s, _spelling(s), args)
+        found = _RESULTS.get(key, _MISSING)
+        if found is _MISSING:
+            found = op(s, *args)
+            if len(_RESULTS) > 10_000:  # a module asks for tens; each entry holds device arrays
+                _RESULTS.clear()
+            _RESULTS[key] = found
+        return found
+    return cached  # type: ignore[return-value]
+
+
+@_by_value
 def transpose(s: Sharding, dims: Sequence[int]) -> Sharding:
     """Data dim i of the result is data dim dims[i] of `s` (XLA's TransposeSharding)."""
     if s.kind is not ShardingKind.TILED:
@@ -317,6 +352,7 @@ def transpose(s: Sharding, dims: Sequence[int]) -> Sharding:
     return subgroup(a, kinds, s.metadata)
 
 
+@_by_value
 def replicate_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     """XLA's PartiallyReplicateTiledShardingOnDims: `dims` become untiled, their devices replicas
     (the new replica index is the old tile index of those dims, then the old replica index)."""
@@ -370,6 +406,7 @@ def remove_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     return same_kind_subgroup(s, arr(s).reshape(shape))
 
 
+@_by_value
 def transpose_collapsed(s: Sharding, src_to_tgt: Sequence[int], tgt_to_src: Sequence[int]) -> Sharding | None:
     """XLA's TransposeShardingWithCollapsedDims: data dims move by `src_to_tgt` (-1: dropped,
     must be untiled, else None), target dims with -1 are new and untiled."""
@@ -543,7 +580,7 @@ def reshape_sharding(src: Sequence[int], dst: Sequence[int], s: Sharding) -> Sha
     for i in range(sh.data_rank, len(sh.tile_dims)):
         target.append(1 if i == rdim else sh.tile_dims[i])
     kinds = list(xla_subgroups(sh))
-    total = len(sh.devices)
+    total = sh.num_devices
     quot = total // math.prod(target)
     if quot > 1:
         if replicate_on_last_tile_dim(sh):
@@ -581,7 +618,7 @@ def propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: S
                 continue
             perm = list(range(start, end)) + list(range(0, start)) + list(range(end, len(s.tile_dims)))
             dims = list(reshaped.tile_dims)
-            reps = len(s.devices) // math.prod(dims)
+            reps = s.num_devices // math.prod(dims)
             if len(dims) == len(dst):
                 dims.append(reps)
             else:
@@ -621,15 +658,33 @@ def _reshape_manual_subgroup(src_shape, dst_shape, s: Sharding) -> Sharding:
 
 
 # ------------------------------------------------------------------- merging --
-def _coords(s: Sharding) -> dict[int, tuple[int, ...]]:
-    a = arr(s)
-    return {int(a[idx]): idx for idx in np.ndindex(a.shape)}
+def _positions(s: Sharding) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(device ids ascending, their tile-array coordinates, one array per tile dim): where each
+    device sits, computed with one argsort instead of a walk over the devices."""
+    flat = arr(s).reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    return flat[order], np.unravel_index(order, s.tile_dims)
+
+
+_MERGED: dict[tuple, Sharding | None] = {}
 
 
 def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sharding | None:
     """XLA's MergeShardingIfCompatible: `dst` (partially replicated) refined by `to_merge`'s
     tiling when every device can hold both tiles at once and the result has at least
-    `min_tiles` tiles; None otherwise."""
+    `min_tiles` tiles; None otherwise.  Answers are cached by value (metadata included, which
+    the result carries): propagation asks the same merges layer after layer."""
+    key = (to_merge, to_merge.metadata, min_tiles, dst, dst.metadata)
+    found = _MERGED.get(key, _MISSING)
+    if found is _MISSING:
+        found = _merge_if_compatible(to_merge, min_tiles, dst)
+        if len(_MERGED) > 10_000:  # a module asks for tens; each entry holds device arrays
+            _MERGED.clear()
+        _MERGED[key] = found
+    return found  # type: ignore[return-value]
+
+
+def _merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sharding | None:
     if to_merge.kind is not ShardingKind.TILED:
         return None
     if is_tile_maximal(dst):
@@ -641,19 +696,23 @@ def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sh
     mm, dm = manual_dim(to_merge), manual_dim(dst)
     if (mm >= 0) != (dm >= 0):
         return None
-    if len(to_merge.devices) != len(dst.devices) or set(to_merge.devices) != set(dst.devices):
+    if to_merge.num_devices != dst.num_devices:
+        return None
+    devices, a = _positions(to_merge)
+    dst_devices, b = _positions(dst)
+    if not np.array_equal(devices, dst_devices):
         return None
     r = dst.data_rank
     merged = []
     for i in range(r):
-        a, b = to_merge.tile_dims[i], dst.tile_dims[i]
-        if a == b or b == 1:
-            merged.append(a)
-        elif a == 1:
-            merged.append(b)
+        ta, tb = to_merge.tile_dims[i], dst.tile_dims[i]
+        if ta == tb or tb == 1:
+            merged.append(ta)
+        elif ta == 1:
+            merged.append(tb)
         else:
             return None
-    n = len(dst.devices)
+    n = dst.num_devices
     tiles = math.prod(merged)
     if n % tiles or tiles < min_tiles:
         return None
@@ -663,27 +722,23 @@ def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sh
         if man != dst.tile_dims[dm] or n % (tiles * man):
             return None
     replication = n // (tiles * man)
-    cm, cd = _coords(to_merge), _coords(dst)
-    groups: dict[tuple, list[int]] = {}
-    for dev in sorted(cm):
-        a, b = cm[dev], cd[dev]
-        key = []
-        for i in range(r):
-            if to_merge.tile_dims[i] > 1 and dst.tile_dims[i] > 1 and a[i] != b[i]:
-                return None
-            key.append(a[i] if to_merge.tile_dims[i] > 1 else b[i])
-        if mm >= 0:
-            if a[mm] != b[dm]:
-                return None
-            key.append(a[mm])
-        groups.setdefault(tuple(key), []).append(dev)
-    shape = merged + ([man] if mm >= 0 else [])
-    out = np.zeros(shape + [replication], dtype=np.int64)
-    for idx in np.ndindex(*shape):
-        members = groups.get(tuple(idx), [])
-        if len(members) != replication:
+    # Each device's tile in the merge: to_merge's coordinate where it tiles, else dst's; where
+    # both tile a dim they must agree, as must the manual groups.
+    key = []
+    for i in range(r):
+        if to_merge.tile_dims[i] > 1 and dst.tile_dims[i] > 1 and not np.array_equal(a[i], b[i]):
             return None
-        out[idx] = members
+        key.append(a[i] if to_merge.tile_dims[i] > 1 else b[i])
+    if mm >= 0:
+        if not np.array_equal(a[mm], b[dm]):
+            return None
+        key.append(a[mm])
+    shape = merged + ([man] if mm >= 0 else [])
+    linear = np.ravel_multi_index(key, shape) if shape else np.zeros(n, np.int64)
+    if np.any(np.bincount(linear, minlength=math.prod(shape)) != replication):
+        return None
+    # the holders of each tile in ascending device order (devices are sorted; the sort is stable)
+    out = devices[np.argsort(linear, kind="stable")].reshape(shape + [replication])
     kinds = ([MAN] if mm >= 0 else []) + ([REP] if replication > 1 else [])
     if replication == 1:
         out = out.reshape(shape)
@@ -727,7 +782,7 @@ def merge(to_merge: Sharding, dst: Sharding, may_combine: bool) -> tuple[bool, S
             out.append(m)
         return changed, tuple_sharding(out)
     if (may_combine and has_partial_replication(to_merge) and has_partial_replication(dst)
-            and len(to_merge.devices) == len(dst.devices)):
+            and to_merge.num_devices == dst.num_devices):
         merged = merge_if_compatible(to_merge, max(num_tiles(to_merge), num_tiles(dst)) + 1, dst)
         if merged is not None:
             return True, merged
@@ -754,22 +809,24 @@ def is_subtiling(shape: ArrayShape, p: Sharding, s: Sharding) -> bool:
     for i in range(r):
         if p.tile_dims[i] < s.tile_dims[i]:
             return False
-    s_off = {}
-    sa = arr(s)
-    for idx in np.ndindex(sa.shape):
-        s_off[int(sa[idx])] = [sb[j] * idx[j] for j in range(r)]
-    pa = arr(p)
-    for idx in np.ndindex(pa.shape):
-        dev = int(pa[idx])
-        off = s_off.get(dev)
-        if off is None:
+    # every device's tile start under p and under s, side by side (sorted by device)
+    p_devices, p_idx = _positions(p)
+    s_devices, s_idx = _positions(s)
+    if not np.array_equal(p_devices, s_devices):
+        if not np.isin(p_devices, s_devices).all():
             return False
-        for j in range(r):
-            start = pb[j] * idx[j]
-            if start < off[j]:
-                return False
-            if start + pb[j] <= dims[j] and start + pb[j] > off[j] + sb[j]:
-                return False
+        keep = np.isin(s_devices, p_devices)  # s may hold devices p does not use
+        s_devices, s_idx = s_devices[keep], tuple(x[keep] for x in s_idx)
+        if not np.array_equal(p_devices, s_devices):  # pragma: no cover - duplicate device ids
+            return False
+    for j in range(r):
+        start = pb[j] * p_idx[j]
+        off = sb[j] * s_idx[j]
+        if np.any(start < off):
+            return False
+        end = start + pb[j]
+        if np.any((end <= dims[j]) & (end > off + sb[j])):
+            return False
     return True
 
 

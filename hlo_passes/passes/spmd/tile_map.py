@@ -19,7 +19,7 @@ manual groups agree.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -37,6 +37,9 @@ class TileMap:
     coords: np.ndarray             # [num_devices, rank]: tile coordinate of device d
     manual: np.ndarray             # [num_devices]: manual group of device d (all 0 when none)
     manual_size: int = 1           # number of manual groups
+    # maps derived from this one (remap, merge), by their arguments: a handler asks for the same
+    # few derivations of the same (cached) maps at every layer of a model
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -83,20 +86,22 @@ class TileMap:
             return None
         arr = sharding.tile_assignment
         n = arr.size
-        if n != num_devices or sorted(sharding.devices) != list(range(n)):
+        flat = arr.reshape(-1)
+        if n != num_devices or not np.array_equal(np.sort(flat), np.arange(n)):
             return None
         data_rank = sharding.data_rank
-        coords = np.zeros((n, data_rank), np.int64)
-        manual = np.zeros(n, np.int64)
         manual_axes = [data_rank + i for i, k in enumerate(sharding.subgroups) if k is SubgroupKind.MANUAL]
         if any(k not in (SubgroupKind.MANUAL, SubgroupKind.REPLICATED) for k in sharding.subgroups):
             return None
         manual_dims = [arr.shape[a] for a in manual_axes]
-        for idx in np.ndindex(arr.shape):
-            d = int(arr[idx])
-            coords[d] = idx[:data_rank]
-            if manual_axes:
-                manual[d] = np.ravel_multi_index([idx[a] for a in manual_axes], manual_dims)
+        # position of every tile-array entry, scattered to the device it names
+        index = np.unravel_index(np.arange(n), arr.shape)
+        coords = np.zeros((n, data_rank), np.int64)
+        if data_rank:
+            coords[flat] = np.stack(index[:data_rank], axis=1)
+        manual = np.zeros(n, np.int64)
+        if manual_axes:
+            manual[flat] = np.ravel_multi_index([index[a] for a in manual_axes], manual_dims)
         return cls(tuple(arr.shape[:data_rank]), coords, manual, math.prod(manual_dims))
 
     def to_sharding(self) -> Sharding | None:
@@ -113,7 +118,7 @@ class TileMap:
         per = n // groups
         key = self.manual.copy() if self.rank == 0 else (
             np.ravel_multi_index(self.coords.T, self.dims) * self.manual_size + self.manual)
-        order = np.lexsort((np.arange(n), key))  # by tile, then by device id
+        order = stable_order(key, groups)  # by tile, then by device id
         counts = np.bincount(key, minlength=groups)
         if np.any(counts != per):
             return None
@@ -134,12 +139,21 @@ class TileMap:
     # ---------------------------------------------------------- operations --
     def remap(self, rank: int, source: dict[int, int]) -> "TileMap":
         """A map of rank `rank` whose dim i takes the tiling of this map's dim `source[i]`;
-        dims not in `source` are untiled and dims never used are dropped (replicated)."""
+        dims not in `source` are untiled and dims never used are dropped (replicated).
+        Computed once per map and arguments."""
+        key = ("remap", rank, tuple(sorted(source.items())))
+        found = self._derived.get(key)
+        if found is None:
+            found = self._derived[key] = self._remap(rank, source)
+        return found
+
+    def _remap(self, rank: int, source: dict[int, int]) -> "TileMap":
         coords = np.zeros((self.num_devices, rank), np.int64)
         dims = [1] * rank
         for out, src in source.items():
             coords[:, out] = self.coords[:, src]
             dims[out] = self.dims[src]
+        coords.setflags(write=False)
         return TileMap(tuple(dims), coords, self.manual, self.manual_size)
 
     def keep_dims(self, keep) -> "TileMap":
@@ -154,7 +168,15 @@ class TileMap:
         return self.manual_size == other.manual_size and np.array_equal(self.manual, other.manual)
 
     def merge(self, other: "TileMap") -> "TileMap | None":
-        """Both maps' tilings at once (dims tiled in both must agree), or None if impossible."""
+        """Both maps' tilings at once (dims tiled in both must agree), or None if impossible.
+        Computed once per pair of maps (the other map is held by the cache)."""
+        key = ("merge", id(other))
+        found = self._derived.get(key, _MISSING)
+        if found is _MISSING or found[0] is not other:
+            found = self._derived[key] = (other, self._merge(other))
+        return found[1]
+
+    def _merge(self, other: "TileMap") -> "TileMap | None":
         if self.rank != other.rank or self.num_devices != other.num_devices or not self.same_manual(other):
             return None
         coords = self.coords.copy()
@@ -167,8 +189,18 @@ class TileMap:
                 dims[i] = other.dims[i]
             elif self.dims[i] != other.dims[i] or not np.array_equal(self.coords[:, i], other.coords[:, i]):
                 return None
+        coords.setflags(write=False)
         merged = TileMap(tuple(dims), coords, self.manual, self.manual_size)
         return merged if merged.to_sharding() is not None else None
+
+
+def stable_order(key: np.ndarray, bound: int) -> np.ndarray:
+    """The permutation sorting `key` (integers in [0, bound)) with ties in index order: a
+    counting (radix) sort when the keys fit 16 bits, which numpy's stable sort does in linear
+    time."""
+    if bound <= 1 << 16 and (not key.size or (key.min() >= 0 and key.max() < bound)):
+        key = key.astype(np.uint16)
+    return np.argsort(key, kind="stable")
 
 
 def reshape_tile_map(tm: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int, ...]) -> TileMap:

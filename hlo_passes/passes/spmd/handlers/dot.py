@@ -22,10 +22,11 @@ Convolutions (handlers/convolution.py) price their tilings the same way and shar
 
 from __future__ import annotations
 
-from hlo_passes.ir.instruction import Instruction
-
 import math
 
+import numpy as np
+
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
@@ -161,12 +162,22 @@ def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
             continue
         if any(t.dims[j] != out_tm.dims[j] for j in range(out_rank) if j != k):
             continue
-        ok = all(int(t.coords[dev, k]) == pos and all(
-                     t.coords[dev, j] == out_tm.coords[dev, j] for j in range(out_rank) if j != k)
-                 for grp in groups for pos, dev in enumerate(grp))
-        if ok:
+        if _scatters_along(groups, t, out_tm, k, out_rank):
             return k, t
     return None
+
+
+def _scatters_along(groups, t, out_tm, k: int, out_rank: int) -> bool:
+    """Each device's position in its group is its tile coordinate of dim k under `t`, and its
+    other coordinates are those of `out_tm` (checked on whole arrays)."""
+    if not isinstance(groups, np.ndarray):
+        return all(int(t.coords[dev, k]) == pos and all(
+                       t.coords[dev, j] == out_tm.coords[dev, j] for j in range(out_rank) if j != k)
+                   for grp in groups for pos, dev in enumerate(grp))
+    if not np.array_equal(t.coords[groups, k], np.broadcast_to(np.arange(groups.shape[1]), groups.shape)):
+        return False
+    others = [j for j in range(out_rank) if j != k]
+    return np.array_equal(t.coords[groups][..., others], out_tm.coords[groups][..., others])
 
 
 @handles(Opcode.DOT)

@@ -70,7 +70,7 @@ def iota(p: HandlerContext, instr: Instruction) -> PValue:
     etype = instr.shape.element_type
     rows = shape.with_dims((size,))
     line = b.iota(rows, 0)
-    offset = em.device_scalar([int(tm.coords[d, dim]) * size for d in range(p.n)])
+    offset = em.device_scalar(tm.coords[:, dim] * size)
     if etype is not PrimitiveType.S32:
         offset = b.convert(offset, etype)
     line = b.add(line, b.broadcast(offset, rows))

@@ -159,7 +159,7 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
     idx = p.operand_as(instr, 1, to_sharding(idx_tm))
     local = tm_local_dims(op_tm, tuple(operand.shape.dims))
     ivd = gd.index_vector_dim
-    tables = [[int(op_tm.coords[dev, d]) * local[d] for dev in range(p.n)] if d in index_dims else None
+    tables = [op_tm.coords[:, d] * local[d] if d in index_dims else None
               for d in gd.start_index_map]
     shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
     valid = None
@@ -270,7 +270,7 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     idx = p.operand_as(instr, n, to_sharding(idx_tm))
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
     local = tm_local_dims(op_tm, tuple(inputs[0].shape.dims))
-    tables = [[int(op_tm.coords[dev, d]) * local[d] for dev in range(p.n)] if d in index_dims else None
+    tables = [op_tm.coords[:, d] * local[d] if d in index_dims else None
               for d in sd.scatter_dims_to_operand_dims]
     shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
     result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out

@@ -25,6 +25,8 @@ summed, so other forms are computed replicated.
 
 from __future__ import annotations
 
+import numpy as np
+
 from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.attributes import Window, WindowDimension
@@ -144,7 +146,7 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PVal
             or list(select_root.operands) != list(params)):
         return None
     etype = instr.shape.element_type
-    operand_halos, source_halos, keep = [], [], [[0] * p.n for _ in instr.shape.dims]
+    operand_halos, source_halos, keep = [], [], [np.zeros(p.n, np.int64) for _ in instr.shape.dims]
     local_dims = list(window.dimensions)
     for d, w in enumerate(window.dimensions):
         t = tm.dims[d]
@@ -167,9 +169,8 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PVal
         source_halos.append(sh)
         operand_halos.append(oh)
         local_dims[d] = WindowDimension(w.size, s)
-        for dev in range(p.n):
-            c = int(tm.coords[dev, d])
-            keep[d][dev] = c * L - operand_rows.starts[c]
+        c = tm.coords[:, d]  # every device's tile along d
+        keep[d] = c * L - np.asarray(operand_rows.starts, np.int64)[c]
     s_ = to_sharding(tm)
     x = p.operand_as(instr, 0, s_)
     src = p.operand_as(instr, 1, s_)

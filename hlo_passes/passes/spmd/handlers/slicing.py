@@ -241,7 +241,7 @@ def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> P
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
         o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
-        first = p.em.device_scalar([int(tm.coords[dev, d]) * local[d] for dev in range(p.n)])
+        first = p.em.device_scalar(tm.coords[:, d] * local[d])
         pad_cfg.append((upd[d], upd[d], 0))
         starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
     padded = b.pad(x, b.constant(0, x.shape.element_type), PaddingConfig(tuple(pad_cfg)))

@@ -57,7 +57,7 @@ def topk(p: HandlerContext, instr: Instruction) -> PValue:
     local = p.clone(instr, [xl], pair)
     vals = b.get_tuple_element(local, 0)
     pos = b.get_tuple_element(local, 1)
-    offsets = em.device_scalar([int(cur.coords[d, last]) * local_dims[last] for d in range(p.n)],
+    offsets = em.device_scalar(cur.coords[:, last] * local_dims[last],
                                indices.element_type)
     pos = b.add(pos, b.broadcast(offsets, pos.shape))
     groups = groups_varying(cur, [last])
