@@ -57,14 +57,42 @@ class PValue:
 
 # ------------------------------------------------------------ shardings --
 def is_manual(sharding: Sharding | None) -> bool:
-    """Fully or partially manual (a shard_map region): values pass through untouched."""
+    """Fully or partially manual (a shard_map region)."""
     if sharding is None:
         return False
     if sharding.kind is ShardingKind.TUPLE:
         return any(is_manual(e) for e in sharding.elements)
     if sharding.kind is ShardingKind.MANUAL:
         return True
-    return sharding.kind is ShardingKind.TILED and SubgroupKind.MANUAL in sharding.subgroups
+    return is_partially_manual(sharding)
+
+
+def is_fully_manual(sharding: Sharding | None) -> bool:
+    """`{manual}` (or a tuple with such an element): per-device code the partitioner copies."""
+    if sharding is None:
+        return False
+    if sharding.kind is ShardingKind.TUPLE:
+        return any(is_fully_manual(e) for e in sharding.elements)
+    return sharding.kind is ShardingKind.MANUAL
+
+
+def is_partially_manual(sharding: Sharding | None) -> bool:
+    """An array sharding with MANUAL subgroups (`last_tile_dims={manual, ...}`): the value lies
+    inside a partially manual region.  Its manual groups are fixed device groups; its tile dims
+    are automatic and partitioned like any tiling, within each manual group."""
+    return (sharding is not None and sharding.kind is ShardingKind.TILED
+            and SubgroupKind.MANUAL in sharding.subgroups)
+
+
+class ManualGroupsMismatch(Exception):
+    """A value inside a partially manual region was asked for a sharding that does not keep its
+    manual groups (a tiling over all devices, other manual groups): there is no resharding
+    between the two.  The partitioner catches it and computes the op whole per manual group."""
+
+
+def manual_only(tm: TileMap) -> TileMap:
+    """`tm` with its automatic tiling gathered: every device holds its manual group's whole value."""
+    return TileMap.replicated(tm.rank, tm.num_devices).with_manual(tm)
 
 
 def tile_map(sharding: Sharding, rank: int, n: int) -> TileMap:
@@ -88,7 +116,7 @@ def local_shape(shape: Shape, sharding: Sharding) -> Shape:
     """Per-device shape: ceil(dim / tiles) on tiled dims."""
     if shape.is_tuple:
         return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
-    if sharding.kind is not ShardingKind.TILED or is_manual(sharding) or shape.rank == 0:
+    if sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
     return shape.with_dims(sharding.tile_shape(shape.dims))
 

@@ -41,8 +41,9 @@ from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
-from hlo_passes.passes.spmd.partition_context import (Emitter, PartitionContext, PValue, is_manual,
-                                                       local_shape)
+from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
+from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
+                                                       is_manual, is_partially_manual, local_shape)
 from hlo_passes.passes.spmd.reshard import reshard
 
 
@@ -196,8 +197,10 @@ class Partitioner:
                 if instr.opcode is Opcode.PARAMETER:
                     s = param_shardings[instr.parameter_number]
                     value = PValue(self.clone(instr, [], local_shape(instr.shape, s)), s, instr.shape)
+                elif manual:
+                    value = copy_manual(self, instr)
                 else:
-                    value = (copy_manual if manual else handler_for(instr))(self, instr)
+                    value = self._partition_instruction(instr, handler_for(instr))
                 self.values[instr] = value
             root = self.values[comp.root]
             self.em.metadata = comp.root.attributes.get("metadata")
@@ -207,6 +210,27 @@ class Partitioner:
             return new, root.sharding
         finally:
             self.em, self._reshards = saved
+
+    def _partition_instruction(self, instr: Instruction, handler) -> PValue:
+        """Run `handler`.  Inside a partially manual region it may ask for a resharding that
+        would leave the region's manual groups (ManualGroupsMismatch); then whatever it emitted
+        is taken back and the op is computed whole per manual group, as before this region was
+        partitioned over its automatic axes (fallback.whole_per_manual_group)."""
+        if not (is_partially_manual_instr(instr, self)):
+            return handler(self, instr)
+        em = self.em
+        start, tables, reshards, pid = len(em.comp), len(em._tables), len(self._reshards), em._pid
+        try:
+            return handler(self, instr)
+        except ManualGroupsMismatch as e:
+            for emitted in reversed(em.comp.instructions[start:]):
+                em.comp.remove(emitted)
+            for cache, size in ((em._tables, tables), (self._reshards, reshards)):
+                for key in list(cache)[size:]:
+                    del cache[key]
+            em._pid = pid
+            em.metadata = instr.attributes.get("metadata")
+            return whole_per_manual_group(self, instr, str(e))
 
     # ------------------------------------------------------ handler API --
     def value(self, instr: Instruction) -> PValue:
@@ -253,6 +277,14 @@ class Partitioner:
     @property
     def n(self) -> int:
         return self.ctx.n
+
+
+def is_partially_manual_instr(instr: Instruction, p: "Partitioner") -> bool:
+    """Is `instr` inside a partially manual region (its result or an operand's value is)?"""
+    def pm(s: Sharding) -> bool:
+        return any(pm(e) for e in s.elements) if s.is_tuple else is_partially_manual(s)
+
+    return pm(p.target(instr)) or any(pm(p.value(op).sharding) for op in instr.operands)
 
 
 def _reachable(entry: Computation) -> set[Computation]:
