@@ -84,6 +84,25 @@ def is_partially_manual(sharding: Sharding | None) -> bool:
             and SubgroupKind.MANUAL in sharding.subgroups)
 
 
+def collective_pairs(instr: Instruction, n: int) -> list[tuple[int, int]]:
+    """The device pairs a collective connects: each group member with the group's first, or a
+    collective-permute's (source, target) pairs (one replica: groups name partitions)."""
+    if instr.opcode is Opcode.COLLECTIVE_PERMUTE:
+        return [(int(a), int(b)) for a, b in instr.attr("source_target_pairs") or ()]
+    groups = instr.replica_groups.groups or (tuple(range(n)),)
+    return [(g[0], d) for g in groups for d in g[1:]]
+
+
+def pair_on_other_tiles(instr: Instruction, tm: TileMap) -> tuple[int, int] | None:
+    """Two devices the collective `instr` connects that hold different tiles of `tm` (None when
+    every pair holds the same tile: the collective then runs on tiles as on whole values)."""
+    n = tm.num_devices
+    for a, b in collective_pairs(instr, n):
+        if a >= n or b >= n or not np.array_equal(tm.coords[a], tm.coords[b]):
+            return a, b
+    return None
+
+
 class ManualGroupsMismatch(Exception):
     """A value inside a partially manual region was asked for a sharding that does not keep its
     manual groups (a tiling over all devices, other manual groups): there is no resharding

@@ -25,8 +25,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (ManualGroupsMismatch, PValue, is_partially_manual,
-                                                       local_shape, tile_map, to_sharding)
-from hlo_passes.passes.spmd.tile_map import TileMap
+                                                       local_shape, pair_on_other_tiles, tile_map, to_sharding)
 
 _MOVING_DIMS = {Opcode.ALL_GATHER: "dimensions", Opcode.REDUCE_SCATTER: "dimensions",
                 Opcode.ALL_TO_ALL: "dimensions"}
@@ -48,7 +47,7 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
     if instr.opcode is Opcode.ALL_TO_ALL and not moving:
         raise ManualGroupsMismatch(f"{instr.name}: a tuple all-to-all is not partitioned")
     tm = tile_map(target, rank, p.n).keep_dims([d for d in range(rank) if d not in moving])
-    bad = _partners_on_other_tiles(instr, tm, p.n)
+    bad = pair_on_other_tiles(instr, tm)
     if bad is not None:
         raise ManualGroupsMismatch(f"{instr.name}: devices {bad[0]} and {bad[1]} exchange data but hold "
                                    "different tiles")
@@ -56,21 +55,6 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
     x = p.operand_as(instr, 0, sharding)
     new = p.clone(instr, [x], local_shape(instr.shape, sharding))
     return p.reshard(PValue(new, sharding, instr.shape), target)
-
-
-def _partners_on_other_tiles(instr: Instruction, tm: TileMap, n: int) -> tuple[int, int] | None:
-    """Two devices the collective pairs whose tiles in `tm` differ (None when there are none)."""
-    if instr.opcode is Opcode.COLLECTIVE_PERMUTE:
-        pairs = [tuple(pair) for pair in instr.attr("source_target_pairs") or ()]
-    else:
-        groups = instr.replica_groups.groups or (tuple(range(n)),)
-        pairs = [(g[0], d) for g in groups for d in g[1:]]
-    for a, b in pairs:
-        if a >= n or b >= n:
-            return a, b
-        if tuple(tm.coords[a]) != tuple(tm.coords[b]):
-            return a, b
-    return None
 
 
 @handles(Opcode.PARTITION_ID, Opcode.REPLICA_ID)
