@@ -10,8 +10,9 @@ from hlo_passes.passes.spmd.handlers import HandlerContext
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.partition_context import (PValue, is_partially_manual, manual_only, tile_map,
-                                                       to_sharding)
+from hlo_passes.passes.spmd.partition_context import (PValue, is_fully_manual, is_partially_manual, manual_only,
+                                                       tile_map, to_sharding)
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
 def replicated_like(shape) -> Sharding:
@@ -32,24 +33,43 @@ def replicate(p: HandlerContext, instr, why: str | None = None) -> PValue:
     return p.reshard(full, target)
 
 
-def whole_in_manual_groups(sharding: Sharding, shape, n: int) -> Sharding:
-    """`sharding` with the automatic tiling of a partially manual value gathered: each device
-    holds its manual group's whole value (other shardings unchanged)."""
+def whole_in_manual_groups(sharding: Sharding, shape, n: int, groups: TileMap | None = None) -> Sharding:
+    """What a device holds once a value of a partially manual region is gathered over the
+    region's automatic axes: its manual group's whole value.  Partially manual leaves keep their
+    manual groups; other array leaves take `groups`' (the region's), or read as replicated
+    (which inside a region means the same: whole per group)."""
     if sharding.is_tuple:
-        return Sharding.tuple_of(whole_in_manual_groups(sharding.element(i), e, n)
+        return Sharding.tuple_of(whole_in_manual_groups(sharding.element(i), e, n, groups)
                                  for i, e in enumerate(shape.elements))
-    if not is_partially_manual(sharding):
+    if is_fully_manual(sharding) or not shape.is_array:
         return sharding
-    return to_sharding(manual_only(tile_map(sharding, shape.rank, n)))
+    if is_partially_manual(sharding):
+        return to_sharding(manual_only(tile_map(sharding, shape.rank, n)))
+    if groups is None:
+        return Sharding.replicated()
+    return to_sharding(manual_only(TileMap.replicated(shape.rank, n).with_manual(groups)))
+
+
+def _region_groups(shardings, n: int) -> TileMap | None:
+    """The manual groups of the first partially manual leaf among `shardings`."""
+    for s in shardings:
+        for leaf in (s.elements if s.is_tuple else (s,)):
+            if is_partially_manual(leaf):
+                return tile_map(leaf, leaf.data_rank, n)
+    return None
 
 
 def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
     """The default inside a partially manual region: operands gathered over the region's
-    automatic axes, the op computed on each manual group's whole value (its shape inside the
-    region), its result left whole per group (users slice what they need).  A called
+    automatic axes (an operand tiled over all devices, which only a region's replicated values
+    can be, is gathered whole), the op computed on each manual group's whole value (its shape
+    inside the region), its result left whole per group (users slice what they need).  A called
     computation of control flow is copied as manual code, every value in it whole per group."""
-    operands = [p.operand_as(instr, i, whole_in_manual_groups(p.value(op).sharding, op.shape, p.n))
-                for i, op in enumerate(instr.operands)]
+    values = [p.value(op) for op in instr.operands]
+    target = p.target(instr)
+    groups = _region_groups([target] + [v.sharding for v in values], p.n)
+    operands = [p.operand_as(instr, i, whole_in_manual_groups(v.sharding, op.shape, p.n))
+                for i, (op, v) in enumerate(zip(instr.operands, values))]
     called = {}
     if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
         for key, comp in instr.called.items():
@@ -58,5 +78,5 @@ def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
             called[key] = new if isinstance(comp, tuple) else new[0]
     p.remark(instr, f"replicated: computed whole per manual group (gathered over the automatic axes): {why}",
              kind="missed")
-    out = whole_in_manual_groups(p.target(instr), instr.shape, p.n)
+    out = whole_in_manual_groups(target, instr.shape, p.n, groups)
     return PValue(p.clone(instr, operands, instr.shape, **called), out, instr.shape)
