@@ -275,9 +275,12 @@ ENTRY e {
 def test_partially_manual_region_tiled_over_its_automatic_devices():
     """XLA's propagation tiles a shard_map region's values over the mesh axes it leaves
     automatic (here the region's input takes w's split over 'model' through the open
-    dims).  The region is still copied unchanged: each manual group gets its whole shard, and
-    the result computes what XLA's partitioned program computes, device by device."""
+    dims).  The region is partitioned there as XLA partitions it: the multiply and the psum
+    over the manual axis run on [8,4] tiles, and the result computes what XLA's partitioned
+    program computes, device by device."""
     module, out, _ = partition(PARTIALLY_MANUAL_AUTO_TILED)
+    (psum,) = [i for i in module.all_instructions() if i.opcode is Opcode.ALL_REDUCE]
+    assert tuple(psum.shape.dims) == (8, 4)
     xla = pass_dump(PARTIALLY_MANUAL_AUTO_TILED, "spmd-partitioning", num_partitions=8)
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
     assert ok, note

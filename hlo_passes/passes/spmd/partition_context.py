@@ -231,6 +231,20 @@ class Emitter:
     def b(self) -> Builder:
         return Builder(self.comp, metadata=self.metadata)
 
+    def checkpoint(self) -> tuple[int, int, Instruction | None]:
+        """Where the computation and the emitter's caches stand (see `rollback`)."""
+        return len(self.comp), len(self._tables), self._pid
+
+    def rollback(self, checkpoint: tuple[int, int, Instruction | None]) -> None:
+        """Erase what was emitted since `checkpoint` (the emitter only appends) and forget the
+        tables and partition-id made since."""
+        emitted, tables, pid = checkpoint
+        for instr in reversed(self.comp.instructions[emitted:]):  # users before their operands
+            self.comp.remove(instr)
+        for key in list(self._tables)[tables:]:
+            del self._tables[key]
+        self._pid = pid
+
     def partition_id(self) -> Instruction:
         if self._pid is None:
             self._pid = self.b().partition_id()

@@ -216,19 +216,16 @@ class Partitioner:
         would leave the region's manual groups (ManualGroupsMismatch); then whatever it emitted
         is taken back and the op is computed whole per manual group, as before this region was
         partitioned over its automatic axes (fallback.whole_per_manual_group)."""
-        if not (is_partially_manual_instr(instr, self)):
+        if not is_partially_manual_instr(instr, self):
             return handler(self, instr)
         em = self.em
-        start, tables, reshards, pid = len(em.comp), len(em._tables), len(self._reshards), em._pid
+        checkpoint, reshards = em.checkpoint(), len(self._reshards)
         try:
             return handler(self, instr)
         except ManualGroupsMismatch as e:
-            for emitted in reversed(em.comp.instructions[start:]):
-                em.comp.remove(emitted)
-            for cache, size in ((em._tables, tables), (self._reshards, reshards)):
-                for key in list(cache)[size:]:
-                    del cache[key]
-            em._pid = pid
+            em.rollback(checkpoint)
+            for key in list(self._reshards)[reshards:]:
+                del self._reshards[key]
             em.metadata = instr.attributes.get("metadata")
             return whole_per_manual_group(self, instr, str(e))
 
