@@ -67,6 +67,12 @@ class Mesh:
     def manual_group(self, device: int) -> int:
         return int(np.argwhere(self.devices == device)[0][self.manual_axis])
 
+    def user_pairs(self) -> str:
+        """Source-target pairs of a ppermute one step along the manual axis."""
+        rows = self._by(self.auto_axis, self.manual_axis).tolist()
+        pairs = [(row[i], row[(i + 1) % len(row)]) for row in rows for i in range(len(row))]
+        return "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"
+
     def user_groups(self) -> str:
         """Replica groups of a psum over the manual axis: devices that differ only there."""
         groups = self._by(self.auto_axis, self.manual_axis).tolist()
@@ -143,8 +149,8 @@ def reduce_auto_dim(mesh: Mesh) -> str:
 
 
 def psum_and_gather_on_manual_axis(mesh: Mesh) -> str:
-    """shard_map's own psum and all_gather over the manual axis, on values tiled over the
-    automatic axis (dim 1): they run on the tiles."""
+    """shard_map's own psum, all_gather and ppermute over the manual axis, on values tiled over
+    the automatic axis (dim 1): they run on the tiles."""
     r = mesh.region(2, 1)
     groups = mesh.user_groups()
     lines = _into_region(mesh, "x", 0, (8 * mesh.m, 32), 1)
@@ -152,7 +158,9 @@ def psum_and_gather_on_manual_axis(mesh: Mesh) -> str:
               f"to_apply=add, sharding={r}",
               f"  g = f32[{8 * mesh.m},32] all-gather(s), channel_id=2, replica_groups={groups}, dimensions={{0}}, "
               f"use_global_device_ids=true, sharding={r}",
-              f"  t = f32[{8 * mesh.m},32] add(g, g), sharding={r}"]
+              f"  q = f32[{8 * mesh.m},32] collective-permute(g), channel_id=3, "
+              f"source_target_pairs={mesh.user_pairs()}, sharding={r}",
+              f"  t = f32[{8 * mesh.m},32] add(g, q), sharding={r}"]
     return _module("pm_collectives", lines + _out_of_region(mesh, "t", (8 * mesh.m, 32), 1))
 
 
@@ -247,7 +255,8 @@ def test_shard_map_collectives_on_the_manual_axis_run_on_tiles(shape, manual):
     assert _local_dims(module, "s") == (8, 32 // mesh.a)
     assert _local_dims(module, "g") == (8 * mesh.m, 32 // mesh.a)
     kinds = sorted(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective)
-    assert kinds == ["all-gather", "all-reduce"]  # the program's own two, nothing inserted
+    assert _local_dims(module, "q") == (8 * mesh.m, 32 // mesh.a)
+    assert kinds == ["all-gather", "all-reduce", "collective-permute"]  # the program's own, nothing inserted
     assert not _missed(remarks)
 
 
