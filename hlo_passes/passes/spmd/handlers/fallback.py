@@ -65,18 +65,22 @@ def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
     can be, is gathered whole), the op computed on each manual group's whole value (its shape
     inside the region), its result left whole per group (users slice what they need).  A called
     computation of control flow is copied as manual code, every value in it whole per group."""
+    if instr.custom_call_target in ("SPMDFullToShardShape", "SPMDShardToFullShape"):
+        raise AssertionError(f"{instr.name}: a manual region's border has no fallback: {why}")
     values = [p.value(op) for op in instr.operands]
     target = p.target(instr)
     groups = _region_groups([target] + [v.sharding for v in values], p.n)
     operands = [p.operand_as(instr, i, whole_in_manual_groups(v.sharding, op.shape, p.n))
                 for i, (op, v) in enumerate(zip(instr.operands, values))]
+    out = whole_in_manual_groups(target, instr.shape, p.n, groups)
+    p.remark(instr, f"replicated: computed whole per manual group (gathered over the automatic axes): {why}",
+             kind="missed")
+    if instr.custom_call_target == "Sharding":  # an annotation computes nothing
+        return PValue(operands[0], out, instr.shape)
     called = {}
     if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
         for key, comp in instr.called.items():
             comps = comp if isinstance(comp, tuple) else (comp,)
             new = tuple(p.partition_manual(c) for c in comps)
             called[key] = new if isinstance(comp, tuple) else new[0]
-    p.remark(instr, f"replicated: computed whole per manual group (gathered over the automatic axes): {why}",
-             kind="missed")
-    out = whole_in_manual_groups(target, instr.shape, p.n, groups)
     return PValue(p.clone(instr, operands, instr.shape, **called), out, instr.shape)

@@ -123,8 +123,9 @@ def _blocks_cut(full: Sharding, region: Sharding, full_shape, region_shape, n: i
     minor-free part of `full`'s tiling, or when a region tile is not a whole, unpadded part of
     its block."""
     rank = region_shape.rank
-    if not is_partially_manual(region) or full.is_tuple or full_shape.rank != rank or rank == 0:
-        return None
+    if (not is_partially_manual(region) or full.is_tuple or is_manual(full) or full_shape.rank != rank
+            or rank == 0):
+        return None  # (a region inside a region keeps the old path)
     inner = TileMap.from_sharding(region, n, rank)
     outer = TileMap.from_sharding(full, n, rank) if full.kind is not ShardingKind.REPLICATED else (
         TileMap.replicated(rank, n))
