@@ -3,7 +3,7 @@
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window,
-convolution, sort, gather, scatter), random shapes (size-1 and uneven dims included), and
+convolution, sort, gather, scatter, partially manual shard_map regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -59,6 +59,7 @@ class Program:
     comparators: int = 0
     counter: int = 0
     sparse: bool = False  # few annotations (see the module docstring)
+    manual_mesh: tuple[tuple[int, int], int] | None = None  # shard_map regions: (mesh shape, manual axis)
 
     # ---------------------------------------------------------------- names --
     def fresh(self, hint: str) -> str:
@@ -469,13 +470,114 @@ def op_annotate(p: Program) -> None:
            sharding=p.sharding(x.dims, allow_maximal=False))
 
 
+def _tiles(mesh: list[list[int]], axes: list[int], dims: list[int], subgroups: list[tuple[str, int]]) -> str:
+    """`{devices=[dims + subgroup sizes]ids ...}`: the devices of a 2-axis `mesh` ordered by `axes`
+    (the tiled ones first, then the subgroup axes)."""
+    rows, cols = len(mesh), len(mesh[0])
+    sizes = (rows, cols)
+    order = [mesh[i][j] if axes == [0, 1] else mesh[j][i]
+             for i in range(sizes[axes[0]]) for j in range(sizes[axes[1]])]
+    tile = dims + [size for _, size in subgroups]
+    kinds = [kind for kind, _ in subgroups]
+    tail = ""
+    if kinds == ["replicated"]:
+        tail = " last_tile_dim_replicate"
+    elif kinds:
+        tail = " last_tile_dims={" + ", ".join(kinds) + "}"
+    return f"{{devices=[{','.join(map(str, tile))}]{','.join(map(str, order))}{tail}}}"
+
+
+def op_partially_manual(p: Program) -> None:
+    """A shard_map region manual over one axis of a 2-axis mesh, its values tiled over the other
+    (automatic) axis on a random dim, or whole per manual group: elementwise ops, a reduce
+    broadcast back, and a psum over the manual axis inside; the region's result back outside."""
+    r, n = p.rng, p.devices
+    if n < 4:
+        return op_unary(p)
+    if p.manual_mesh is None:  # one mesh for every region, as a JAX program has
+        p.manual_mesh = (r.choice([(2, n // 2), (n // 2, 2)]), r.randrange(2))
+    shape, manual = p.manual_mesh
+    mesh = [[i * shape[1] + j for j in range(shape[1])] for i in range(shape[0])]
+    auto = 1 - manual
+    m, a = shape[manual], shape[auto]
+    x = p.pick()
+    split = [d for d, size in enumerate(x.dims) if size % m == 0 and size >= m]
+    if not split:
+        return op_unary(p)
+    block_dim = r.choice(split)
+    local = list(x.dims)
+    local[block_dim] //= m
+    rank = len(local)
+    # even tiles only: XLA's partitioner, the oracle, computes a wrong result when the region's
+    # automatic tiling pads a dim that is also split over the manual axis (ours handles it)
+    auto_dim = r.choice([None] + [d for d in range(rank) if local[d] % a == 0])
+
+    def region(dims_rank: int, tiled: int | None) -> str:
+        if tiled is None:
+            return _tiles(mesh, [manual, auto], [1] * dims_rank, [("manual", m), ("replicated", a)])
+        dims = [1] * dims_rank
+        dims[tiled] = a
+        return _tiles(mesh, [auto, manual], dims, [("manual", m)])
+
+    outer_dims = [1] * rank
+    outer_dims[block_dim] *= m
+    if auto_dim is None:
+        outer = _tiles(mesh, [manual, auto], outer_dims, [("replicated", a)])
+    else:
+        outer_dims[auto_dim] *= a
+        nested = auto_dim < block_dim
+        outer = _tiles(mesh, [auto, manual] if nested else [manual, auto], outer_dims, [])
+    inside = region(rank, auto_dim)
+    ltxt = ",".join(map(str, local))
+    s = p.emit("enter", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"', sharding=outer)
+    v = Value(p.fresh("region"), tuple(local))
+    p.lines.append(f'  {v.name} = {v.shape} custom-call({s.name}), custom_call_target="SPMDFullToShardShape", '
+                   f'sharding={inside}')
+    groups = ([[mesh[i][j] for i in range(shape[0])] for j in range(shape[1])] if manual == 0
+              else [[mesh[i][j] for j in range(shape[1])] for i in range(shape[0])])
+    for _ in range(r.randint(1, 3)):
+        # no reduce to a scalar: XLA's partitioner, the oracle, gets one inside a region wrong
+        kind = r.choice(("unary", "binary", "psum") + (("reduce",) if rank > 1 else ()))
+        name = p.fresh(f"pm_{kind}")
+        if kind == "unary":
+            text = f"{r.choice(('negate', 'exponential', 'tanh', 'abs'))}({v.name})"
+        elif kind == "binary":
+            text = f"{r.choice(BINARY)}({v.name}, {v.name})"
+        elif kind == "psum":
+            text = (f"all-reduce({v.name}), channel_id=1, replica_groups={{"
+                    + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups)
+                    + f"}}, use_global_device_ids=true, to_apply={p.reducer('add')}")
+        else:
+            d = r.randrange(rank)
+            kept = [k for k in range(rank) if k != d]
+            kept_tiled = kept.index(auto_dim) if auto_dim in kept else None
+            zero = p.fresh("zero")
+            red = p.fresh("pm_reduced")
+            rdims = ",".join(str(local[k]) for k in kept)
+            p.lines.append(f"  {zero} = f32[] constant(0), sharding={region(0, None)}")
+            p.lines.append(f"  {red} = f32[{rdims}] reduce({v.name}, {zero}), dimensions={{{d}}}, "
+                           f"to_apply={p.reducer('add')}, sharding={region(rank - 1, kept_tiled)}")
+            p.lines.append(f"  {name} = f32[{ltxt}] broadcast({red}), dimensions={{{','.join(map(str, kept))}}}, "
+                           f"sharding={region(rank, None)}")
+            v = Value(name, tuple(local))
+            continue
+        p.lines.append(f"  {name} = f32[{ltxt}] {text}, sharding={inside}")
+        v = Value(name, tuple(local))
+    back = p.fresh("leave")
+    p.lines.append(f'  {back} = f32[{ltxt}] custom-call({v.name}), custom_call_target="Sharding", sharding={inside}')
+    out = Value(p.fresh("full"), x.dims)
+    p.lines.append(f'  {out.name} = {out.shape} custom-call({back}), custom_call_target="SPMDShardToFullShape", '
+                   f'sharding={outer}')
+    p.values.append(out)
+
+
 OPS = {
     "unary": op_unary, "binary": op_binary, "select": op_select, "broadcast": op_broadcast,
     "transpose": op_transpose, "reshape": op_reshape, "reduce": op_reduce, "int-reduce": op_int_reduce, "dot": op_dot,
     "slice": op_slice, "pad": op_pad, "concatenate": op_concatenate, "reverse": op_reverse,
     "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
-    "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate,
+    "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
 }
 
 

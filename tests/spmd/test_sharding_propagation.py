@@ -192,6 +192,43 @@ def test_shard_alike_annotation_goes_and_barriers_go():
     assert not any((i.custom_call_target or "").startswith("ShardBarrier") for i in m.entry.instructions)
 
 
+PARTIAL_MANUAL_BLOCKS_CUT = """HloModule m, num_partitions=8
+
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT sum = f32[] add(x, y)
+}
+
+ENTRY main {
+  b = f32[16,8] parameter(0), sharding={devices=[4,2]<=[8]}
+  open = f32[16,8] custom-call(b), custom_call_target="Sharding", sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}, backend_config="unspecified_dims=[0,1]"
+  inside = f32[4,8] custom-call(open), custom_call_target="SPMDFullToShardShape", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  psum = f32[4,8] all-reduce(inside), channel_id=1, replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, to_apply=add
+  back = f32[4,8] custom-call(psum), custom_call_target="Sharding", sharding={devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}, backend_config="unspecified_dims=[0,1]"
+  ROOT full = f32[4,8] custom-call(back), custom_call_target="SPMDShardToFullShape", sharding={replicated}, backend_config="unspecified_dims=[0,1]"
+}
+"""
+
+
+def test_partially_manual_region_takes_the_automatic_part_of_an_input_split_over_both_axes():
+    """Deliberate difference from XLA's GSPMD propagation (as Shardy, which JAX compiles with,
+    propagates): the region's input is tiled [4,2] outside, over the manual x (4) and the
+    automatic y (2); the open dims take the part that cuts each manual group's block further
+    (dim 1 over y), and the psum over x keeps it, each of its groups holding one y tile.  XLA's
+    RefineManualAutoShardingFromAuto needs the tiling replicated over the manual devices and
+    leaves the region whole per group.  A psum whose groups span y tiles keeps nothing."""
+    m = propagate(PARTIAL_MANUAL_BLOCKS_CUT)
+    region = S("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dims={manual}}")
+    assert sharding_of(m, "open") == S("{devices=[4,2]<=[8]}")
+    assert sharding_of(m, "inside") == region
+    assert sharding_of(m, "psum") == region
+    assert sharding_of(m, "back") == region
+    across = propagate(PARTIAL_MANUAL_BLOCKS_CUT.replace("{{0,2,4,6},{1,3,5,7}}", "{{0,1,2,3,4,5,6,7}}"))
+    assert sharding_of(across, "inside") == region
+    assert sharding_of(across, "psum") in (None, S("{devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}"))
+
+
 def test_wide_reduce_window_keeps_no_tiling_on_purpose():
     """Deliberate difference from XLA (see propagation_rules.wide_window_dims): a cumsum's window
     as wide as the dim does not take that dim's tiling; a remark says why."""

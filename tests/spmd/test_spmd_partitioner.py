@@ -100,16 +100,21 @@ def test_sharded_corpus_program_verifies(program, form):
             assert r.message.startswith("replicated: ")
 
 
-def test_shard_map_2d_result_kept_in_its_annotated_sharding():
-    """The partially manual region's result is annotated replicated; XLA (compiled with
-    allow_spmd_sharding_propagation_to_output) tiles it over 'y', ours keeps the annotation.  The
-    comparison accepts that only because each XLA tile is a block of our value."""
+def test_shard_map_2d_partially_manual_region_partitioned_over_y_like_xla():
+    """The partially manual region (manual 'x') takes its input's split over 'y' through its
+    open dims, is partitioned over 'y' (its psum over 'x' sums [4,4] tiles, within each y
+    column) and, as XLA compiled it with allow_spmd_sharding_propagation_to_output, its result
+    stays tiled over 'y': XLA's bytes, XLA's per-device values."""
     program = "shard_map_collectives_2d"
     module, out, _ = partition(lowered(program, "shardy"))
-    assert module.entry.root.sharding.element(2).is_replicated
+    assert module.entry.root.sharding.element(2).to_hlo() == "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}"
+    body = next(c for c in module.computations if c.name.startswith("xla.sdy.manual_computation_body_0"))
+    (psum,) = [i for i in body.instructions if i.opcode is Opcode.ALL_REDUCE]
+    assert psum.shape.dims == (4, 4) and [list(g) for g in psum.replica_groups.groups] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert not any(i.opcode is Opcode.ALL_GATHER for i in body.instructions)
     xla = (CORPUS / program / f"{program}.xla_spmd.hlo").read_text()
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
-    assert ok and "output 2" in note, note
+    assert ok and not note, note
 
 
 def test_megatron_output_contract_and_collectives():
@@ -270,9 +275,12 @@ ENTRY e {
 def test_partially_manual_region_tiled_over_its_automatic_devices():
     """XLA's propagation tiles a shard_map region's values over the mesh axes it leaves
     automatic (here the region's input takes w's split over 'model' through the open
-    dims).  The region is still copied unchanged: each manual group gets its whole shard, and
-    the result computes what XLA's partitioned program computes, device by device."""
+    dims).  The region is partitioned there as XLA partitions it: the multiply and the psum
+    over the manual axis run on [8,4] tiles, and the result computes what XLA's partitioned
+    program computes, device by device."""
     module, out, _ = partition(PARTIALLY_MANUAL_AUTO_TILED)
+    (psum,) = [i for i in module.all_instructions() if i.opcode is Opcode.ALL_REDUCE]
+    assert tuple(psum.shape.dims) == (8, 4)
     xla = pass_dump(PARTIALLY_MANUAL_AUTO_TILED, "spmd-partitioning", num_partitions=8)
     ok, note = _spmd_quality().compare_with_xla(out, xla, 8)
     assert ok, note

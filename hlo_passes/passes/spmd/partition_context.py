@@ -57,14 +57,61 @@ class PValue:
 
 # ------------------------------------------------------------ shardings --
 def is_manual(sharding: Sharding | None) -> bool:
-    """Fully or partially manual (a shard_map region): values pass through untouched."""
+    """Fully or partially manual (a shard_map region)."""
     if sharding is None:
         return False
     if sharding.kind is ShardingKind.TUPLE:
         return any(is_manual(e) for e in sharding.elements)
     if sharding.kind is ShardingKind.MANUAL:
         return True
-    return sharding.kind is ShardingKind.TILED and SubgroupKind.MANUAL in sharding.subgroups
+    return is_partially_manual(sharding)
+
+
+def is_fully_manual(sharding: Sharding | None) -> bool:
+    """`{manual}` (or a tuple with such an element): per-device code the partitioner copies."""
+    if sharding is None:
+        return False
+    if sharding.kind is ShardingKind.TUPLE:
+        return any(is_fully_manual(e) for e in sharding.elements)
+    return sharding.kind is ShardingKind.MANUAL
+
+
+def is_partially_manual(sharding: Sharding | None) -> bool:
+    """An array sharding with MANUAL subgroups (`last_tile_dims={manual, ...}`): the value lies
+    inside a partially manual region.  Its manual groups are fixed device groups; its tile dims
+    are automatic and partitioned like any tiling, within each manual group."""
+    return (sharding is not None and sharding.kind is ShardingKind.TILED
+            and SubgroupKind.MANUAL in sharding.subgroups)
+
+
+def collective_pairs(instr: Instruction, n: int) -> list[tuple[int, int]]:
+    """The device pairs a collective connects: each group member with the group's first, or a
+    collective-permute's (source, target) pairs (one replica: groups name partitions)."""
+    if instr.opcode is Opcode.COLLECTIVE_PERMUTE:
+        return [(int(a), int(b)) for a, b in instr.attr("source_target_pairs") or ()]
+    groups = instr.replica_groups.groups or (tuple(range(n)),)
+    return [(g[0], d) for g in groups for d in g[1:]]
+
+
+def pair_on_other_tiles(instr: Instruction, tm: TileMap) -> tuple[int, int] | None:
+    """Two devices the collective `instr` connects that hold different tiles of `tm` (None when
+    every pair holds the same tile: the collective then runs on tiles as on whole values)."""
+    n = tm.num_devices
+    for a, b in collective_pairs(instr, n):
+        if a >= n or b >= n or not np.array_equal(tm.coords[a], tm.coords[b]):
+            return a, b
+    return None
+
+
+class ManualGroupsMismatch(Exception):
+    """A value inside a partially manual region was asked for a sharding that does not keep its
+    manual groups (a tiling over all devices, other manual groups): there is no resharding
+    between the two.  The partitioner catches it and computes the op whole per manual group."""
+
+
+def manual_only(tm: TileMap) -> TileMap:
+    """`tm` with its automatic tiling gathered: every device holds its manual group's whole value."""
+    return TileMap.replicated(tm.rank, tm.num_devices).with_manual(tm)
 
 
 def tile_map(sharding: Sharding, rank: int, n: int) -> TileMap:
@@ -88,7 +135,7 @@ def local_shape(shape: Shape, sharding: Sharding) -> Shape:
     """Per-device shape: ceil(dim / tiles) on tiled dims."""
     if shape.is_tuple:
         return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
-    if sharding.kind is not ShardingKind.TILED or is_manual(sharding) or shape.rank == 0:
+    if sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
     return shape.with_dims(sharding.tile_shape(shape.dims))
 
@@ -204,6 +251,20 @@ class Emitter:
 
     def b(self) -> Builder:
         return Builder(self.comp, metadata=self.metadata)
+
+    def checkpoint(self) -> tuple[int, int, Instruction | None]:
+        """Where the computation and the emitter's caches stand (see `rollback`)."""
+        return len(self.comp), len(self._tables), self._pid
+
+    def rollback(self, checkpoint: tuple[int, int, Instruction | None]) -> None:
+        """Erase what was emitted since `checkpoint` (the emitter only appends) and forget the
+        tables and partition-id made since."""
+        emitted, tables, pid = checkpoint
+        for instr in reversed(self.comp.instructions[emitted:]):  # users before their operands
+            self.comp.remove(instr)
+        for key in list(self._tables)[tables:]:
+            del self._tables[key]
+        self._pid = pid
 
     def partition_id(self) -> Instruction:
         if self._pid is None:

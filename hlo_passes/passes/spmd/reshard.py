@@ -42,8 +42,9 @@ import numpy as np
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
-from hlo_passes.passes.spmd.partition_context import (Emitter, PValue, groups_varying, is_manual,
-                                                       same_placement, tile_map, tm_local_dims)
+from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PValue, groups_varying,
+                                                       is_fully_manual, is_partially_manual, manual_only,
+                                                       same_placement, tile_map, tm_local_dims, to_sharding)
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
@@ -77,12 +78,12 @@ def _slice_nested(src: TileMap, dst: TileMap, dims: tuple[int, ...], only=None) 
 def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
     """(source, target) pairs moving each device's `dst` tile to it, or None if impossible."""
     holders: dict[tuple, list[int]] = {}
-    for d in range(src.num_devices):
-        holders.setdefault(tuple(src.coords[d]), []).append(d)
+    for d in range(src.num_devices):  # a tile moves only within its manual group
+        holders.setdefault(tuple(src.coords[d]) + (int(src.manual[d]),), []).append(d)
     pairs, used = [], set()
     need = [d for d in range(dst.num_devices) if tuple(dst.coords[d]) != tuple(src.coords[d])]
     for d in need:
-        cands = [s for s in holders.get(tuple(dst.coords[d]), []) if s not in used]
+        cands = [s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used]
         if not cands:
             return None
         used.add(cands[0])
@@ -317,15 +318,51 @@ def _elem_bytes(shape: ArrayShape) -> int:
     return shape.element_type.byte_size if shape.element_type.is_array else 0
 
 
+# What a resharding the partitioner cannot do costs (a value leaving its manual groups): more
+# than any real plan, so that a handler pricing candidates never picks it.
+UNREACHABLE = Estimate(seconds=1e30, bytes=1 << 60, collectives=1 << 30)
+
+
+def manual_frame(src: Sharding, dst: Sharding, rank: int, n: int) -> tuple[TileMap, TileMap] | None:
+    """The tile maps a resharding from `src` to `dst` plans between, or None when the value
+    passes through unchanged (fully manual: per-device code).
+
+    Inside a partially manual region both keep the region's manual groups, and every plan step
+    (the collectives' groups, permute pairs, offsets) stays within them.  A replicated sharding
+    there means "whole in each manual group": a value the handlers computed replicated inside the
+    region is its group's whole value, and a replicated value read by the region is the same
+    everywhere.  Any other mix (a tiling over all devices, other manual groups) raises
+    ManualGroupsMismatch."""
+    if is_fully_manual(src) or is_fully_manual(dst):
+        return None
+    src_tm, dst_tm = tile_map(src, rank, n), tile_map(dst, rank, n)
+    src_pm, dst_pm = is_partially_manual(src), is_partially_manual(dst)
+    if src_pm and not dst_pm and dst.is_replicated:
+        dst_tm = manual_only(src_tm)
+    elif dst_pm and not src_pm and src.is_replicated:
+        src_tm = manual_only(dst_tm)
+    if (src_pm or dst_pm) and not src_tm.same_manual(dst_tm):
+        raise ManualGroupsMismatch(f"no resharding from {src.to_hlo()} to {dst.to_hlo()}: "
+                                   "it would move data between manual groups")
+    return src_tm, dst_tm
+
+
 def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int, model: CostModel = DEFAULT) -> Estimate:
-    """What resharding costs per device (ZERO for no-ops; local slices cost their copy)."""
-    if is_manual(src) or is_manual(dst) or not shape.is_array:
+    """What resharding costs per device (ZERO for no-ops; local slices cost their copy;
+    UNREACHABLE where it would leave the value's manual groups)."""
+    if not shape.is_array or src == dst:
         return ZERO
     key = (src, dst, shape, n, model.profile.name)
     found = _COSTS.get(key)
     if found is None:
-        steps = plan(tile_map(src, shape.rank, n), tile_map(dst, shape.rank, n), shape, model)
-        found = _COSTS[key] = steps_estimate(steps, tuple(shape.dims), _elem_bytes(shape), model)
+        try:
+            frame = manual_frame(src, dst, shape.rank, n)
+        except ManualGroupsMismatch:
+            frame, found = None, UNREACHABLE
+        if frame is not None:
+            steps = plan(*frame, shape, model)
+            found = steps_estimate(steps, tuple(shape.dims), _elem_bytes(shape), model)
+        _COSTS[key] = found = found or ZERO
         if len(_COSTS) > 100_000:
             _COSTS.clear()
     return found
@@ -347,9 +384,12 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
             elem = PValue(b.get_tuple_element(value.instr, i), value.sharding.element(i), shape.elements[i])
             parts.append(reshard(em, elem, dst.element(i)).instr)
         return PValue(b.tuple(parts), dst, shape)
-    if is_manual(value.sharding) or is_manual(dst) or not shape.element_type.is_array:
+    frame = manual_frame(value.sharding, dst, shape.rank, em.n) if shape.element_type.is_array else None
+    if frame is None:
         return PValue(value.instr, dst, shape)
-    src_tm, dst_tm = tile_map(value.sharding, shape.rank, em.n), tile_map(dst, shape.rank, em.n)
+    src_tm, dst_tm = frame
+    if is_partially_manual(value.sharding) and not is_partially_manual(dst):
+        dst = to_sharding(dst_tm)  # "replicated" inside the region: whole per manual group
     x = value.instr
     dims = tuple(shape.dims)
     for step in plan(src_tm, dst_tm, shape, em.ctx.cost_model):

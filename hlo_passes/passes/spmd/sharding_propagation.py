@@ -65,6 +65,8 @@ from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles
+from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
                                                       SHARDING, forward_rule, is_custom_call, passes_at_level,
                                                       supports_spatial_partitioning, user_rule)
@@ -793,7 +795,22 @@ class _Walk:
 
     def _supports(self, instr: Instruction, *, allow_output: bool, allow_params: bool) -> bool:
         return supports_spatial_partitioning(instr, in_called=instr.parent in self.caller,
-                                             allow_output=allow_output, allow_parameters=allow_params)
+                                             allow_output=allow_output, allow_parameters=allow_params
+                                             ) or self._tiles_through_manual_collective(instr)
+
+    def _tiles_through_manual_collective(self, instr: Instruction) -> bool:
+        """An all-reduce or collective-permute a partially manual region writes (shard_map's psum,
+        ppermute) keeps its operand's automatic tiling when every device it connects holds the
+        same tile: it then sums or moves tiles as it did whole values.  XLA's propagation stops
+        at cross-partition collectives; Shardy's passes this through, and the partitioner
+        (handlers/manual_collectives.py) runs it on tiles."""
+        if instr.opcode not in (Opcode.ALL_REDUCE, Opcode.COLLECTIVE_PERMUTE) or len(instr.operands) != 1:
+            return False
+        s = self.state.get(instr.operands[0])
+        if s is None or instr.shape.is_tuple or not su.is_manual_subgroup(s):
+            return False
+        tm = TileMap.from_sharding(s, len(s.devices), instr.shape.rank)
+        return tm is not None and pair_on_other_tiles(instr, tm) is None
 
     def _from_operands(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromOperands."""
@@ -945,6 +962,9 @@ class _Walk:
             auto_of, manual_of = conv, annotation
         refine = _refine_from_manual if source_is_manual_side else _refine_from_auto
         found = refine(source, dims, self.state.get(auto_of), self.state.get(manual_of))
+        if found is None and not source_is_manual_side:
+            found = _refine_from_auto_blocks(source, dims, self.state.get(auto_of), self.state.get(manual_of),
+                                             auto_of.shape, manual_of.shape)
         if found is None:
             return False
         self.state[auto_of], self.state[manual_of] = found
@@ -1140,6 +1160,53 @@ def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Shar
         return None
     kinds = [su.MAN] + ([su.REP] if su.has_partial_replication(merged) else [])
     return new_auto, su.subgroup(su.arr(merged), kinds)
+
+
+def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None,
+                             global_shape: Shape, region_shape: Shape):
+    """An auto-side sharding that also tiles dims over the manual axes refines the pair where
+    XLA's rule (which needs `to_merge` replicated over the manual devices) gives up: the merged
+    auto sharding cuts each manual group's block (global dims / region dims) further, and that
+    finer part becomes the region's automatic tiling.
+
+        auto {devices=[4,1,2] last_tile_dim_replicate}, to_merge {devices=[4,2]}, f32[16,8] -> f32[4,8]
+        -> auto {devices=[4,2]}, region {devices=[1,2,4]<=[4,2]T(1,0) last_tile_dims={manual}}
+
+    None where the blocks are not the major part of the merged tiling, a manual group's devices
+    hold pieces of two blocks, or a block is not cut evenly."""
+    if auto is None or man is None or to_merge.kind is not ShardingKind.TILED or not su.is_manual_subgroup(man):
+        return None
+    if su.is_manual_subgroup(auto) or su.is_manual_subgroup(to_merge) or global_shape.is_tuple:
+        return None
+    partial = su.replicate_all_except(to_merge, dims)
+    if su.is_tile_maximal(partial):
+        return None
+    new_auto = su.merge_if_compatible(partial, su.num_tiles(auto) + 1, auto)
+    if new_auto is None or new_auto.kind is not ShardingKind.TILED:
+        return None
+    n, rank = len(man.devices), global_shape.rank
+    outer, inner = TileMap.from_sharding(new_auto, n, rank), TileMap.from_sharding(man, n, rank)
+    if outer is None or inner is None or region_shape.rank != rank:
+        return None
+    extra_dims, extra = [], np.zeros((n, rank), np.int64)
+    for k in range(rank):
+        size, part = global_shape.dims[k], region_shape.dims[k]
+        if part == 0 or size % part or outer.dims[k] % (size // part):
+            return None
+        e = outer.dims[k] // (size // part)
+        if e > 1 and part % e:
+            return None
+        block = outer.coords[:, k] // e
+        for group in range(inner.manual_size):
+            if len(set(block[inner.manual == group].tolist())) > 1:
+                return None
+        extra[:, k] = outer.coords[:, k] % e
+        extra_dims.append(e)
+    merged = TileMap(tuple(extra_dims), extra, inner.manual, inner.manual_size).merge(inner)
+    new_man = merged.to_sharding() if merged is not None else None
+    if new_man is None or new_man == man:
+        return None
+    return new_auto, new_man
 
 
 def _refine_from_manual(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):

@@ -41,8 +41,9 @@ from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
-from hlo_passes.passes.spmd.partition_context import (Emitter, PartitionContext, PValue, is_manual,
-                                                       local_shape)
+from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
+from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
+                                                       is_manual, is_partially_manual, local_shape)
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.reshard import reshard
 
@@ -198,8 +199,10 @@ class Partitioner:
                 if instr.opcode is Opcode.PARAMETER:
                     s = param_shardings[instr.parameter_number]
                     value = PValue(self.clone(instr, [], local_shape(instr.shape, s)), s, instr.shape)
+                elif manual:
+                    value = copy_manual(self, instr)
                 else:
-                    value = (copy_manual if manual else handler_for(instr))(self, instr)
+                    value = self._partition_instruction(instr, handler_for(instr))
                 self.values[instr] = value
             root = self.values[comp.root]
             self.em.metadata = comp.root.attributes.get("metadata")
@@ -209,6 +212,24 @@ class Partitioner:
             return new, root.sharding
         finally:
             self.em, self._reshards = saved
+
+    def _partition_instruction(self, instr: Instruction, handler) -> PValue:
+        """Run `handler`.  Inside a partially manual region it may ask for a resharding that
+        would leave the region's manual groups (ManualGroupsMismatch); then whatever it emitted
+        is taken back and the op is computed whole per manual group, as before this region was
+        partitioned over its automatic axes (fallback.whole_per_manual_group)."""
+        if not is_partially_manual_instr(instr, self):
+            return handler(self, instr)
+        em = self.em
+        checkpoint, reshards = em.checkpoint(), len(self._reshards)
+        try:
+            return handler(self, instr)
+        except ManualGroupsMismatch as e:
+            em.rollback(checkpoint)
+            for key in list(self._reshards)[reshards:]:
+                del self._reshards[key]
+            em.metadata = instr.attributes.get("metadata")
+            return whole_per_manual_group(self, instr, str(e))
 
     # ------------------------------------------------------ handler API --
     def value(self, instr: Instruction) -> PValue:
@@ -275,6 +296,14 @@ class Partitioner:
     @property
     def n(self) -> int:
         return self.ctx.n
+
+
+def is_partially_manual_instr(instr: Instruction, p: "Partitioner") -> bool:
+    """Is `instr` inside a partially manual region (its result or an operand's value is)?"""
+    def pm(s: Sharding) -> bool:
+        return any(pm(e) for e in s.elements) if s.is_tuple else is_partially_manual(s)
+
+    return pm(p.target(instr)) or any(pm(p.value(op).sharding) for op in instr.operands)
 
 
 def _reachable(entry: Computation) -> set[Computation]:

@@ -164,6 +164,10 @@ class TileMap:
         """Output dim i is input dim perm[i]."""
         return self.remap(len(perm), {i: p for i, p in enumerate(perm)})
 
+    def with_manual(self, other: "TileMap") -> "TileMap":
+        """This tiling within `other`'s manual groups."""
+        return TileMap(self.dims, self.coords, other.manual, other.manual_size)
+
     def same_manual(self, other: "TileMap") -> bool:
         return self.manual_size == other.manual_size and np.array_equal(self.manual, other.manual)
 

@@ -85,11 +85,11 @@ _LOADED: list[bool] = []
 def handler_for(instr: Instruction) -> Handler:
     # function-local: the handler modules import this package (a cycle at import time)
     from hlo_passes.passes.spmd.handlers import structural
-    from hlo_passes.passes.spmd.partition_context import is_manual
+    from hlo_passes.passes.spmd.partition_context import is_fully_manual
 
     _load_handlers()
 
-    if is_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
+    if is_fully_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
             instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):
         return structural.manual
     if instr.opcode is Opcode.CUSTOM_CALL:

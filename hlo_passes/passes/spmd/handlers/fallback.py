@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from hlo_passes.passes.spmd.handlers import HandlerContext
 
+from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.partition_context import PValue
+from hlo_passes.passes.spmd.partition_context import (PValue, is_fully_manual, is_partially_manual, manual_only,
+                                                       tile_map, to_sharding)
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
 def replicated_like(shape) -> Sharding:
@@ -28,3 +31,56 @@ def replicate(p: HandlerContext, instr, why: str | None = None) -> PValue:
             f" ({instr.custom_call_target})" if instr.custom_call_target else "")
         p.remark(instr, f"replicated: {reason}", kind="missed")
     return p.reshard(full, target)
+
+
+def whole_in_manual_groups(sharding: Sharding, shape, n: int, groups: TileMap | None = None) -> Sharding:
+    """What a device holds once a value of a partially manual region is gathered over the
+    region's automatic axes: its manual group's whole value.  Partially manual leaves keep their
+    manual groups; other array leaves take `groups`' (the region's), or read as replicated
+    (which inside a region means the same: whole per group)."""
+    if sharding.is_tuple:
+        return Sharding.tuple_of(whole_in_manual_groups(sharding.element(i), e, n, groups)
+                                 for i, e in enumerate(shape.elements))
+    if is_fully_manual(sharding) or not shape.is_array:
+        return sharding
+    if is_partially_manual(sharding):
+        return to_sharding(manual_only(tile_map(sharding, shape.rank, n)))
+    if groups is None:
+        return Sharding.replicated()
+    return to_sharding(manual_only(TileMap.replicated(shape.rank, n).with_manual(groups)))
+
+
+def _region_groups(shardings, n: int) -> TileMap | None:
+    """The manual groups of the first partially manual leaf among `shardings`."""
+    for s in shardings:
+        for leaf in (s.elements if s.is_tuple else (s,)):
+            if is_partially_manual(leaf):
+                return tile_map(leaf, leaf.data_rank, n)
+    return None
+
+
+def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
+    """The default inside a partially manual region: operands gathered over the region's
+    automatic axes (an operand tiled over all devices, which only a region's replicated values
+    can be, is gathered whole), the op computed on each manual group's whole value (its shape
+    inside the region), its result left whole per group (users slice what they need).  A called
+    computation of control flow is copied as manual code, every value in it whole per group."""
+    if instr.custom_call_target in ("SPMDFullToShardShape", "SPMDShardToFullShape"):
+        raise AssertionError(f"{instr.name}: a manual region's border has no fallback: {why}")
+    values = [p.value(op) for op in instr.operands]
+    target = p.target(instr)
+    groups = _region_groups([target] + [v.sharding for v in values], p.n)
+    operands = [p.operand_as(instr, i, whole_in_manual_groups(v.sharding, op.shape, p.n))
+                for i, (op, v) in enumerate(zip(instr.operands, values))]
+    out = whole_in_manual_groups(target, instr.shape, p.n, groups)
+    p.remark(instr, f"replicated: computed whole per manual group (gathered over the automatic axes): {why}",
+             kind="missed")
+    if instr.custom_call_target == "Sharding":  # an annotation computes nothing
+        return PValue(operands[0], out, instr.shape)
+    called = {}
+    if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
+        for key, comp in instr.called.items():
+            comps = comp if isinstance(comp, tuple) else (comp,)
+            new = tuple(p.partition_manual(c) for c in comps)
+            called[key] = new if isinstance(comp, tuple) else new[0]
+    return PValue(p.clone(instr, operands, instr.shape, **called), out, instr.shape)
