@@ -107,3 +107,24 @@ ENTRY main {{
     module, out, _ = _partition(text)
     assert _collectives(module) == Counter(), out
     _verify(text, out)
+
+
+@pytest.mark.parametrize("shapes", [("f32[10]", "f32[10,1]"), ("f32[10,1]", "f32[10]"), ("f32[1,10,3]", "f32[10,1,3]"),
+                                    ("f32[10,6]", "f32[10,1,6]")])
+def test_a_reshape_that_only_adds_or_drops_size_one_dims_keeps_an_uneven_tiling(shapes):
+    # 10 rows over 4 devices (3, 3, 3, 1): the same padded tile on both sides of the reshape.
+    src, dst = shapes
+    tiled_src = "{devices=[" + ",".join("4" if d == "10" else "1" for d in src[4:-1].split(",")) + "]<=[4]}"
+    tiled_dst = "{devices=[" + ",".join("4" if d == "10" else "1" for d in dst[4:-1].split(",")) + "]<=[4]}"
+    text = f"""HloModule uneven, num_partitions=4
+
+ENTRY main {{
+  x = {src} parameter(0), sharding={tiled_src}
+  e = {src} exponential(x), sharding={tiled_src}
+  r = {dst} reshape(e), sharding={tiled_dst}
+  ROOT n = {dst} negate(r), sharding={tiled_dst}
+}}
+"""
+    module, out, _ = _partition(text, n=4)
+    assert _collectives(module) == Counter(), out
+    _verify(text, out, n=4)

@@ -212,11 +212,20 @@ def reshape_tile_map(tm: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int,
 
     Dimensions are grouped where their products agree ([a,b,c] -> [a*b,c] groups {a,b}->{ab}
     and {c}->{c}).  A group's tiles carry over when they cut the group's row-major element
-    order into equal contiguous chunks, and those chunks cut the output dims the same way;
-    other groups lose their tiling (their devices become replicas)."""
+    order into equal contiguous chunks, and those chunks cut the output dims the same way, or
+    when the group is one dim of the same size on both sides beside size-1 dims (uneven tiles
+    too); other groups lose their tiling (their devices become replicas)."""
     out_coords = np.zeros((tm.num_devices, len(out_dims)), np.int64)
     out_tiles = [1] * len(out_dims)
     for ins, outs in _reshape_groups(in_dims, out_dims):
+        big_in = [i for i in ins if in_dims[i] != 1]
+        big_out = [o for o in outs if out_dims[o] != 1]
+        if len(big_in) == 1 and len(big_out) == 1 and all(tm.dims[i] == 1 for i in ins if i != big_in[0]):
+            # One dim of the same size on both sides, only size-1 dims added or removed: its
+            # tiles carry over as they are, uneven ones too (both sides pad the same way).
+            out_coords[:, big_out[0]] = tm.coords[:, big_in[0]]
+            out_tiles[big_out[0]] = tm.dims[big_in[0]]
+            continue
         chunk = _group_chunks(tm, ins, in_dims)
         if chunk is None:
             continue
