@@ -143,11 +143,15 @@ def gpt_scan(d: int, tokens: int = 512, heads: int = 8, layers: int = 4):
     b, s = 4, tokens // 4
     dh = d // heads
 
+    def norm(x):  # RMS norm and 1/sqrt(d) scaling: four layers of random weights stay finite
+        return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) / math.sqrt(d)
+
     def block(x, p):
-        q, k, v = (jnp.einsum("bsd,dhe->bhse", x, w) for w in (p["wq"], p["wk"], p["wv"]))
+        y = norm(x)
+        q, k, v = (jnp.einsum("bsd,dhe->bhse", y, w) for w in (p["wq"], p["wk"], p["wv"]))
         a = jax.nn.softmax(jnp.einsum("bhse,bhte->bhst", q, k) / math.sqrt(dh), axis=-1)
         h = x + jnp.einsum("bhst,bhte,hed->bsd", a, v, p["wo"])
-        return h + jax.nn.gelu(h @ p["w1"]) @ p["w2"], None
+        return h + jax.nn.gelu(norm(h) @ p["w1"]) @ p["w2"] / math.sqrt(4 * d), None
 
     def loss(p, x):
         y, _ = jax.lax.scan(block, x, p)
