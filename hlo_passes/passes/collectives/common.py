@@ -87,7 +87,7 @@ def combine_by_key(comp: Computation, keys: dict[Instruction, Hashable], *, thre
         if stale and tracked is not None:
             reach = tracked.reach
             candidates = tracked.in_order(keys)
-        elif stale:  # rebuilt after every rewrite, as XLA
+        elif stale:  # scheduled, or an MPMD program: rebuilt after every rewrite, as XLA
             deps = channel_dependencies(comp)
             post = xla_post_order(comp, deps)
             reach = Reachability(post, deps)
