@@ -5,8 +5,10 @@ post order and the reachability of a computation current while a combiner merges
 
 XLA's CombineInstructionsByKey rebuilds its post order and its reachability map after every
 merge: two whole-computation walks per group, so a module of G groups and N instructions costs
-G·N (and G grows with the module: 12 → 24 layers of a GPT step tripled the combiners' time).
-`CombineOrder` gives the same order and the same answers at the cost of what each merge moves.
+G·N, and G grows with the module (12 → 24 layers of a partitioned GPT step took the all-reduce
+and all-gather combiners from 0.7 s to 3.1 s).  `CombineOrder` gives the same order and the
+same answers at the cost of what each merge moves, plus a pass over the remaining candidates
+(their bitsets are as wide as the candidates are many).
 """
 
 from __future__ import annotations
