@@ -298,6 +298,20 @@ def test_async_collective_creator_places_done_before_first_user():
     assert ops(m, Opcode.ALL_GATHER_START)[0].shape.is_tuple
 
 
+def test_async_collective_creator_counts_what_lies_between_start_and_done():
+    # a and b share their first user u: x lies between both; b's done also has a's done
+    # (placed before u first) between its start and it
+    text = module(f"""
+  p = f32[4] parameter(0)
+  a = f32[4] all-reduce(p), {G4}, to_apply=add
+  b = f32[4] all-reduce(p), {G2}, to_apply=add
+  x = f32[4] negate(p)
+  u = f32[4] add(a, b)
+  ROOT t = (f32[4], f32[4]) tuple(u, x)""")
+    _, _, p = run("async-collective-creator", text)
+    assert [r.message for r in p.remarks] == ["all-reduce split; 2 instructions between start and done"] * 2
+
+
 # ------------------------------------------------------------ pipeline --
 def test_collective_fusion_pipeline_and_failure_is_contained(monkeypatch):
     text = module(f"""

@@ -6,7 +6,7 @@ import pytest
 
 from hlo_passes.ir import Opcode
 from hlo_passes.parse.module_parser import parse_module
-from hlo_passes.passes.collectives.common import xla_post_order
+from hlo_passes.passes.collectives.post_order import xla_post_order
 from hlo_passes.passes.collectives.domains import DomainMap
 from hlo_passes.passes.pipeline import parse_pipeline
 from tests.collectives.helpers import G2, G4, merged_names, module, ops, run
@@ -57,6 +57,26 @@ def test_a_dependent_candidate_closes_the_group():
     assert changed and merged_names(m, AR) == [["p"], ["q", "r"]]
     (merged,) = [x for x in ops(m, AR) if x.shape.is_tuple]
     assert [x.name for x in merged.control_predecessors] == ["a"]
+
+
+def test_a_later_group_sees_the_dependences_an_earlier_merge_made():
+    # walk 1 merges a1 and a2 (G4).  Before that merge b1 and b2 (G2) are independent; after
+    # it b2 reads a1's share of the merged all-reduce, which reads f, so b1: merging b1 and b2
+    # would close a cycle through the merged all-reduce.  The merge also moves b1 before b2
+    # in the post order (the root's first operand b2 now reaches b1 through the merge).
+    text = module(f"""
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  b1 = f32[4] all-reduce(x), {G2}, to_apply=add
+  f = f32[4] negate(b1)
+  a2 = f32[4] all-reduce(f), {G4}, to_apply=add
+  a1 = f32[4] all-reduce(y), {G4}, to_apply=add
+  g = f32[4] negate(a1)
+  b2 = f32[4] all-reduce(g), {G2}, to_apply=add
+  ROOT t = (f32[4], f32[4]) tuple(b2, a2)""")
+    assert [i.name for i in xla_post_order(parse_module(text).entry) if i.opcode is AR] == ["a1", "b2", "b1", "a2"]
+    changed, m, _ = run("all-reduce-combiner", text)
+    assert changed and merged_names(m, AR) == [["f", "y"], ["g"], ["x"]]
 
 
 def test_control_dependency_alone_is_respected():

@@ -21,6 +21,7 @@ does not overlap it.  The pass is therefore not part of collective-fusion's defa
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 
 from hlo_passes.ir.builder import Builder
@@ -57,9 +58,11 @@ class AsyncCollectiveCreator(ModulePass):
                   Opcode.COLLECTIVE_PERMUTE: self.options.collective_permute}
         changed = False
         for comp in module.computations:
-            for instr in comp.instructions:
+            order = comp.instructions
+            walk = _Split(comp, order)
+            for instr in order:
                 if wanted.get(instr.opcode) and self._eligible(instr):
-                    self._split(comp, instr)
+                    self._split(walk, instr)
                     changed = True
         return changed
 
@@ -71,7 +74,8 @@ class AsyncCollectiveCreator(ModulePass):
             return instr.shape.is_array and len(instr.operands) == 1
         return True
 
-    def _split(self, comp: Computation, instr: Instruction) -> None:
+    def _split(self, walk: "_Split", instr: Instruction) -> None:
+        comp = walk.comp
         start_op, done_op = _PAIRS[instr.opcode]
         if instr.opcode is Opcode.ALL_REDUCE:
             start_shape = instr.shape
@@ -79,12 +83,11 @@ class AsyncCollectiveCreator(ModulePass):
             start_shape = TupleShape((instr.operands[0].shape, instr.shape))
         else:
             start_shape = TupleShape((instr.operands[0].shape, instr.shape, _U32, _U32))
-        order = comp.instructions
-        position = {x: i for i, x in enumerate(order)}
-        first_user = min(instr.users, key=position.__getitem__) if instr.users else None
+        first_user = min(instr.users, key=walk.position.__getitem__) if instr.users else None
         start = Builder(comp, before=instr).op(start_op, start_shape, instr.operands,
                                                name=f"{instr.name}-start", called=dict(instr.called))
         start.attributes.update(instr.attributes)
+        walk.position[start] = walk.position[instr] - 0.5  # it was put right before instr
         done = Builder(comp, before=first_user).op(done_op, instr.shape, [start], name=f"{instr.name}-done")
         for pred in instr.control_predecessors:
             start.add_control_predecessor(pred)
@@ -94,6 +97,31 @@ class AsyncCollectiveCreator(ModulePass):
             succ.add_control_predecessor(done)
         instr.replace_all_uses_with(done)
         comp.remove(instr)
-        between = (position[first_user] - position[instr] - 1) if first_user is not None else 0
+        between = walk.between(instr, first_user) if first_user is not None else 0
         self.remark(start, f"{instr.opcode.value} split; {max(between, 0)} instructions between start and done",
                     "applied")
+
+
+class _Split:
+    """One computation's split walk: positions in the instruction order as it was before the
+    walk, taken once (reading the order again per collective made the pass quadratic), each
+    start's position (just before its collective's), and where the dones of earlier splits
+    went.  Collectives are split in that order, so between a collective and its first user lie
+    exactly the instructions that were there before the walk (earlier splits removed only
+    earlier collectives, and put their starts before those) and the dones that earlier splits
+    put before an instruction of that range or before the user.  (A user can be an earlier
+    start: the order need not be topological, the combiners put a merged collective before the
+    last member in post order.)"""
+
+    def __init__(self, comp: Computation, order: list[Instruction]):
+        self.comp = comp
+        self.position: dict[Instruction, float] = {x: i for i, x in enumerate(order)}
+        self.done_before: list[float] = []  # positions the dones were put before, sorted
+
+    def between(self, instr: Instruction, first_user: Instruction) -> int:
+        """How many instructions lie between `instr` and `first_user` (where its start and its
+        done go); records that a done goes before `first_user`."""
+        lo, hi = self.position[instr], self.position[first_user]
+        dones = bisect_right(self.done_before, hi) - bisect_right(self.done_before, lo)
+        insort(self.done_before, hi)
+        return hi - lo - 1 + dones

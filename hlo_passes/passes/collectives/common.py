@@ -1,6 +1,6 @@
 """What the collective passes share: how a collective reads (reduction kind, group mode,
-group size), XLA's instruction post order and reachability, and the grouping engine every
-combiner runs (XLA's CombineInstructionsByKey).
+group size) and the grouping engine every combiner runs (XLA's CombineInstructionsByKey), over
+XLA's instruction post order and reachability (post_order.py).
 
 The grouping engine, as XLA runs it:
 
@@ -11,8 +11,12 @@ The grouping engine, as XLA runs it:
   `combine-threshold-count`, or until a candidate depends (through operands or control edges)
   on a member: then the group closes and the candidate waits for the next walk.  A candidate
   larger than the byte threshold alone, or with more than one operand, is dropped.  Groups of
-  two or more are rewritten; reachability is rebuilt after each rewrite, so a later group can
-  never close a cycle through an earlier one.
+  two or more are rewritten.  Each walk sees the computation as the earlier rewrites left it:
+  its post order and its reachability are those of the rewritten computation, so a later group
+  can never close a cycle through an earlier one.  XLA rebuilds both after every rewrite; here
+  `post_order.CombineOrder` updates them for what the rewrite changed (the same order, the
+  same answers, without a walk over the whole computation per group), except in a scheduled
+  module or an MPMD program with shared channel ids, which rebuild as XLA does.
 * In a scheduled module a candidate also closes the group when an instruction scheduled
   between the group's first member and it depends on a member (the merged collective could
   not take the last member's place in the schedule without moving that instruction).
@@ -34,6 +38,8 @@ from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.collectives.domains import DomainMap
+from hlo_passes.passes.collectives.post_order import (CombineOrder, Reachability, channel_dependencies,
+                                                      xla_post_order)
 from hlo_passes.passes.pass_base import ModulePass
 
 
@@ -57,86 +63,6 @@ def uniform_group_size(instr: Instruction, module: Module) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-# ------------------------------------------------------------ XLA order --
-# Collectives that XLA orders by channel id when several share one (MPMD programs).
-_CHANNEL_ORDERED = frozenset({Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.ALL_TO_ALL,
-                              Opcode.COLLECTIVE_PERMUTE, Opcode.REDUCE_SCATTER})
-
-
-def channel_dependencies(comp: Computation) -> dict[Instruction, list[Instruction]]:
-    """Collectives sharing a channel id run together: each depends on the earlier ones (in
-    instruction order) with its channel id, as XLA's ComputeChannelDependencies says for an
-    MPMD program.  XLA computes none for an SPMD-partitioned module, where a shared channel id
-    means nothing (JAX's programs give every collective channel 1): none when the module has
-    more than one partition."""
-    seen: dict[int, list[Instruction]] = {}
-    deps: dict[Instruction, list[Instruction]] = {}
-    if comp.module is not None and comp.module.num_partitions > 1:
-        return deps
-    for instr in comp.instructions:
-        if instr.opcode in _CHANNEL_ORDERED and "channel_id" in instr.attributes:
-            cid = instr.channel_id
-            if cid is None:
-                continue
-            group = seen.setdefault(cid, [])
-            if group:
-                deps[instr] = list(group)
-            group.append(instr)
-    return deps
-
-
-def xla_post_order(comp: Computation,
-                   channel_deps: dict[Instruction, list[Instruction]] | None = None) -> list[Instruction]:
-    """XLA's MakeInstructionPostOrder: a depth-first walk from every instruction without users
-    (in instruction order), control predecessors first, then operands first to last, then the
-    earlier collectives sharing a channel id."""
-    deps = channel_dependencies(comp) if channel_deps is None else channel_deps
-    order: list[Instruction] = []
-    state: dict[Instruction, int] = {}  # 1 visiting, 2 visited
-    for start in comp.instructions:
-        if start.users or start in state:
-            continue
-        stack = [start]
-        while stack:
-            cur = stack[-1]
-            s = state.get(cur)
-            if s is None:
-                state[cur] = 1
-            else:
-                stack.pop()
-                if s == 1:
-                    state[cur] = 2
-                    order.append(cur)
-                continue
-            if cur is not start:
-                stack.extend(d for d in deps.get(cur, ()) if state.get(d) != 2)
-            stack.extend(op for op in reversed(cur.operands) if state.get(op) != 2)
-            stack.extend(p for p in cur.control_predecessors if state.get(p) != 2)
-    return order
-
-
-class Reachability:
-    """Which instructions of one computation reach which, as bitsets over a post order; built
-    once per walk, like XLA's HloReachabilityMap: through operands and control edges, and a
-    collective also reaches what the earlier collectives of its channel id depend on (their
-    operands and control predecessors, not those collectives themselves)."""
-
-    def __init__(self, order: Sequence[Instruction], channel_deps: dict[Instruction, list[Instruction]]):
-        self.bit: dict[Instruction, int] = {}
-        self.reach: dict[Instruction, int] = {}
-        for k, instr in enumerate(order):
-            r = 1 << k
-            for source in (instr, *channel_deps.get(instr, ())):
-                for dep in (*source.operands, *source.control_predecessors):
-                    r |= self.reach.get(dep, 0)
-            self.bit[instr] = 1 << k
-            self.reach[instr] = r
-
-    def reaches(self, a: Instruction, b: Instruction) -> bool:
-        """True when `b` depends, transitively, on `a` (or is `a`)."""
-        return bool(self.reach[b] & self.bit[a])
-
-
 # ------------------------------------------------------------- combining --
 def result_bytes(instr: Instruction) -> int:
     return instr.shape.byte_size()
@@ -146,20 +72,29 @@ def combine_by_key(comp: Computation, keys: dict[Instruction, Hashable], *, thre
                    threshold_count: int, combine: Callable[[list[Instruction]], Instruction],
                    size: Callable[[Instruction], int] = result_bytes, scheduled: bool = False) -> int:
     """XLA's CombineInstructionsByKey (see the module docstring).  `keys` maps each candidate to
-    its key and is consumed.  Returns how many groups were combined."""
+    its key and is consumed.  `combine(members)` replaces each member by a new instruction
+    computed from one new merged instruction (`replace_members`).  Returns how many groups were
+    combined."""
     groups: dict[Hashable, set[Instruction]] = {}
     for instr, key in keys.items():
         groups.setdefault(key, set()).add(instr)
     combined = 0
-    sequence: list[Instruction] | None = None
+    tracked = None if scheduled or channel_dependencies(comp) else CombineOrder(comp, keys)
+    sequence: list[Instruction] = []
+    position: dict[Instruction, int] = {}
+    stale = True
     while keys:
-        if sequence is None:  # (re)built after every rewrite
+        if stale and tracked is not None:
+            reach = tracked.reach
+            candidates = tracked.in_order(keys)
+        elif stale:  # scheduled, or an MPMD program: rebuilt after every rewrite, as XLA
             deps = channel_dependencies(comp)
             post = xla_post_order(comp, deps)
             reach = Reachability(post, deps)
             sequence = comp.instructions if scheduled else post
             position = {instr: k for k, instr in enumerate(sequence)}
             candidates = [instr for instr in sequence if instr in keys]
+        stale = False
         members: list[Instruction] = []
         total = 0
         group: set[Instruction] = set()
@@ -190,9 +125,12 @@ def combine_by_key(comp: Computation, keys: dict[Instruction, Hashable], *, thre
             if len(members) >= threshold_count:
                 break
         if len(members) > 1:
-            combine(members)
+            if tracked is not None:
+                tracked.merge(members, combine)
+            else:
+                combine(members)
             combined += 1
-            sequence = None
+            stale = True
     return combined
 
 
