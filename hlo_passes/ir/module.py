@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
-from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
@@ -221,7 +222,21 @@ class Module:
         """A deep copy: the same text when printed, no object shared that a pass may change
         (computations, instructions, use-def and control edges, the name tables).  Attribute
         slots and shapes are immutable values and are shared.  What passes and the runtime use
-        instead of printing and parsing a module again."""
+        instead of printing and parsing a module again.
+
+        The cyclic garbage collector is paused while copying: a copy makes no garbage, but its
+        hundreds of thousands of new objects would trigger full collections that walk every
+        object alive (the module itself included), which made a rollback snapshot of a large
+        module cost more per instruction the larger the module."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._clone()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _clone(self) -> "Module":
         copy = Module(self.name)
         copy.attributes = dict(self.attributes)
         copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
@@ -242,6 +257,26 @@ class Module:
         copy.entry = comp_map[self.entry] if self.entry is not None else None
         copy.take_names_of_parsed_instructions()
         return copy
+
+    def discard(self) -> None:
+        """Break the reference cycles inside a module nobody will use again (a rollback snapshot
+        whose pass succeeded), so that reference counting frees it at once.  Left to the cyclic
+        collector, a whole-module snapshot stays alive until the next full collection, which
+        `clone` holds off while it copies: two snapshots would be alive at once."""
+        for comp in self.computations:
+            for instr in comp._order:
+                instr.operands = []
+                instr._users = None
+                instr.control_predecessors = NO_CONTROL_EDGES
+                instr.control_successors = NO_CONTROL_EDGES
+                instr.called = NO_CALLS
+                instr.parent = None
+            comp._instructions = {}
+            comp.parameters = []
+            comp.root = None
+            comp.module = None
+        self.computations = []
+        self.entry = None
 
     def restore(self, snapshot: "Module") -> None:
         """Become `snapshot` (a clone taken earlier), in place: callers keep holding this object.

@@ -114,6 +114,8 @@ class PassManager:
                 why = problem.args[0].removeprefix(f"pass {p.name}: ") if isinstance(problem, PassFailed) else problem
                 self.remarks.append(Remark(p.name, f"{p.name} failed ({why}); its changes were undone",
                                            kind="missed"))
+            elif snapshot is not None:
+                snapshot.discard()
             if self.after_each is not None:
                 self.after_each(i, p, module, changed)
             changed_any |= changed
