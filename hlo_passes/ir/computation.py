@@ -8,6 +8,7 @@ from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.source import SourceSpan
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -35,6 +36,7 @@ class Computation:
         self.module: Module | None = None
         self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
         self.print_signature = True
+        self.span: SourceSpan | None = None  # where the text named it; None when a pass made it
 
     @property
     def _instructions(self) -> dict[Instruction, None]:
@@ -103,7 +105,7 @@ class Computation:
             new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
                               attributes=instr.attributes,
                               called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
-                              literal=instr.literal, parameter_number=instr.parameter_number)
+                              literal=instr.literal, parameter_number=instr.parameter_number, span=instr.span)
             new.parent = self
             mapping[instr] = new
             if new.opcode is Opcode.PARAMETER:

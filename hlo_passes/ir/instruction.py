@@ -23,6 +23,7 @@ from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.source import SourceSpan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,13 +50,14 @@ NO_CONTROL_EDGES: tuple[()] = ()
 class Instruction:
     __slots__ = (
         "name", "opcode", "shape", "operands", "_users", "attributes", "called", "parent",
-        "control_predecessors", "control_successors", "literal", "parameter_number", "__weakref__",
+        "control_predecessors", "control_successors", "literal", "parameter_number", "span", "__weakref__",
     )
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
                  *, name: str = "", attributes: dict[str, Attr] | None = None,
                  called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
-                 literal: str | None = None, parameter_number: int | None = None):
+                 literal: str | None = None, parameter_number: int | None = None,
+                 span: SourceSpan | None = None):
         self.name = name or opcode.value
         self.opcode = opcode
         self.shape = shape
@@ -68,6 +70,8 @@ class Instruction:
         self.control_successors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
         self.literal = literal
         self.parameter_number = parameter_number
+        # Where the text defined it (see ir/source.py); None for instructions a pass creates.
+        self.span = span
         self.operands: list[Instruction]
         self._init_operands(list(operands))
 

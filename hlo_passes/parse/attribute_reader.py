@@ -55,6 +55,13 @@ def _device_count(dims: Iterable[int], what: str) -> int:
 
 
 class _TypedBuilder(lark.Transformer[lark.Token, Any]):
+    """Reads one attribute value's parse tree; made for each value read (it keeps the value's
+    text, `raw`, which groups are sliced from), so reads on several threads share nothing."""
+
+    def __init__(self, raw: str):
+        super().__init__()
+        self.raw = raw
+
     # shared pieces
     def int_seq(self, c: list[Any]) -> Any:
         return _ints(c)
@@ -64,8 +71,6 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
 
     def iota_transpose(self, c: list[Any]) -> Any:
         return c[0]
-
-    raw = ""  # the value text being read; groups are returned as slices of it
 
     def group(self, c: list[Any]) -> Any:
         first, last = c[0], c[-1]
@@ -348,25 +353,15 @@ def _prod(xs: Iterable[int]) -> int:
     return n
 
 
-_typed_parser_holder: list[lark.Lark] = []
-
-
-def _typed_parser() -> lark.Lark:
-    if not _typed_parser_holder:
-        _typed_parser_holder.append(grammar.lark_parser(None))
-    return _typed_parser_holder[0]
-
-
-_BUILDER = _TypedBuilder()
-
-
 def _structured(start: str) -> Callable[[str], Any]:
+    """The reader of values spelled by the grammar's rule `start`.  Its cache is shared by every
+    module and thread: it maps a value's text to a frozen value (Sharding, Window, ...), and
+    lru_cache is thread-safe; a failed read is not cached."""
+
     @functools.lru_cache(maxsize=4096)
     def read(raw: str) -> Any:
         try:
-            tree = _typed_parser().parse(raw, start=start)
-            _BUILDER.raw = raw
-            return _BUILDER.transform(tree)
+            return _TypedBuilder(raw).transform(grammar.compiled().parse(raw, start=start))
         except lark.exceptions.VisitError as e:
             raise AttributeError_(f"{start[5:]}: {e.orig_exc}") from None
         except RecursionError:
