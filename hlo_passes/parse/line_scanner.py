@@ -224,7 +224,7 @@ class LineScanner:
                 continue
             if stripped.startswith("//"):
                 continue
-            b.at_line(number, start)
+            b.line, b.line_start = number, start  # where the builder's spans of this line's tokens count from
             if current is not None:
                 if stripped.startswith("}"):
                     if not records:  # no instruction: the grammar says what it expected

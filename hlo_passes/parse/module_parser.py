@@ -31,8 +31,7 @@ import gc
 import re
 from dataclasses import dataclass
 from sys import intern
-from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 import lark
 from lark import Token
 
@@ -50,6 +49,7 @@ from hlo_passes.parse import opcode_attributes as schema
 from hlo_passes.parse.errors import HloParseError, SemanticError, TokenLike, line_at, position_of
 from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
 from hlo_passes.parse.line_scanner import Fallback, LineScanner, strip_comments
+from hlo_passes.parse.line_scanner import Token as ScannedToken
 from hlo_passes.parse.literal_check import LiteralProblem, check_literal
 from hlo_passes.parse.pieces import (AsyncChain, ComputationHeader, DebugTable, ModuleHeader, NestedOperand,
                                      Operand, ParsedInstruction, Signature, TableRecord, TextRange, TypedOperand)
@@ -90,6 +90,9 @@ class ModuleBuilder(ShapeBuilder):
         self.line_offset = 0
         self.line = 1
         self.line_start = 0
+        # Memos of the shared caches below, for this parse (a dict look-up costs less than a call).
+        self.plans: dict[str, _Plan] = {}
+        self.checked: set[tuple[Callable[[str], None], str]] = set()
         self.anonymous_names: dict[str, int] = {}
         self.percent_names = False
         self.operand_shapes = False
@@ -115,18 +118,13 @@ class ModuleBuilder(ShapeBuilder):
         self.nested_built: dict[int, Instruction] = {}
 
     # ---------------------------------------------------------------- spans --
-    def at_line(self, number: int, start: int) -> None:
-        """The line scanner is reading line `number`, which starts at offset `start`."""
-        self.line = number
-        self.line_start = start
-
     def span_of(self, tok: TokenLike) -> SourceSpan:
-        """Where `tok` is in the file: lark tokens know their line and column, the scanner's
-        tokens are on the line being scanned."""
-        line = getattr(tok, "line", None)
-        if line is not None:
-            return SourceSpan(self.filename, self.line_offset + line, cast(int, cast(Token, tok).column))
-        return SourceSpan(self.filename, self.line, cast(int, tok.start_pos) - self.line_start + 1)
+        """Where `tok` is in the file: the scanner's tokens are on the line being scanned, lark's
+        know their line and column."""
+        if type(tok) is ScannedToken:
+            return SourceSpan(self.filename, self.line, tok.start_pos - self.line_start + 1)
+        lark_tok = cast(Token, tok)
+        return SourceSpan(self.filename, self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column))
 
     # ------------------------------------------------------------- literals --
     def literal_scalar(self, c: list[Any]) -> TextRange:
@@ -207,7 +205,7 @@ class ModuleBuilder(ShapeBuilder):
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
                                 f"(rename it, e.g. to '{name}_')", name_tok)
-        plan = _plan(opcode_tok)
+        plan = self.plans.get(opcode_tok.value) or self._plan(opcode_tok)
         opcode = plan.opcode
         instr = Instruction(opcode, shape, name=name,  # type: ignore[arg-type]  # inferred below when None
                             span=self.span_of(name_tok))
@@ -340,6 +338,14 @@ class ModuleBuilder(ShapeBuilder):
             if name not in self.by_name:
                 return name
 
+    def _plan(self, tok: TokenLike) -> _Plan:
+        """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
+        try:
+            plan = self.plans[tok.value] = _plan_of(tok.value)
+        except _UnknownOpcode as e:
+            raise SemanticError(str(e), tok) from None
+        return plan
+
     def _operand_count(self, instr: Instruction, tok: TokenLike) -> None:
         from hlo_passes.verifier.shape_rules import operand_count_problem
 
@@ -397,21 +403,24 @@ class ModuleBuilder(ShapeBuilder):
     def _attributes(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]], keys: "_Keys",
                     opcode_tok: TokenLike, nested: bool) -> None:
         slots = self.attr_slots
+        checked = self.checked
         attributes = instr.attributes
-        specs = keys.specs
+        checks = keys.checks
         for key_tok, attr in attrs:
             key = intern(key_tok.value)  # one string per key, not one per use
             if key in attributes:
                 raise SemanticError(f"attribute '{key}' given twice", key_tok)
-            spec = specs.get(key)
-            if spec is None:
+            check = checks.get(key)
+            if check is None:
                 raise SemanticError(f"unexpected attribute '{key}' for {opcode_tok.value}; it takes: "
-                                    f"{', '.join(sorted(specs))}", key_tok)
+                                    f"{', '.join(sorted(checks))}", key_tok)
             raw = cast(str, attr.raw)  # parsed: has text
-            try:
-                _check_value(spec.check, raw)
-            except ValueError as e:
-                raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
+            if (check, raw) not in checked:
+                try:
+                    _check_value(check, raw)
+                except ValueError as e:
+                    raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
+                checked.add((check, raw))
             attributes[key] = slots.setdefault((key, raw), attr)
         for key in keys.required:
             if key not in attributes:
@@ -937,12 +946,12 @@ def entry_signature(module: Module) -> tuple[tuple[Shape, ...], Shape]:
 class _Keys:
     """The attribute keys an instruction takes (its opcode's and everyone's), and the required ones."""
 
-    specs: Mapping[str, schema.Spec]
+    checks: dict[str, Callable[[str], None]]  # key -> how its value reads; never written once made
     required: tuple[str, ...]
 
     @staticmethod
     def of(own: dict[str, schema.Spec]) -> "_Keys":
-        return _Keys(MappingProxyType({**schema.COMMON, **own}),
+        return _Keys({k: spec.check for k, spec in {**schema.COMMON, **own}.items()},
                      tuple(k for k, spec in own.items() if spec.required))
 
 
@@ -981,7 +990,7 @@ class _Plan:
             literal=opcode in (Opcode.CONSTANT, Opcode.PARAMETER),
             low=low, high=high, parity=parities.get(opcode) if wrapped is None else None,
             references=opcode is Opcode.CONDITIONAL or any(
-                k in CALLED_COMPUTATION_KEYS or k == "control-predecessors" for k in keys.specs),
+                k in CALLED_COMPUTATION_KEYS or k == "control-predecessors" for k in keys.checks),
             checks=wrapped is not None or opcode in _CHECKED_OPCODES,
             shape_checks=opcode in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.INFEED, Opcode.RECV,
                                     Opcode.CUSTOM_CALL))
@@ -1000,14 +1009,6 @@ _BROADCAST_ARRAY_KEYS = _Keys.of({"dimensions": schema.req(schema.check_int_list
 
 class _UnknownOpcode(ValueError):
     """An opcode spelling that names no opcode (the message says why)."""
-
-
-def _plan(tok: TokenLike) -> _Plan:
-    """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
-    try:
-        return _plan_of(tok.value)
-    except _UnknownOpcode as e:
-        raise SemanticError(str(e), tok) from None
 
 
 # Shared by every parse and thread: a pure function of the spelling, returning a frozen plan.
