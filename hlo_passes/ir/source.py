@@ -16,10 +16,9 @@ from typing import NamedTuple
 class SourceSpan(NamedTuple):
     """`file:line:column` (1-based) of the start of an instruction or computation's name.
 
-    One per parsed instruction, so it is small and quick to make: a named tuple (64 bytes;
-    making one costs half of what a frozen dataclass's __init__ does, which showed in the
-    parse time of big dumps), the file name shared by every span of a parse, no end position
-    (an error shows the source line and a caret at the start)."""
+    One per parsed instruction, so it is small: a named tuple (64 bytes, like the plain tuple
+    the parser stores, see SpanFields), the file name shared by every span of a parse, no end
+    position (an error shows the source line and a caret at the start)."""
 
     file: str | None  # None: text with no file name (a string, stdin)
     line: int
@@ -27,3 +26,9 @@ class SourceSpan(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.file or '<input>'}:{self.line}:{self.column}"
+
+
+# A span's fields as a plain tuple: what the parser hands an Instruction (a plain tuple costs a
+# quarter of a SourceSpan to make, once per instruction of a big dump); `Instruction.span`
+# names it on first read.
+SpanFields = tuple[str | None, int, int]

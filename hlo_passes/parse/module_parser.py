@@ -41,7 +41,7 @@ from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
-from hlo_passes.ir.source import SourceSpan
+from hlo_passes.ir.source import SourceSpan, SpanFields
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
@@ -118,13 +118,13 @@ class ModuleBuilder(ShapeBuilder):
         self.nested_built: dict[int, Instruction] = {}
 
     # ---------------------------------------------------------------- spans --
-    def span_of(self, tok: TokenLike) -> SourceSpan:
-        """Where `tok` is in the file: the scanner's tokens are on the line being scanned, lark's
-        know their line and column."""
+    def span_of(self, tok: TokenLike) -> SpanFields:
+        """Where `tok` is in the file (a SourceSpan's fields): the scanner's tokens are on the
+        line being scanned, lark's know their line and column."""
         if type(tok) is ScannedToken:
-            return SourceSpan(self.filename, self.line, tok.start_pos - self.line_start + 1)
+            return self.filename, self.line, tok.start_pos - self.line_start + 1
         lark_tok = cast(Token, tok)
-        return SourceSpan(self.filename, self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column))
+        return self.filename, self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column)
 
     # ------------------------------------------------------------- literals --
     def literal_scalar(self, c: list[Any]) -> TextRange:
@@ -669,7 +669,7 @@ class ModuleBuilder(ShapeBuilder):
             raise SemanticError(f"computation '{name}' has no instructions", name_tok)
         comp = Computation(name, is_entry=is_entry)
         comp.print_signature = signature is not None
-        comp.span = span
+        comp.span = SourceSpan._make(span)
         roots = [r for r in records if r.is_root]
         if len(roots) > 1:
             raise SemanticError(f"computation '{name}' has more than one ROOT", span=roots[1].instr.span)

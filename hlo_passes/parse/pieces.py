@@ -22,7 +22,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
-from hlo_passes.ir.source import SourceSpan
+from hlo_passes.ir.source import SpanFields
 from hlo_passes.parse.errors import TokenLike
 
 # An operand as read: a name (a lark Token, the line scanner's Token, or a str), an instruction
@@ -72,7 +72,7 @@ class ComputationHeader(NamedTuple):
     is_entry: bool
     name: TokenLike
     signature: Signature | None
-    span: SourceSpan
+    span: SpanFields
 
 
 class ModuleHeader(NamedTuple):
