@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, Callable, Sequence, cast
+
 import lark
 from lark import Token
 
