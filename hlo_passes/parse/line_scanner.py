@@ -427,4 +427,5 @@ class LineScanner:
                                  original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
         name_tok = Token("NAME", m.group(2), offset + m.start(2))
-        return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs)
+        span = (self.b.filename, self.b.line, m.start(2) + 1)  # the builder's span_of(name_tok), made here
+        return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs, span)

@@ -74,6 +74,7 @@ def _positioned(ref: Any) -> Any:
 
 _ASYNC_SUFFIXES = (("-start", Opcode.ASYNC_START), ("-update", Opcode.ASYNC_UPDATE), ("-done", Opcode.ASYNC_DONE))
 _REFERENCE_LIST_KEYS = frozenset({"branch_computations", "called_computations"})
+_PARAMETER_NUMBER = re.compile(r"-?[0-9]+")  # compiled once: a dump has thousands of parameters
 
 
 class ModuleBuilder(ShapeBuilder):
@@ -188,28 +189,30 @@ class ModuleBuilder(ShapeBuilder):
         else:
             name_tok, opcode_tok, operands, attrs = c
             shape = None
-        return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs)
+        return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs, self.span_of(name_tok))
 
     def add_instruction(self, name_tok: TokenLike, is_root: bool, shape: Shape | None, opcode_tok: TokenLike,
-                        operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]]) -> ParsedInstruction:
-        """Build one top-level instruction of the computation being read (both parser paths)."""
+                        operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]],
+                        span: SpanFields) -> ParsedInstruction:
+        """Build one top-level instruction of the computation being read (both parser paths);
+        `span` is where its name is."""
         name = name_tok.value
         if name.startswith("%"):
             self.percent_names = True
             name = name[1:]
-        instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs)
+        instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs, span)
         return ParsedInstruction(instr, is_root)
 
     def _build(self, name: str, name_tok: TokenLike, shape: Shape | None, opcode_tok: TokenLike,
-               operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]],
+               operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]], span: SpanFields,
                nested_depth: int = 0) -> Instruction:
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
                                 f"(rename it, e.g. to '{name}_')", name_tok)
         plan = self.plans.get(opcode_tok.value) or self._plan(opcode_tok)
         opcode = plan.opcode
-        instr = Instruction(opcode, shape, name=name,  # type: ignore[arg-type]  # inferred below when None
-                            span=self.span_of(name_tok))
+        # The shape is inferred below when None.
+        instr = Instruction(opcode, shape, name=name, span=span)  # type: ignore[arg-type]
         ops = self._operands(instr, opcode, operands, nested_depth)
         if plan.literal:
             if opcode is Opcode.PARAMETER:
@@ -291,7 +294,8 @@ class ModuleBuilder(ShapeBuilder):
                 stack.append((operands[child], 0, level + 1))
                 continue
             tok = op.opcode
-            instr = self._build(self._anonymous_name(tok.value), tok, op.shape, tok, op.operands, [], level)
+            instr = self._build(self._anonymous_name(tok.value), tok, op.shape, tok, op.operands, [],
+                                self.span_of(tok), level)
             if op is top:
                 return instr
             self.nested_built[id(op)] = instr
@@ -364,7 +368,7 @@ class ModuleBuilder(ShapeBuilder):
 
     def _parameter(self, instr: Instruction, ops: list[Any], opcode_tok: TokenLike) -> None:
         text, start = self._literal_text(ops, opcode_tok)
-        if len(ops) != 1 or not re.fullmatch(r"-?[0-9]+", text):
+        if len(ops) != 1 or not _PARAMETER_NUMBER.fullmatch(text):
             raise SemanticError("parameter needs its number, as in parameter(0)", pos=start)
         try:
             n = parse_int64(text)
