@@ -70,9 +70,12 @@ class InlineParser:
     Lark binds a transformer when it builds a parser, and building one (or loading it from
     the disk cache) costs ~8 ms; making the callbacks for a new transformer costs ~0.3 ms.
     So this reuses `compiled()`'s tables, lexer and rule wrappers and builds only the
-    callbacks, through Lark internals (lark 1.2 and 1.3: `Lark._parse_tree_builder`,
-    `ParsingFrontend._make_lexer_thread`, `lalr_parser._Parser`).  Everything of Lark's
-    this touches is read-only, so parsers made from it can run on several threads at once.
+    callbacks, through Lark internals (`Lark._parse_tree_builder`,
+    `ParsingFrontend._make_lexer_thread`, `lalr_parser._Parser`: present through lark 1.x,
+    run with 1.3.1; the whole front end goes through here, so any test notices a change).
+    What it shares of Lark's is only read (each parse makes its own lexer and parser state;
+    the lexer's regexes, built on first use, may be built twice, identically), so parsers
+    made from it can run on several threads at once.
     """
 
     __slots__ = ("_frontend", "_parser")
