@@ -105,7 +105,7 @@ class Computation:
             new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
                               attributes=instr.attributes,
                               called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
-                              literal=instr.literal, parameter_number=instr.parameter_number, span=instr.span)
+                              literal=instr.literal, parameter_number=instr.parameter_number, span=instr._span)
             new.parent = self
             mapping[instr] = new
             if new.opcode is Opcode.PARAMETER:

@@ -195,7 +195,7 @@ class Module:
             copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands],
                                name=f"{instr.name}.{suffix}", attributes=dict(instr.attributes),
                                called=dict(instr.called), literal=instr.literal,
-                               parameter_number=instr.parameter_number, span=instr.span)
+                               parameter_number=instr.parameter_number, span=instr._span)
             mapping[instr] = copy
             copy.parent = new
             new._instructions[copy] = None
