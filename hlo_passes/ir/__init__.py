@@ -9,11 +9,12 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape, scalar
 from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.source import SourceSpan
 from hlo_passes.ir.types import PrimitiveType
 
 __all__ = [
     "Attr", "ArrayShape", "Computation", "ConvDimensionLabels", "DebugTables", "FrontendAttributes",
     "IRError", "Instruction", "IotaDevices", "Layout", "Module", "OpMetadata", "Opcode",
     "PaddingConfig", "PrimitiveType", "ReplicaGroups", "Shape", "Sharding", "ShardingKind",
-    "SliceSpec", "SubgroupKind", "TupleShape", "Window", "WindowDimension", "scalar",
+    "SliceSpec", "SourceSpan", "SubgroupKind", "TupleShape", "Window", "WindowDimension", "scalar",
 ]

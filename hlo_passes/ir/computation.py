@@ -9,6 +9,7 @@ from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.source import SourceSpan
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -37,6 +38,7 @@ class Computation:
         self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
         self.print_signature = True
         self._additions: list[list[Instruction]] = []  # open `recording_additions` logs
+        self.span: SourceSpan | None = None  # where the text named it; None when a pass made it
 
     @property
     def _instructions(self) -> dict[Instruction, None]:
@@ -105,7 +107,7 @@ class Computation:
             new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
                               attributes=instr.attributes,
                               called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
-                              literal=instr.literal, parameter_number=instr.parameter_number)
+                              literal=instr.literal, parameter_number=instr.parameter_number, span=instr._span)
             new.parent = self
             mapping[instr] = new
             if new.opcode is Opcode.PARAMETER:

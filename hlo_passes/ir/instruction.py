@@ -10,7 +10,8 @@ user, no called computation and no control edges, so those are stored compactly:
 `users` is a read-only view over a single user or an ordered set, and `called`,
 `control_predecessors` and `control_successors` are shared empty immutables
 until something is put in them (`called` is replaced by assigning a new dict;
-control edges change through `add_control_predecessor`).
+control edges change through `add_control_predecessor`).  The source span the parser gives
+each instruction is kept as a plain tuple until it is first read (`span`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.source import SourceSpan, SpanFields
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,13 +51,14 @@ NO_CONTROL_EDGES: tuple[()] = ()
 class Instruction:
     __slots__ = (
         "name", "opcode", "shape", "operands", "_users", "attributes", "called", "parent",
-        "control_predecessors", "control_successors", "literal", "parameter_number", "__weakref__",
+        "control_predecessors", "control_successors", "literal", "parameter_number", "_span", "__weakref__",
     )
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
                  *, name: str = "", attributes: dict[str, Attr] | None = None,
                  called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
-                 literal: str | None = None, parameter_number: int | None = None):
+                 literal: str | None = None, parameter_number: int | None = None,
+                 span: SpanFields | None = None):
         self.name = name or opcode.value
         self.opcode = opcode
         self.shape = shape
@@ -68,6 +71,7 @@ class Instruction:
         self.control_successors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
         self.literal = literal
         self.parameter_number = parameter_number
+        self._span = span  # see `span`
         self.operands: list[Instruction]
         self._init_operands(list(operands))
 
@@ -156,6 +160,19 @@ class Instruction:
             if not pred.control_successors:
                 pred.control_successors = []
             pred.control_successors.append(self)
+
+    # -------------------------------------------------------------- source --
+    @property
+    def span(self) -> SourceSpan | None:
+        """Where the text defined this instruction (see ir/source.py); None when a pass made it."""
+        where = self._span
+        if where is not None and type(where) is not SourceSpan:  # as the parser stored it
+            where = self._span = SourceSpan._make(where)
+        return where
+
+    @span.setter
+    def span(self, value: SourceSpan | None) -> None:
+        self._span = value
 
     # ---------------------------------------------------------- attributes --
     def attr(self, key: str, default: Any = None) -> Any:

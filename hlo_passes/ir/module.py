@@ -201,12 +201,13 @@ class Module:
         new = Computation(f"{comp.name}.{suffix}")
         new.print_signature = comp.print_signature
         new.attributes = dict(comp.attributes)
+        new.span = comp.span
         mapping: dict[Instruction, Instruction] = {}
         for instr in comp.post_order():
             copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands],
                                name=f"{instr.name}.{suffix}", attributes=dict(instr.attributes),
                                called=dict(instr.called), literal=instr.literal,
-                               parameter_number=instr.parameter_number)
+                               parameter_number=instr.parameter_number, span=instr._span)
             mapping[instr] = copy
             copy.parent = new
             new._instructions[copy] = None
@@ -249,6 +250,7 @@ class Module:
             new = Computation(comp.name, is_entry=comp.is_entry)
             new.attributes = dict(comp.attributes)
             new.print_signature = comp.print_signature
+            new.span = comp.span
             new.module = copy
             comp_map[comp] = new
         for comp in self.computations:

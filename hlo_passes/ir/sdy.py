@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +72,7 @@ class SdySharding:
     replicated: tuple[AxisRef, ...] = ()
     unreduced: tuple[AxisRef, ...] = ()
 
-    def resolve_mesh(self, meshes: dict[str, SdyMesh]) -> SdyMesh:
+    def resolve_mesh(self, meshes: Mapping[str, SdyMesh]) -> SdyMesh:
         if isinstance(self.mesh, SdyMesh):
             return self.mesh
         if self.mesh not in meshes:
@@ -138,7 +138,7 @@ def mesh_sharding(mesh: SdyMesh, dim_axes: list[tuple[AxisRef, ...]],
     return Sharding.tiled(arr.reshape(tile_dims), tuple(subgroups))
 
 
-def to_hlo_sharding(sharding: SdySharding, meshes: dict[str, SdyMesh],
+def to_hlo_sharding(sharding: SdySharding, meshes: Mapping[str, SdyMesh],
                     manual_axes: tuple[AxisRef, ...] = ()) -> Sharding:
     """The HLO sharding with the meaning of `sharding`; open dimensions keep their listed axes.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import replace
-from typing import Any, Callable, Iterable, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, cast
 
 import lark
 from lark import Token
@@ -20,9 +20,14 @@ from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, O
                                       SliceSpec, Window, WindowDimension, register_readers)
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
-from hlo_passes.ir.sharding import IotaDevices, Sharding, SubgroupKind
+from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
 from hlo_passes.parse import grammar
 from hlo_passes.parse.limits import MAX_DEVICES, parse_int64
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
 
 class AttributeError_(ValueError):
@@ -54,7 +59,71 @@ def _device_count(dims: Iterable[int], what: str) -> int:
     return n
 
 
+# What the sharding rules hand each other (the kinds `replicated`, `manual`, `unknown` are a
+# ShardingKind, an iota device list an IotaDevices, an explicit one a tuple of ints).
+class _Maximal(NamedTuple):
+    device: int
+
+
+class _Tiled(NamedTuple):
+    tile_dims: tuple[int, ...]
+    devices: tuple[int, ...] | IotaDevices
+
+
+class _Subgroups(NamedTuple):
+    """`last_tile_dim_replicate` (spelled as the flag) or `last_tile_dims={...}`."""
+
+    kinds: tuple[SubgroupKind, ...]
+    spelled_as_flag: bool
+
+
+class _Metadata(NamedTuple):
+    text: str  # the `metadata={...}` group, as written
+
+
+class _ShardGroup(NamedTuple):
+    group: tuple[str, int]  # ("shard_as" | "shard_like", id), as Sharding keeps it
+
+
+class _MeshDeviceIds(NamedTuple):
+    ids: tuple[int, ...]
+
+
+class _DimAxes(NamedTuple):
+    axes: tuple[AxisRef, ...]
+    open: bool  # ends with `?`
+
+
+class _NamedDims(NamedTuple):
+    dims: tuple[_DimAxes, ...]
+
+
+class _ReplicatedAxes(NamedTuple):
+    axes: tuple[AxisRef, ...]
+
+
+class _UnreducedAxes(NamedTuple):
+    axes: tuple[AxisRef, ...]
+
+
+class _ManualAxes(NamedTuple):
+    axes: tuple[AxisRef, ...]
+
+
+_WHOLE: dict[ShardingKind, Callable[[], Sharding]] = {
+    ShardingKind.REPLICATED: Sharding.replicated, ShardingKind.MANUAL: Sharding.manual,
+    ShardingKind.UNKNOWN: Sharding.unknown,
+}
+
+
 class _TypedBuilder(lark.Transformer[lark.Token, Any]):
+    """Reads one attribute value's parse tree; made for each value read (it keeps the value's
+    text, `raw`, which groups are sliced from), so reads on several threads share nothing."""
+
+    def __init__(self, raw: str):
+        super().__init__()
+        self.raw = raw
+
     # shared pieces
     def int_seq(self, c: list[Any]) -> Any:
         return _ints(c)
@@ -64,8 +133,6 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
 
     def iota_transpose(self, c: list[Any]) -> Any:
         return c[0]
-
-    raw = ""  # the value text being read; groups are returned as slices of it
 
     def group(self, c: list[Any]) -> Any:
         first, last = c[0], c[-1]
@@ -79,84 +146,82 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
         return self.raw[span[0]:span[1]]
 
     # sharding
-    def replicated(self, c: list[Any]) -> Any:
-        return ("replicated",)
+    def replicated(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.REPLICATED
 
-    def manual(self, c: list[Any]) -> Any:
-        return ("manual",)
+    def manual(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.MANUAL
 
-    def unknown(self, c: list[Any]) -> Any:
-        return ("unknown",)
+    def unknown(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.UNKNOWN
 
-    def maximal(self, c: list[Any]) -> Any:
-        return ("maximal", _ints(c)[0])
+    def maximal(self, c: list[Any]) -> _Maximal:
+        return _Maximal(_ints(c)[0])
 
-    def explicit_devices(self, c: list[Any]) -> Any:
-        return ("explicit", _ints(c))
+    def explicit_devices(self, c: list[Any]) -> tuple[int, ...]:
+        return _ints(c)
 
-    def iota_devices(self, c: list[Any]) -> Any:
+    def iota_devices(self, c: list[Any]) -> IotaDevices:
         _device_count(c[0], "the iota device list")
         perm = c[1] if len(c) > 1 else ()
         if perm and sorted(perm) != list(range(len(c[0]))):
             raise AttributeError_(f"iota transpose T{perm} is not a permutation of {len(c[0])} dimensions")
-        return ("iota", IotaDevices(c[0], perm))
+        return IotaDevices(c[0], perm)
 
-    def tiled(self, c: list[Any]) -> Any:
+    def tiled(self, c: list[Any]) -> _Tiled:
         _device_count(c[0], "the tile assignment")
-        return ("tiled", c[0], c[1])
+        return _Tiled(c[0], c[1])
 
-    def last_tile_dim_replicate(self, c: list[Any]) -> Any:
-        return ("subgroups", (SubgroupKind.REPLICATED,), True)
+    def last_tile_dim_replicate(self, c: list[Any]) -> _Subgroups:
+        return _Subgroups((SubgroupKind.REPLICATED,), spelled_as_flag=True)
 
-    def subgroup_kind(self, c: list[Any]) -> Any:
+    def subgroup_kind(self, c: list[Any]) -> SubgroupKind:
         return SubgroupKind(c[0].value)
 
-    def last_tile_dims(self, c: list[Any]) -> Any:
-        return ("subgroups", tuple(c), False)
+    def last_tile_dims(self, c: list[Any]) -> _Subgroups:
+        return _Subgroups(tuple(c), spelled_as_flag=False)
 
-    def sharding_metadata(self, c: list[Any]) -> Any:
+    def sharding_metadata(self, c: list[Any]) -> _Metadata:
         text = self._text(c[0])
         _check_sharding_metadata(text)
-        return ("metadata", text)
+        return _Metadata(text)
 
-    def shard_as(self, c: list[Any]) -> Any:
-        return ("shard_group", ("shard_as", _ints(c)[0]))
+    def shard_as(self, c: list[Any]) -> _ShardGroup:
+        return _ShardGroup(("shard_as", _ints(c)[0]))
 
-    def shard_like(self, c: list[Any]) -> Any:
-        return ("shard_group", ("shard_like", _ints(c)[0]))
+    def shard_like(self, c: list[Any]) -> _ShardGroup:
+        return _ShardGroup(("shard_like", _ints(c)[0]))
 
-    def sharding_body(self, c: list[Any]) -> Any:
+    def sharding_body(self, c: list[Any]) -> Sharding:
         kind, options = c[0], c[1:]
-        subgroups, flag, metadata, shard_group = (), True, "", None
+        subgroups: tuple[SubgroupKind, ...] = ()
+        flag, metadata, shard_group = True, "", None
         for opt in options:
-            if opt[0] == "subgroups":
-                subgroups, flag = opt[1], opt[2]
-            elif opt[0] == "metadata":
-                metadata = opt[1]
+            if type(opt) is _Subgroups:
+                subgroups, flag = opt.kinds, opt.spelled_as_flag
+            elif type(opt) is _Metadata:
+                metadata = opt.text
             else:
-                shard_group = opt[1]
-        if kind[0] == "tiled":
-            tile_dims, devices = kind[1], kind[2]
-            if devices[0] == "iota":
-                iota = devices[1]
-                ids = iota.expand()
+                shard_group = cast(_ShardGroup, opt).group
+        if type(kind) is _Tiled:
+            tile_dims, devices = kind.tile_dims, kind.devices
+            iota: IotaDevices | None
+            if type(devices) is IotaDevices:
+                iota, ids = devices, devices.expand()
                 if len(ids) != _prod(tile_dims):
                     raise AttributeError_(f"iota of {len(ids)} devices for a tile grid of {_prod(tile_dims)}")
             else:
-                iota, ids = None, devices[1]
+                iota, ids = None, np.asarray(devices)
                 if len(ids) != _prod(tile_dims):
                     raise AttributeError_(f"{len(ids)} devices listed for a tile grid of {_prod(tile_dims)}")
-            s = Sharding.tiled(__import__("numpy").asarray(ids).reshape(tile_dims), subgroups, iota=iota,
+            s = Sharding.tiled(np.asarray(ids).reshape(tile_dims), subgroups, iota=iota,
                                replicate_spelled_as_flag=flag, metadata=metadata,
                                devices_spelled_explicitly=iota is None)
-        elif kind[0] == "maximal":
-            s = Sharding.maximal(kind[1])
+        elif type(kind) is _Maximal:
+            s = Sharding.maximal(kind.device)
         else:
-            s = {"replicated": Sharding.replicated, "manual": Sharding.manual,
-                 "unknown": Sharding.unknown}[kind[0]]()
+            s = _WHOLE[kind]()
         if metadata or shard_group:
-            from dataclasses import replace
-
             s = replace(s, metadata=metadata, shard_group=shard_group)
         return s
 
@@ -169,53 +234,52 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
         _device_count([size for _, size in axes], "the mesh")
         return SdyMesh(axes)
 
-    def mesh_device_ids(self, c: list[Any]) -> Any:
-        return ("device_ids", c[0])
+    def mesh_device_ids(self, c: list[Any]) -> _MeshDeviceIds:
+        return _MeshDeviceIds(c[0])
 
-    def named_replicated(self, c: list[Any]) -> Any:
-        return ("replicated",)
+    def named_replicated(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.REPLICATED
 
-    def named_manual(self, c: list[Any]) -> Any:
-        return ("manual",)
+    def named_manual(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.MANUAL
 
-    def named_unknown(self, c: list[Any]) -> Any:
-        return ("unknown",)
+    def named_unknown(self, c: list[Any]) -> ShardingKind:
+        return ShardingKind.UNKNOWN
 
-    def dim_axes(self, c: list[Any]) -> Any:
-        """(axes, open): the axes splitting a dimension, and whether it ends with `?`."""
+    def dim_axes(self, c: list[Any]) -> _DimAxes:
+        """The axes splitting a dimension, and whether it ends with `?`."""
         axes = tuple(_axis_ref(x) for x in c if isinstance(x, tuple))
-        return axes, any(isinstance(x, Token) and x.type == "OPEN_DIM" for x in c)
+        return _DimAxes(axes, any(isinstance(x, Token) and x.type == "OPEN_DIM" for x in c))
 
-    def named_dims(self, c: list[Any]) -> Any:
-        return ("dims", tuple(x for x in c if x is not None))
+    def named_dims(self, c: list[Any]) -> _NamedDims:
+        return _NamedDims(tuple(x for x in c if x is not None))
 
-    def named_replicated_axes(self, c: list[Any]) -> Any:
-        return ("replicated_axes", tuple(_axis_ref(x) for x in c if x is not None))
+    def named_replicated_axes(self, c: list[Any]) -> _ReplicatedAxes:
+        return _ReplicatedAxes(tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_unreduced_axes(self, c: list[Any]) -> Any:
-        return ("unreduced_axes", tuple(_axis_ref(x) for x in c if x is not None))
+    def named_unreduced_axes(self, c: list[Any]) -> _UnreducedAxes:
+        return _UnreducedAxes(tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_manual_axes(self, c: list[Any]) -> Any:
-        return ("manual_axes", tuple(_axis_ref(x) for x in c if x is not None))
+    def named_manual_axes(self, c: list[Any]) -> _ManualAxes:
+        return _ManualAxes(tuple(_axis_ref(x) for x in c if x is not None))
 
-    def named_sharding(self, c: list[Any]) -> Any:
+    def named_sharding(self, c: list[Any]) -> Sharding:
         mesh, rest = c[0], [x for x in c[1:] if x is not None]
-        if rest[0][0] == "device_ids":
-            mesh, rest = replace(mesh, device_ids=rest[0][1]), rest[1:]
+        if type(rest[0]) is _MeshDeviceIds:
+            mesh, rest = replace(mesh, device_ids=rest[0].ids), rest[1:]
         spec, options = rest[0], rest[1:]
-        metadata = next((o[1] for o in options if o[0] == "metadata"), "")
-        if any(o[0] == "unreduced_axes" and o[1] for o in options):
+        metadata = next((o.text for o in options if type(o) is _Metadata), "")
+        if any(type(o) is _UnreducedAxes and o.axes for o in options):
             raise AttributeError_("unreduced axes (partial sums) have no tile-assignment equivalent")
-        if spec[0] != "dims":
-            s = {"replicated": Sharding.replicated, "manual": Sharding.manual,
-                 "unknown": Sharding.unknown}[spec[0]]()
+        if type(spec) is not _NamedDims:
+            s = _WHOLE[spec]()
         else:
-            manual = next((o[1] for o in options if o[0] == "manual_axes"), ())
+            manual = next((o.axes for o in options if type(o) is _ManualAxes), ())
             try:
-                s = mesh_sharding(mesh, [axes for axes, _ in spec[1]], manual)
+                s = mesh_sharding(mesh, [d.axes for d in spec.dims], manual)
             except (KeyError, ValueError) as e:
                 raise AttributeError_(str(e)) from None
-            open_dims = tuple(i for i, (_, is_open) in enumerate(spec[1]) if is_open)
+            open_dims = tuple(i for i, d in enumerate(spec.dims) if d.open)
             if open_dims:
                 s = replace(s, open_dims=open_dims)
         return replace(s, metadata=metadata or s.metadata, named_mesh=True)
@@ -348,25 +412,15 @@ def _prod(xs: Iterable[int]) -> int:
     return n
 
 
-_typed_parser_holder: list[lark.Lark] = []
-
-
-def _typed_parser() -> lark.Lark:
-    if not _typed_parser_holder:
-        _typed_parser_holder.append(grammar.lark_parser(None))
-    return _typed_parser_holder[0]
-
-
-_BUILDER = _TypedBuilder()
-
-
 def _structured(start: str) -> Callable[[str], Any]:
+    """The reader of values spelled by the grammar's rule `start`.  Its cache is shared by every
+    module and thread: it maps a value's text to a frozen value (Sharding, Window, ...), and
+    lru_cache is thread-safe; a failed read is not cached."""
+
     @functools.lru_cache(maxsize=4096)
     def read(raw: str) -> Any:
         try:
-            tree = _typed_parser().parse(raw, start=start)
-            _BUILDER.raw = raw
-            return _BUILDER.transform(tree)
+            return _TypedBuilder(raw).transform(grammar.compiled().parse(raw, start=start))
         except lark.exceptions.VisitError as e:
             raise AttributeError_(f"{start[5:]}: {e.orig_exc}") from None
         except RecursionError:

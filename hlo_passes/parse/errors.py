@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from hlo_passes.ir.source import SourceSpan
 from hlo_passes.parse.limits import MAX_SHOWN_LINE
 
 MAX_MESSAGE = 2000
@@ -70,13 +71,16 @@ class TokenLike(Protocol):
 
 
 class SemanticError(Exception):
-    """Raised inside the parser's callbacks; turned into HloParseError with the position."""
+    """Raised inside the parser's callbacks; turned into HloParseError with the position: the
+    span of an instruction already built, else the token's offset, else `pos`."""
 
-    def __init__(self, message: str, token: TokenLike | None = None, pos: int | None = None):
+    def __init__(self, message: str, token: TokenLike | None = None, pos: int | None = None, *,
+                 span: SourceSpan | None = None):
         super().__init__(message)
         self.message = message
         self.token = token
         self.pos = pos
+        self.span = span
 
 
 def position_of(text: str, pos: int) -> tuple[int, int, str]:
@@ -88,3 +92,14 @@ def position_of(text: str, pos: int) -> tuple[int, int, str]:
     if end < 0:
         end = len(text)
     return line, pos - start + 1, text[start:end]
+
+
+def line_at(text: str, line: int) -> str:
+    """The text of line `line` (1-based) of `text`, without its newline ("" past the end)."""
+    start = 0
+    for _ in range(line - 1):
+        start = text.find("\n", start) + 1
+        if start == 0:
+            return ""
+    end = text.find("\n", start)
+    return text[start:end if end >= 0 else len(text)]

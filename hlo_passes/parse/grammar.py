@@ -4,6 +4,15 @@ Building the LALR tables takes about 0.13 s, most of what a small `hlo-passes fm
 costs, so the tables are cached on disk (Lark's own cache, keyed by a hash of the
 grammar and the options) in a directory only the user can write: the cache is a
 pickle, and a pickle from a directory others can write would run their code.
+
+Two ways to run the grammar, both safe to use from several threads at once:
+
+* `compiled()`, the grammar's Lark object, shared by every caller: it builds parse trees
+  and keeps no state between parses (each parse makes its own lexer and parser state).
+* `InlineParser(transformer)`, one per parse: the same tables with the rules calling
+  `transformer`'s methods as they are reduced, so that no tree is built for a big module
+  (the module builder) and nothing ties two parses together.  It is the one place that
+  reaches into Lark's internals (see its docstring).
 """
 
 from __future__ import annotations
@@ -13,9 +22,11 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lark
+from lark.lexer import LexerThread
+from lark.parsers.lalr_parser import _Parser as _LalrParser
 
 # The grammar is package data (hlo_passes/grammar/, shipped in the wheel; the top-level
 # grammar/ of the checkout is a link to it), so it loads relative to the package.
@@ -43,10 +54,46 @@ def grammar_text() -> str:
     return GRAMMAR_PATH.read_text()
 
 
+# Cached once per process: the Lark object is immutable once built and reentrant (Lark keeps
+# each parse's lexer and parser state in objects of that parse).
 @functools.cache
-def lark_parser(transformer: lark.Transformer[lark.Token, Any] | None = None) -> lark.Lark:
+def compiled() -> lark.Lark:
+    """The grammar's LALR parser (building parse trees), shared by every caller."""
     return lark.Lark(grammar_text(), parser="lalr", lexer="contextual", start=list(START_RULES),
-                     transformer=transformer, maybe_placeholders=False, cache=_cache_file() or False)
+                     maybe_placeholders=False, cache=_cache_file() or False)
+
+
+class InlineParser:
+    """The grammar's tables driven with `transformer`'s methods as rule callbacks (Lark's
+    inline transformation: no parse tree is kept), for one parse.
+
+    Lark binds a transformer when it builds a parser, and building one (or loading it from
+    the disk cache) costs ~8 ms; making the callbacks for a new transformer costs ~0.3 ms.
+    So this reuses `compiled()`'s tables, lexer and rule wrappers and builds only the
+    callbacks, through Lark internals (`Lark._parse_tree_builder`,
+    `ParsingFrontend._make_lexer_thread`, `lalr_parser._Parser`: present through lark 1.x,
+    run with 1.3.1; the whole front end goes through here, so any test notices a change).
+    What it shares of Lark's is only read (each parse makes its own lexer and parser state;
+    the lexer's regexes, built on first use, may be built twice, identically), so parsers
+    made from it can run on several threads at once.
+    """
+
+    __slots__ = ("_frontend", "_parser")
+
+    def __init__(self, transformer: lark.Transformer[lark.Token, Any]):
+        shared = compiled()
+        frontend = shared.parser
+        tree_builder: Any = shared._parse_tree_builder  # lark leaves it unannotated
+        self._frontend = frontend
+        self._parser = _LalrParser(frontend.parser.parser.parse_table, tree_builder.create_callback(transformer))
+
+    def parse(self, text: str, start: str) -> Any:
+        """What `transformer` makes of `text` read from rule `start` (Lark's UnexpectedInput on
+        a syntax error; exceptions the callbacks raise pass through unwrapped)."""
+        if start not in START_RULES:
+            raise ValueError(f"unknown start rule {start!r}")
+        lexer = cast(LexerThread, self._frontend._make_lexer_thread(text))  # a str makes a LexerThread
+        return self._parser.parse(lexer, start)
 
 
 def _cache_file() -> str | None:
@@ -71,7 +118,7 @@ def terminal_description(name: str) -> str:
     if name in TERMINAL_NAMES:
         return TERMINAL_NAMES[name]
     try:
-        pattern = lark_parser().get_terminal(name).pattern
+        pattern = compiled().get_terminal(name).pattern
     except KeyError:
         return name
     if pattern.type == "str":

@@ -11,8 +11,10 @@ text exactly like the Lark path keeps them, to be read by the same typed
 readers on demand.
 
 Both paths call the same builder callbacks (which report semantic errors at the
-token that causes them), and the test suite checks that they build identical
-modules for every file of the corpus.  An instruction line the scanner does not
+token that causes them) with the same pieces (parse/pieces.py), and the test suite
+checks that they build identical modules for every file of the corpus.  The scanner
+tells the builder which line it is reading, so that instructions get the same
+source spans on both paths.  An instruction line the scanner does not
 recognise is read with the grammar's `instruction` rule alone, in the same
 builder state: a syntax error there is reported at once (so a bad last line of a
 20 MB dump does not send the whole file down the slow path), and a line the
@@ -23,21 +25,24 @@ parses the whole text with the grammar.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any, Iterator, cast
 
 from lark.exceptions import UnexpectedInput
 
 from hlo_passes.ir.attributes import Attr
+from hlo_passes.ir.shape import Shape
 from hlo_passes.parse import grammar
 from hlo_passes.parse.errors import SemanticError
-from hlo_passes.ir.shape import Shape
-from hlo_passes.parse.shapes import cached_shape
+from hlo_passes.parse.pieces import (ComputationHeader, DebugTable, ModuleHeader, Operand, ParsedInstruction,
+                                     Signature, TextRange, TypedOperand)
+from hlo_passes.parse.shapes import parse_shape
 
 if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
     from hlo_passes.ir.module import Module
-    from hlo_passes.parse.module_parser import _Builder, _Record
+    from hlo_passes.parse.module_parser import ModuleBuilder
 
 
 class Token:
@@ -164,54 +169,50 @@ def split_attributes(tail: str, offset: int, original: str | None = None) -> lis
 
 
 class LineScanner:
-    """Builds a module from XLA-printed text through the parser's builder callbacks."""
+    """Builds a module from XLA-printed text through the parser's builder callbacks (one
+    scanner and one builder per parse)."""
 
-    def __init__(self, builder: _Builder, text: str):
+    def __init__(self, builder: ModuleBuilder, text: str):
         self.b = builder
         self.text = text
-        self.parser = grammar.lark_parser(builder)
-        self.shapes: dict[str, Shape] = {}
+        self.shapes: dict[str, Shape] = {}  # this text's shapes, before the shared cache
 
-    def sub_parse(self, text: str, start: str) -> Any:
-        """Parse one piece with a grammar start rule; attribute texts are sliced from `text`."""
-        full = self.b.text
-        self.b.text = text
-        try:
-            return self.parser.parse(text, start=start)
-        finally:
-            self.b.text = full
+    @functools.cached_property
+    def parser(self) -> grammar.InlineParser:
+        """The grammar, calling this parse's builder: made when a line needs it (~0.3 ms)."""
+        return grammar.InlineParser(self.b)
 
     def shape(self, text: str) -> Shape:
         shape = self.shapes.get(text)
         if shape is None:
             try:
-                shape = cached_shape(text, self._parse_shape)
+                shape = parse_shape(text)
             except (SemanticError, UnexpectedInput):  # positions are the line's: let the grammar say
                 raise Fallback from None
             self.shapes[text] = shape
         return shape
 
-    def _parse_shape(self, text: str) -> Shape:
-        return cast(Shape, self.parser.parse(text, start="shape"))  # the builder makes a Shape
-
-    def lines(self) -> Iterator[tuple[int, str]]:
-        """(offset, line) for each line, with its newline; no list of all lines is made."""
+    def lines(self) -> Iterator[tuple[int, int, str]]:
+        """(number, offset, line) for each line, with its newline; no list of all lines is made."""
         text = self.text
         n = len(text)
         pos = 0
+        number = 0
         while pos < n:
             end = text.find("\n", pos) + 1 or n
-            yield pos, text[pos:end]
+            number += 1
+            yield number, pos, text[pos:end]
             pos = end
 
     def scan(self) -> Module:
         b = self.b
         header = None
-        tables: list[Any] = []
+        tables: list[DebugTable] = []
         computations: list[Computation] = []
-        current: list[Any] | None = None  # [computation header, instruction records...]
+        current: ComputationHeader | None = None  # the computation being read
+        records: list[ParsedInstruction] = []  # its instructions so far
         table: list[str] | None = None  # the lines (title, rows) of the table being read
-        for start, line in self.lines():
+        for number, start, line in self.lines():
             stripped = line.strip()
             if table is not None:
                 if stripped and stripped not in _TABLE_TITLES:
@@ -223,21 +224,21 @@ class LineScanner:
                 continue
             if stripped.startswith("//"):
                 continue
+            b.line, b.line_start = number, start  # where the builder's spans of this line's tokens count from
             if current is not None:
                 if stripped.startswith("}"):
-                    if len(current) == 1:  # no instruction: the grammar says what it expected
+                    if not records:  # no instruction: the grammar says what it expected
                         raise Fallback
                     close = line.index("}")
                     attrs = split_attributes(line[close + 1:].rstrip("\r\n"), start + close + 1)
-                    is_entry, name_tok, signature = current[0]
-                    computations.append(b.finish_computation(is_entry, name_tok, signature, current[1:], attrs))
-                    current = None
+                    computations.append(b.finish_computation(current, records, attrs))
+                    current, records = None, []
                 else:
                     try:
                         record = self.instruction(line, start)
                     except Fallback:
-                        record = self.instruction_by_grammar(line, start)
-                    current.append(record)
+                        record = self.instruction_by_grammar(line, number, start)
+                    records.append(record)
                 continue
             if header is None and not computations and not tables and stripped.startswith("HloModule"):
                 header = self.module_header(line, start)
@@ -246,7 +247,7 @@ class LineScanner:
                 table = [line]
                 continue
             if stripped.endswith("{"):
-                current = [self.computation_header(line, start)]
+                current = self.computation_header(line, start)
                 continue
             raise Fallback
         if table is not None:
@@ -255,16 +256,18 @@ class LineScanner:
             raise Fallback
         return b.finish_module(header, tables)
 
-    def instruction_by_grammar(self, line: str, offset: int) -> _Record:
-        """Read one instruction line with the grammar (same builder state); errors are reported
-        at their place in the file, except one at the end of the line (the instruction may go
-        on below), which sends the whole text to the grammar."""
-        from hlo_passes.parse.module_parser import lark_error_message
+    def instruction_by_grammar(self, line: str, number: int, offset: int) -> ParsedInstruction:
+        """Read one instruction line (line `number`, at `offset`) with the grammar (same builder
+        state); errors are reported at their place in the file, except one at the end of the
+        line (the instruction may go on below), which sends the whole text to the grammar."""
+        from hlo_passes.parse.module_parser import lark_error_message  # module_parser imports this module
 
-        full = self.b.text
-        self.b.text = line
+        b = self.b
+        full = b.text
+        b.text = line
+        b.line_offset = number - 1  # the grammar counts this line as line 1
         try:
-            return cast("_Record", self.parser.parse(line, start="instruction"))  # built inline
+            return cast(ParsedInstruction, self.parser.parse(line, "instruction"))  # built inline
         except SemanticError as e:
             pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
             raise SemanticError(e.message, pos=offset + (pos or 0)) from None
@@ -274,9 +277,10 @@ class LineScanner:
                 raise Fallback from None
             raise SemanticError(message, pos=offset + pos) from None
         finally:
-            self.b.text = full
+            b.text = full
+            b.line_offset = 0
 
-    def module_header(self, line: str, offset: int) -> Any:
+    def module_header(self, line: str, offset: int) -> ModuleHeader:
         original, line = line, blank_comments(line)
         m = _MODULE_HEAD.match(line)
         if m is None:
@@ -289,7 +293,7 @@ class LineScanner:
         return self.b.module_header([name_tok, split_attributes(line[rest:].rstrip("\r\n"), offset + rest,
                                                                  original[rest:].rstrip("\r\n"))])
 
-    def computation_header(self, line: str, offset: int) -> Any:
+    def computation_header(self, line: str, offset: int) -> ComputationHeader:
         m = _COMP_HEAD.match(line)
         if m is None:
             raise Fallback
@@ -314,12 +318,12 @@ class LineScanner:
                 if rest and not rest.startswith(","):
                     raise Fallback
                 pos = len(body) - len(rest) + (1 if rest else 0)
-            signature = ("signature", params, self.shape(m.group(4).strip()))
+            signature = Signature(params, self.shape(m.group(4).strip()))
         children = [c for c in (entry, name_tok, signature) if c is not None]
         return self.b.computation_header(children)
 
-    def table(self, block: list[str]) -> tuple[str, dict[int, Any]]:
-        from hlo_passes.parse.module_parser import record_problem
+    def table(self, block: list[str]) -> DebugTable:
+        from hlo_passes.parse.module_parser import record_problem  # module_parser imports this module
 
         title = block[0].strip()
         rows: list[tuple[int, Any]] = []
@@ -341,9 +345,9 @@ class LineScanner:
                 rows.append((int(m.group(1)), fields))
         key = {"FileNames": "file_names", "FunctionNames": "function_names",
                "FileLocations": "file_locations", "StackFrames": "stack_frames"}[title]
-        return key, dict(rows)
+        return DebugTable(key, dict(rows))
 
-    def instruction(self, line: str, offset: int) -> _Record:
+    def instruction(self, line: str, offset: int) -> ParsedInstruction:
         original, line = line, blank_comments(line)
         m = _HEAD_ARRAY.match(line)
         if m is not None:  # the common case: an array-shaped instruction
@@ -383,7 +387,7 @@ class LineScanner:
             if not literal:
                 raise Fallback
             s = body_offset + lstrip
-            operands: list[Any] = [("lit", (s, s + len(literal)))]
+            operands: list[Operand] = [TextRange(s, s + len(literal))]
         elif not body.strip():
             operands = []
         else:
@@ -401,7 +405,7 @@ class LineScanner:
                     ref = Token("NAME", tm.group(2), body_offset + tm.start(2))
                     if tm.group(1):
                         self.b.operand_shapes = True
-                        operands.append(("typed", self.shape(tm.group(1)), ref))
+                        operands.append(TypedOperand(self.shape(tm.group(1)), ref))
                     else:
                         operands.append(defined.get(ref.value[1:] if ref.value[0] == "%" else ref.value) or ref)
                     pos_b = tm.end()
@@ -423,4 +427,5 @@ class LineScanner:
                                  original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
         name_tok = Token("NAME", m.group(2), offset + m.start(2))
-        return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs)
+        span = (self.b.filename, self.b.line, m.start(2) + 1)  # the builder's span_of(name_tok), made here
+        return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs, span)

@@ -29,6 +29,7 @@ from typing import Sequence, cast
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.types import PrimitiveType as T
 from hlo_passes.parse.limits import INT64_MAX, INT64_MIN, UINT64_MAX, quote
+from hlo_passes.parse.shapes import parse_shape
 
 
 class LiteralProblem(ValueError):
@@ -340,9 +341,6 @@ def check_literal(text: str, shape: Shape) -> None:
 def check_shaped_literal(text: str) -> None:
     """A literal preceded by its shape, as custom-call's `literal=s32[2]{0} {1, 2}` writes it, or a
     parenthesised tuple of such literals (XLA's ParseLiteral without a given shape)."""
-    from hlo_passes.parse import grammar
-    from hlo_passes.parse.shapes import shape_from_tree
-
     stripped = text.strip()
     if stripped.startswith("("):
         if not stripped.endswith(")"):
@@ -355,7 +353,7 @@ def check_shaped_literal(text: str) -> None:
     if m is None:
         raise ValueError(f"expects a shape and a literal, got {quote(text)}")
     try:
-        shape = shape_from_tree(grammar.lark_parser(None).parse(text[:m.end()], start="shape"))
+        shape = parse_shape(text[:m.end()])
     except Exception:  # noqa: BLE001 - any reading failure of the shape
         raise ValueError(f"expects a shape before the literal, got {quote(text[:m.end()])}") from None
     try:

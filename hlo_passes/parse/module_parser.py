@@ -16,15 +16,22 @@ constraints, async start/update/done chains (and the `op-start` sugar, turned
 into an async-start calling a one-instruction computation as XLA does).
 Attribute values are kept as their exact source text and read into typed values
 on demand (see attribute_reader).
+
+Each parse has its own ModuleBuilder (and, on the grammar path, its own InlineParser): the
+module keeps nothing of one parse for the next, and parses may run on several threads at once.
+What is shared between parses is immutable or a thread-safe cache of pure functions of text
+(the grammar's tables, opcode plans, checked attribute values, shapes).  Every instruction
+and computation keeps the SourceSpan it was read from.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
-import threading
+from dataclasses import dataclass
 from sys import intern
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import lark
 from lark import Token
@@ -35,20 +42,24 @@ from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
+from hlo_passes.ir.source import SourceSpan, SpanFields
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
 from hlo_passes.parse import opcode_attributes as schema
-from hlo_passes.parse.errors import HloParseError, SemanticError, TokenLike, position_of
+from hlo_passes.parse.errors import HloParseError, SemanticError, TokenLike, line_at, position_of
 from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
-from hlo_passes.parse.line_scanner import strip_comments
+from hlo_passes.parse.line_scanner import Fallback, LineScanner, strip_comments
+from hlo_passes.parse.line_scanner import Token as ScannedToken
 from hlo_passes.parse.literal_check import LiteralProblem, check_literal
-from hlo_passes.parse.shapes import ShapeBuilder, depth
+from hlo_passes.parse.pieces import (AsyncChain, ComputationHeader, DebugTable, ModuleHeader, NestedOperand,
+                                     Operand, ParsedInstruction, Signature, TableRecord, TextRange, TypedOperand)
+from hlo_passes.parse.shapes import ShapeBuilder, depth, parse_shape
 
 
-def _span(item: Token | tuple[int, int]) -> tuple[int, int]:
+def _range(item: Token | TextRange) -> TextRange:
     if isinstance(item, Token):
-        return cast(int, item.start_pos), cast(int, item.end_pos)  # the parser's tokens have positions
+        return TextRange(cast(int, item.start_pos), cast(int, item.end_pos))  # the parser's tokens have positions
     return item
 
 
@@ -63,30 +74,27 @@ def _positioned(ref: Any) -> Any:
 
 _ASYNC_SUFFIXES = (("-start", Opcode.ASYNC_START), ("-update", Opcode.ASYNC_UPDATE), ("-done", Opcode.ASYNC_DONE))
 _REFERENCE_LIST_KEYS = frozenset({"branch_computations", "called_computations"})
+_PARAMETER_NUMBER = re.compile(r"-?[0-9]+")  # compiled once: a dump has thousands of parameters
 
 
-class _Record:
-    """What the grammar's `instruction` callback hands to `computation`: the instruction
-    is already built; this only says whether the line was marked ROOT."""
+class ModuleBuilder(ShapeBuilder):
+    """Builds one module from one text: the grammar's inline callbacks, also called by the line
+    scanner.  Made for each parse (`parse_module`), never reused: it holds that parse's state."""
 
-    __slots__ = ("instr", "is_root", "name_token")
-
-    def __init__(self, instr: Instruction, is_root: bool, name_token: TokenLike):
-        self.instr = instr
-        self.is_root = is_root
-        self.name_token = name_token
-
-
-class _Builder(ShapeBuilder):
-    """Inline LALR callbacks.  Per-parse state is reset by `_reset_builder` (under a lock)."""
-
-    def __init__(self) -> None:
+    def __init__(self, text: str, filename: str | None, check_semantics: bool) -> None:
         super().__init__()
-        self.check_semantics = True
-        self._reset("")
-
-    def _reset(self, text: str) -> None:
         self.text = text
+        self.filename = filename
+        self.check_semantics = check_semantics
+        # Where lark tokens' lines count from (a line the scanner hands to the grammar alone is
+        # line 1 of what the grammar reads), and the line the scanner is reading: its number and
+        # the offset it starts at (the scanner's tokens carry offsets only).
+        self.line_offset = 0
+        self.line = 1
+        self.line_start = 0
+        # Memos of the shared caches below, for this parse (a dict look-up costs less than a call).
+        self.plans: dict[str, _Plan] = {}
+        self.checked: set[tuple[Callable[[str], None], str]] = set()
         self.anonymous_names: dict[str, int] = {}
         self.percent_names = False
         self.operand_shapes = False
@@ -96,9 +104,8 @@ class _Builder(ShapeBuilder):
         self.computations: dict[str, Computation] = {}
         self.order: list[Computation] = []
         self.entry: Computation | None = None
-        # (is_entry, has a signature, name token) of the first one
-        self.first_computation: tuple[bool, bool, TokenLike] | None = None
-        self.async_chain: dict[Instruction, tuple[Opcode, Computation, str]] = {}
+        self.first_computation: ComputationHeader | None = None
+        self.async_chain: dict[Instruction, AsyncChain] = {}
         self.async_callers: dict[Computation, Instruction] = {}
         self.synthesized: list[Computation] = []
         self._begin_computation("")
@@ -112,49 +119,56 @@ class _Builder(ShapeBuilder):
         self.pending_computations: list[Computation] = []
         self.nested_built: dict[int, Instruction] = {}
 
+    # ---------------------------------------------------------------- spans --
+    def span_of(self, tok: TokenLike) -> SpanFields:
+        """Where `tok` is in the file (a SourceSpan's fields): the scanner's tokens are on the
+        line being scanned, lark's know their line and column."""
+        if type(tok) is ScannedToken:
+            return self.filename, self.line, tok.start_pos - self.line_start + 1
+        lark_tok = cast(Token, tok)
+        return self.filename, self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column)
+
     # ------------------------------------------------------------- literals --
-    def literal_scalar(self, c: list[Any]) -> Any:
-        return ("lit", _span(c[0]))
+    def literal_scalar(self, c: list[Any]) -> TextRange:
+        return _range(c[0])
 
-    def _literal_span(self, c: list[Any]) -> Any:
-        return _span(c[0])[0], _span(c[-1])[1]
+    def _literal_range(self, c: list[Any]) -> TextRange:
+        return TextRange(_range(c[0]).start, _range(c[-1]).end)
 
-    def literal_braces(self, c: list[Any]) -> Any:
-        return self._literal_span(c)
+    def literal_braces(self, c: list[Any]) -> TextRange:
+        return self._literal_range(c)
 
-    def literal_paren(self, c: list[Any]) -> Any:
-        return self._literal_span(c)
+    def literal_paren(self, c: list[Any]) -> TextRange:
+        return self._literal_range(c)
 
     # -------------------------------------------------------------- operands --
-    def operand_ref(self, c: list[Any]) -> Any:
+    def operand_ref(self, c: list[Any]) -> Operand:
         return c[0]  # the name token
 
-    def typed_operand_ref(self, c: list[Any]) -> Any:
+    def typed_operand_ref(self, c: list[Any]) -> TypedOperand:
         self.operand_shapes = True
-        return ("typed", c[0], c[1])
+        return TypedOperand(c[0], c[1])
 
-    def nested_instruction(self, c: list[Any]) -> Any:
-        return ("nested", c[0], c[1], c[2])
+    def nested_instruction(self, c: list[Any]) -> NestedOperand:
+        return NestedOperand(c[0], c[1], c[2])
 
-    def untyped_nested_instruction(self, c: list[Any]) -> Any:
-        return ("nested", None, c[0], c[1])
+    def untyped_nested_instruction(self, c: list[Any]) -> NestedOperand:
+        return NestedOperand(None, c[0], c[1])
 
-    def operand(self, c: list[Any]) -> Any:  # a literal reached through `operand`
-        item = c[0]
-        return item if isinstance(item[0], str) else ("lit", item)
+    def operand(self, c: list[Any]) -> Operand:  # a literal reached through `operand`: its TextRange
+        return c[0]
 
-    def operand_list(self, c: list[Any]) -> Any:
+    def operand_list(self, c: list[Any]) -> list[Operand]:
         return c
 
     # ------------------------------------------------------------ attributes --
-    def group(self, c: list[Any]) -> Any:
-        return _span(c[0])[0], _span(c[-1])[1]
+    def group(self, c: list[Any]) -> TextRange:
+        return TextRange(_range(c[0]).start, _range(c[-1]).end)
 
     inner_group = group
 
-    def attr_value(self, c: list[Any]) -> Any:
-        start, end = _span(c[0])[0], _span(c[-1])[1]
-        return strip_comments(self.text[start:end])
+    def attr_value(self, c: list[Any]) -> str:
+        return strip_comments(self.text[_range(c[0]).start:_range(c[-1]).end])
 
     def attribute(self, c: list[Any]) -> Any:
         return c[0], Attr(raw=c[1])
@@ -166,7 +180,7 @@ class _Builder(ShapeBuilder):
     module_attrs = instruction_attrs
 
     # ----------------------------------------------------------- instruction --
-    def instruction(self, c: list[Any]) -> Any:
+    def instruction(self, c: list[Any]) -> ParsedInstruction:
         is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
         if is_root:
             c = c[1:]
@@ -175,27 +189,30 @@ class _Builder(ShapeBuilder):
         else:
             name_tok, opcode_tok, operands, attrs = c
             shape = None
-        return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs)
+        return self.add_instruction(name_tok, is_root, shape, opcode_tok, operands, attrs, self.span_of(name_tok))
 
     def add_instruction(self, name_tok: TokenLike, is_root: bool, shape: Shape | None, opcode_tok: TokenLike,
-                        operands: list[Any], attrs: Sequence[tuple[TokenLike, Attr]]) -> _Record:
-        """Build one top-level instruction of the computation being read (both parser paths)."""
+                        operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]],
+                        span: SpanFields) -> ParsedInstruction:
+        """Build one top-level instruction of the computation being read (both parser paths);
+        `span` is where its name is."""
         name = name_tok.value
         if name.startswith("%"):
             self.percent_names = True
             name = name[1:]
-        instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs)
-        return _Record(instr, is_root, name_tok)
+        instr = self._build(name, name_tok, shape, opcode_tok, operands, attrs, span)
+        return ParsedInstruction(instr, is_root)
 
-    def _build(self, name: str, name_tok: TokenLike, shape: Shape | None, opcode_tok: TokenLike, operands: list[Any],
-               attrs: Sequence[tuple[TokenLike, Attr]],
+    def _build(self, name: str, name_tok: TokenLike, shape: Shape | None, opcode_tok: TokenLike,
+               operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]], span: SpanFields,
                nested_depth: int = 0) -> Instruction:
         if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
             raise SemanticError(f"illegal instruction name '{name}': it is an element type "
                                 f"(rename it, e.g. to '{name}_')", name_tok)
-        plan = _PLANS.get(opcode_tok.value) or _plan(opcode_tok)
+        plan = self.plans.get(opcode_tok.value) or self._plan(opcode_tok)
         opcode = plan.opcode
-        instr = Instruction(opcode, shape, name=name)  # type: ignore[arg-type]  # inferred below when None
+        # The shape is inferred below when None.
+        instr = Instruction(opcode, shape, name=name, span=span)  # type: ignore[arg-type]
         ops = self._operands(instr, opcode, operands, nested_depth)
         if plan.literal:
             if opcode is Opcode.PARAMETER:
@@ -226,61 +243,59 @@ class _Builder(ShapeBuilder):
         return instr
 
     # ----------------------------------------------------------------- operands
-    def _operands(self, instr: Instruction, opcode: Opcode, operands: list[Any], nested_depth: int) -> list[Any]:
-        """Operands as instructions (literals stay as spans for constant/parameter)."""
+    def _operands(self, instr: Instruction, opcode: Opcode, operands: list[Operand],
+                  nested_depth: int) -> list[Any]:
+        """Operands as instructions (a constant's or parameter's stay TextRanges of its literal)."""
         if opcode is Opcode.CONSTANT or opcode is Opcode.PARAMETER:
             literal = []
             for op in operands:
-                if isinstance(op, tuple) and op[0] == "lit":
+                if type(op) is TextRange:
                     literal.append(op)
-                elif hasattr(op, "start_pos") and not isinstance(op, tuple):  # `true`, `nan`: a name token
-                    literal.append(("lit", (op.start_pos, op.end_pos)))
+                elif hasattr(op, "start_pos"):  # `true`, `nan`: a name token
+                    literal.append(TextRange(op.start_pos, op.end_pos))
                 else:
                     raise SemanticError(f"{opcode.value} expects a literal", _positioned(op))
             return literal
         out = []
         for op in operands:
-            if type(op) is Instruction:
+            kind = type(op)
+            if kind is Instruction:
                 out.append(op)
-            elif type(op) is not tuple:  # a name: a lark Token, or the line scanner's Token or str
-                out.append(self._resolve(op))
-            elif op[0] == "typed":
-                _, declared, ref = op
+            elif kind is TypedOperand:
+                declared, ref = op
                 target = ref if type(ref) is Instruction else self._resolve(ref)
                 if self.check_semantics and not _compatible(declared, target.shape):
                     raise SemanticError(f"the declared operand shape {declared.to_hlo()} is not compatible with the "
                                         f"shape of the operand instruction {target.shape.to_hlo()} ('{target.name}')",
                                         _positioned(ref))
                 out.append(target)
-            elif op[0] == "nested":
+            elif kind is NestedOperand:
                 built = self.nested_built.pop(id(op), None)
                 out.append(built if built is not None else self._build_nested(op))
-            elif op[0] == "lit":
-                if opcode not in (Opcode.CONSTANT, Opcode.PARAMETER):
-                    raise SemanticError(f"{opcode.value} expects operand names, got a literal",
-                                        pos=op[1][0])
-                out.append(op)
-            else:  # pragma: no cover - the grammar produces nothing else
-                raise SemanticError("unreadable operand")
+            elif kind is TextRange:
+                raise SemanticError(f"{opcode.value} expects operand names, got a literal", pos=op.start)
+            else:  # a name: a lark Token, or the line scanner's Token or str
+                out.append(self._resolve(op))
         return out
 
-    def _build_nested(self, top: Any) -> Instruction:
+    def _build_nested(self, top: NestedOperand) -> Instruction:
         """Build the nested operand `top` and every operand nested in it, innermost first and left
         to right (as XLA creates them), without recursion: nesting may be 1,000 deep."""
         stack = [(top, 0, 1)]
         while stack:
             op, child, level = stack.pop()
             if level > MAX_NESTING:
-                raise SemanticError(f"operands are nested more than {MAX_NESTING} deep (MAX_NESTING)", op[2])
-            operands = op[3]
-            while child < len(operands) and not (type(operands[child]) is tuple and operands[child][0] == "nested"):
+                raise SemanticError(f"operands are nested more than {MAX_NESTING} deep (MAX_NESTING)", op.opcode)
+            operands = op.operands
+            while child < len(operands) and type(operands[child]) is not NestedOperand:
                 child += 1
             if child < len(operands):
                 stack.append((op, child + 1, level))
                 stack.append((operands[child], 0, level + 1))
                 continue
-            _, shape, tok, ops = op
-            instr = self._build(self._anonymous_name(tok.value), tok, shape, tok, ops, [], level)
+            tok = op.opcode
+            instr = self._build(self._anonymous_name(tok.value), tok, op.shape, tok, op.operands, [],
+                                self.span_of(tok), level)
             if op is top:
                 return instr
             self.nested_built[id(op)] = instr
@@ -311,7 +326,8 @@ class _Builder(ShapeBuilder):
             if not isinstance(shape, TupleShape) or not 0 <= index < len(shape.elements):
                 raise SemanticError(f"'{tuple_instr.name}' has no tuple element {index}", _positioned(tok))
             gte = Instruction(Opcode.GET_TUPLE_ELEMENT, shape.elements[index], [tuple_instr],
-                              name=f"{tuple_instr.name}_{index}")
+                              name=f"{tuple_instr.name}_{index}",
+                              span=self.span_of(tok) if _positioned(tok) is not None else None)
             gte.set_attr("index", index)
             self.current.append(gte)
             self.element_refs[key] = gte
@@ -327,6 +343,14 @@ class _Builder(ShapeBuilder):
             if name not in self.by_name:
                 return name
 
+    def _plan(self, tok: TokenLike) -> _Plan:
+        """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
+        try:
+            plan = self.plans[tok.value] = _plan_of(tok.value)
+        except _UnknownOpcode as e:
+            raise SemanticError(str(e), tok) from None
+        return plan
+
     def _operand_count(self, instr: Instruction, tok: TokenLike) -> None:
         from hlo_passes.verifier.shape_rules import operand_count_problem
 
@@ -339,12 +363,12 @@ class _Builder(ShapeBuilder):
         if not ops or any(type(o) is Instruction for o in ops):
             what = "a literal, as in constant(0)" if opcode_tok.value == "constant" else "its number"
             raise SemanticError(f"{opcode_tok.value} needs {what}", opcode_tok)
-        start, end = ops[0][1][0], ops[-1][1][1]
+        start, end = ops[0].start, ops[-1].end
         return self.text[start:end], start
 
     def _parameter(self, instr: Instruction, ops: list[Any], opcode_tok: TokenLike) -> None:
         text, start = self._literal_text(ops, opcode_tok)
-        if len(ops) != 1 or not re.fullmatch(r"-?[0-9]+", text):
+        if len(ops) != 1 or not _PARAMETER_NUMBER.fullmatch(text):
             raise SemanticError("parameter needs its number, as in parameter(0)", pos=start)
         try:
             n = parse_int64(text)
@@ -384,26 +408,24 @@ class _Builder(ShapeBuilder):
     def _attributes(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]], keys: "_Keys",
                     opcode_tok: TokenLike, nested: bool) -> None:
         slots = self.attr_slots
+        checked = self.checked
         attributes = instr.attributes
-        specs = keys.specs
-        checked = _CHECKED_VALUES
+        checks = keys.checks
         for key_tok, attr in attrs:
             key = intern(key_tok.value)  # one string per key, not one per use
             if key in attributes:
                 raise SemanticError(f"attribute '{key}' given twice", key_tok)
-            spec = specs.get(key)
-            if spec is None:
+            check = checks.get(key)
+            if check is None:
                 raise SemanticError(f"unexpected attribute '{key}' for {opcode_tok.value}; it takes: "
-                                    f"{', '.join(sorted(specs))}", key_tok)
+                                    f"{', '.join(sorted(checks))}", key_tok)
             raw = cast(str, attr.raw)  # parsed: has text
-            if (key, raw) not in checked:
+            if (check, raw) not in checked:
                 try:
-                    spec.check(raw)
+                    _check_value(check, raw)
                 except ValueError as e:
                     raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
-                if len(checked) >= _CHECKED_LIMIT:
-                    checked.clear()
-                checked.add((key, raw))
+                checked.add((check, raw))
             attributes[key] = slots.setdefault((key, raw), attr)
         for key in keys.required:
             if key not in attributes:
@@ -496,7 +518,7 @@ class _Builder(ShapeBuilder):
                                         f"({self.async_callers[comp].name} and {instr.name})", tok)
                 self.async_callers[comp] = instr
                 thread = instr.attr("async_execution_thread", "main")
-                self.async_chain[instr] = (cast(Instruction, comp.root).opcode, comp, thread)
+                self.async_chain[instr] = AsyncChain(cast(Instruction, comp.root).opcode, comp, thread)
 
     def _async_link(self, instr: Instruction, tok: TokenLike, wrapped: Opcode | None) -> None:
         """async-update/-done: one operand, an async-start or -update; the same wrapped op,
@@ -505,7 +527,7 @@ class _Builder(ShapeBuilder):
         link = self.async_chain.get(ops[0]) if len(ops) == 1 else None
         if link is None or ops[0].opcode is Opcode.ASYNC_DONE:
             raise SemanticError("async-update and async-done expect a single async op as their operand", tok)
-        chain_opcode, comp, thread = link
+        chain_opcode, comp, thread = link.wrapped, link.computation, link.thread
         if wrapped is not None and wrapped is not chain_opcode:
             raise SemanticError(f"expect async wrapped opcode to be {chain_opcode.value}, but got {wrapped.value}", tok)
         given = cast("Computation | None", instr.called.get("calls"))
@@ -553,8 +575,6 @@ class _Builder(ShapeBuilder):
     def _layout_constraints(self, instr: Instruction, tok: TokenLike) -> None:
         """One constraint per operand, each compatible with its operand (XLA fills a layout left
         out with the default one, here and on the result, so neither can lack one)."""
-        from hlo_passes.parse.shapes import parse_shape
-
         raw = cast(str, instr.attributes["operand_layout_constraints"].raw).strip()[1:-1]  # parsed: has text
         shapes = [parse_shape(part.strip()) for part in schema.split_top_level(raw) if part.strip()]
         if len(shapes) != len(instr.operands):
@@ -574,11 +594,13 @@ class _Builder(ShapeBuilder):
         if type(shape) is not TupleShape or len(shape.elements) < 2 or type(shape.elements[0]) is not TupleShape:
             raise SemanticError("async-start expects the op shape to be in the form of "
                                 "((async-operands), async-outputs, state)", tok)
+        span = instr.span  # everything the sugar stands for comes from its line
         comp = Computation("async_wrapped")
+        comp.span = span
         params = []
         for i, operand in enumerate(instr.operands):
             p = Instruction(Opcode.PARAMETER, operand.shape, name="async_param" if i == 0 else f"async_param.{i}",
-                            parameter_number=i)
+                            parameter_number=i, span=span)
             p.parent = comp
             comp._instructions[p] = None
             params.append(p)
@@ -586,7 +608,7 @@ class _Builder(ShapeBuilder):
         async_keys = set(schema.ASYNC_SUGAR_START) | {"sharding", "control-predecessors", "parameter_replication"}
         inner = Instruction(wrapped, shape.elements[1], params, name="async_op",
                             attributes={k: a for k, a in instr.attributes.items() if k not in async_keys},
-                            called=dict(instr.called) or None)
+                            called=dict(instr.called) or None, span=span)
         self._opcode_checks(inner, tok, None)
         self._shape_checks(inner, tok)
         inner.parent = comp
@@ -600,7 +622,7 @@ class _Builder(ShapeBuilder):
                             attributes={k: a for k, a in instr.attributes.items()
                                         if k in async_keys or k in ("metadata", "backend_config", "frontend_attributes",
                                                                     "statistics", "origin")},
-                            called={"calls": comp})
+                            called={"calls": comp}, span=span)
         operands, preds = list(instr.operands), list(instr.control_predecessors)
         instr.drop_operands()  # also unlinks its control predecessors
         start._init_operands(operands)
@@ -609,7 +631,7 @@ class _Builder(ShapeBuilder):
         self.synthesized.append(comp)
         self.pending_computations.append(comp)
         self.async_callers[comp] = start
-        self.async_chain[start] = (wrapped, comp, start.attr("async_execution_thread", "main"))
+        self.async_chain[start] = AsyncChain(wrapped, comp, start.attr("async_execution_thread", "main"))
         return start
 
     # ------------------------------------------------------------- definitions --
@@ -622,30 +644,29 @@ class _Builder(ShapeBuilder):
         self.current.append(instr)
 
     # ------------------------------------------------------------ computation --
-    def param_decl(self, c: list[Any]) -> Any:
+    def param_decl(self, c: list[Any]) -> tuple[TokenLike, Shape]:
         return c[0], c[1]
 
-    def signature(self, c: list[Any]) -> Any:
-        return ("signature", c[:-1], c[-1])
+    def signature(self, c: list[Any]) -> Signature:
+        return Signature(c[:-1], c[-1])
 
-    def computation_header(self, c: list[Any]) -> Any:
+    def computation_header(self, c: list[Any]) -> ComputationHeader:
         is_entry = getattr(c[0], "type", None) == "ENTRY"
         if is_entry:
             c = c[1:]
-        signature = c[1] if len(c) > 1 else None
-        self._begin_computation(_bare(c[0].value))
+        header = ComputationHeader(is_entry, c[0], c[1] if len(c) > 1 else None, self.span_of(c[0]))
+        self._begin_computation(_bare(header.name.value))
         if self.first_computation is None:
-            self.first_computation = (is_entry, signature is not None, c[0])
-        return is_entry, c[0], signature
+            self.first_computation = header
+        return header
 
-    def computation(self, c: list[Any]) -> Any:
-        is_entry, name_tok, signature = c[0]
-        attrs = c[-1]
-        records = [r for r in c[1:-1] if isinstance(r, _Record)]
-        return self.finish_computation(is_entry, name_tok, signature, records, attrs)
+    def computation(self, c: list[Any]) -> Computation:
+        records = [r for r in c[1:-1] if type(r) is ParsedInstruction]
+        return self.finish_computation(c[0], records, c[-1])
 
-    def finish_computation(self, is_entry: bool, name_tok: TokenLike, signature: Any, records: list[_Record],
+    def finish_computation(self, header: ComputationHeader, records: list[ParsedInstruction],
                            attrs: Sequence[tuple[TokenLike, Attr]]) -> Computation:
+        is_entry, name_tok, signature, span = header
         name = _bare(name_tok.value)
         if name in self.computations:
             raise SemanticError(f"computation name '{name}' is used twice", name_tok)
@@ -653,9 +674,10 @@ class _Builder(ShapeBuilder):
             raise SemanticError(f"computation '{name}' has no instructions", name_tok)
         comp = Computation(name, is_entry=is_entry)
         comp.print_signature = signature is not None
+        comp.span = SourceSpan._make(span)
         roots = [r for r in records if r.is_root]
         if len(roots) > 1:
-            raise SemanticError(f"computation '{name}' has more than one ROOT", roots[1].name_token)
+            raise SemanticError(f"computation '{name}' has more than one ROOT", span=roots[1].instr.span)
         instructions = comp._instructions
         for instr in self.current:
             instr.parent = comp
@@ -684,7 +706,7 @@ class _Builder(ShapeBuilder):
         if signature is not None and self.check_semantics:
             from hlo_passes.verifier.shape_rules import same_shape
 
-            declared = signature[2]
+            declared = signature.result
             if not same_shape(declared, comp.root.shape):
                 raise SemanticError(f"shape of computation {name}, {declared.to_hlo(False)}, is not compatible with "
                                     f"that of its root instruction {comp.root.name}, "
@@ -709,16 +731,15 @@ class _Builder(ShapeBuilder):
     def record_field(self, c: list[Any]) -> Any:
         return c[0].value, _int_token(c[1])
 
-    def record_row(self, c: list[Any]) -> Any:
+    def record_row(self, c: list[Any]) -> TableRecord:
         fields = {}
         for key, value in c[1:]:
             if key in fields:
                 raise SemanticError(f"field '{key}' given twice", c[0])
             fields[key] = value
-        return _int_token(c[0]), fields, c[0]
+        return TableRecord(_int_token(c[0]), fields, c[0])
 
-    def _records(self, c: list[Any], table: str) -> dict[int, dict[str, int]]:
-        keys = TABLE_FIELDS[table]
+    def _records(self, c: list[TableRecord], table: str) -> dict[int, dict[str, int]]:
         rows = {}
         for number, fields, tok in c:
             problem = record_problem(table, fields)
@@ -727,36 +748,34 @@ class _Builder(ShapeBuilder):
             rows[number] = fields
         return rows
 
-    def file_names_table(self, c: list[Any]) -> Any:
-        return ("file_names", dict(c))
+    def file_names_table(self, c: list[Any]) -> DebugTable:
+        return DebugTable("file_names", dict(c))
 
-    def function_names_table(self, c: list[Any]) -> Any:
-        return ("function_names", dict(c))
+    def function_names_table(self, c: list[Any]) -> DebugTable:
+        return DebugTable("function_names", dict(c))
 
-    def file_locations_table(self, c: list[Any]) -> Any:
-        return ("file_locations", self._records(c, "file_locations"))
+    def file_locations_table(self, c: list[Any]) -> DebugTable:
+        return DebugTable("file_locations", self._records(c, "file_locations"))
 
-    def stack_frames_table(self, c: list[Any]) -> Any:
-        return ("stack_frames", self._records(c, "stack_frames"))
+    def stack_frames_table(self, c: list[Any]) -> DebugTable:
+        return DebugTable("stack_frames", self._records(c, "stack_frames"))
 
     # ---------------------------------------------------------------- module --
-    def module_header(self, c: list[Any]) -> Any:
+    def module_header(self, c: list[Any]) -> ModuleHeader:
         c = [x for x in c if not (isinstance(x, Token) and x.type == "HEADER_COLON")]
-        return ("header", c[0], c[1])
+        return ModuleHeader(c[0], c[1])
 
-    def module(self, c: list[Any]) -> Any:
-        header = c[0] if isinstance(c[0], tuple) and c[0][0] == "header" else None
-        tables = [x for x in c if isinstance(x, tuple) and x[0] in ("file_names", "function_names",
-                                                                      "file_locations", "stack_frames")]
-        return self.finish_module(header, tables)
+    def module(self, c: list[Any]) -> Module:
+        header = c[0] if type(c[0]) is ModuleHeader else None
+        return self.finish_module(header, [x for x in c if type(x) is DebugTable])
 
-    def finish_module(self, header: Any, tables: list[Any]) -> Module:
-        name_tok, header_attrs = (header[1], header[2]) if header is not None else (None, [])
+    def finish_module(self, header: ModuleHeader | None, tables: list[DebugTable]) -> Module:
+        name_tok, header_attrs = (header.name, header.attributes) if header is not None else (None, [])
         if header is None and self.first_computation is not None:
             # XLA reads text without a header as a module only when it starts with ENTRY or
             # `name {`; anything else it takes for a single instruction (and refuses here).
-            is_entry, has_signature, first_tok = self.first_computation
-            if tables or (not is_entry and has_signature):
+            is_entry, first_tok, signature, _ = self.first_computation
+            if tables or (not is_entry and signature is not None):
                 start = len(self.text) - len(self.text.lstrip())
                 raise SemanticError("text without 'HloModule' must start with ENTRY or with a computation "
                                     "written `name {` (add a `HloModule name` line)",
@@ -770,12 +789,13 @@ class _Builder(ShapeBuilder):
             if spec is None:
                 raise SemanticError(f"unexpected module attribute '{key}'; a module takes: "
                                     f"{', '.join(sorted(schema.MODULE_KEYS))}", key_tok)
+            raw = cast(str, attr.raw)  # parsed: has text
             try:
-                spec.check(attr.raw)
+                spec.check(raw)
             except ValueError as e:
                 raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
-            if key in ("replica_count", "num_partitions") and parse_int64(attr.raw) < 1:
-                raise SemanticError(f"{key} must be at least 1, got {attr.raw}", key_tok)
+            if key in ("replica_count", "num_partitions") and parse_int64(raw) < 1:
+                raise SemanticError(f"{key} must be at least 1, got {raw}", key_tok)
             module.attributes[key] = attr
         order = [key for key, _ in tables]
         if order and order != list(TABLE_FIELDS_ORDER):
@@ -815,7 +835,7 @@ class _Builder(ShapeBuilder):
         module.parsed_entry_signature = entry_signature(module)
         for key_tok, attr in header_attrs:
             if key_tok.value in ("input_output_alias", "buffer_donor"):
-                self._check_aliasing(module, key_tok, attr.raw)
+                self._check_aliasing(module, key_tok, cast(str, attr.raw))  # parsed: has text
         return module
 
     def _check_aliasing(self, module: Module, key_tok: TokenLike, raw: str) -> None:
@@ -927,44 +947,58 @@ def entry_signature(module: Module) -> tuple[tuple[Shape, ...], Shape]:
     return (tuple(p.shape for p in entry.parameters), cast(Instruction, entry.root).shape)
 
 
+@dataclass(frozen=True, slots=True)
 class _Keys:
     """The attribute keys an instruction takes (its opcode's and everyone's), and the required ones."""
 
-    __slots__ = ("specs", "required")
+    checks: dict[str, Callable[[str], None]]  # key -> how its value reads; never written once made
+    required: tuple[str, ...]
 
-    def __init__(self, own: dict[str, schema.Spec]):
-        self.specs = {**schema.COMMON, **own}
-        self.required = tuple(k for k, spec in own.items() if spec.required)
+    @staticmethod
+    def of(own: dict[str, schema.Spec]) -> "_Keys":
+        return _Keys({k: spec.check for k, spec in {**schema.COMMON, **own}.items()},
+                     tuple(k for k, spec in own.items() if spec.required))
 
 
+@dataclass(frozen=True, slots=True)
 class _Plan:
     """What `_build` needs to know about one opcode spelling, worked out once per spelling."""
 
-    __slots__ = ("opcode", "wrapped", "keys", "dynamic_keys", "literal", "low", "high", "parity", "references",
-                 "checks", "shape_checks")
+    opcode: Opcode
+    wrapped: Opcode | None  # the op an `op-start`/`-update`/`-done` spelling wraps
+    keys: _Keys
+    dynamic_keys: bool  # the keys depend on the operands (conditional, broadcast)
+    literal: bool  # constant, parameter: the operands are a literal
+    low: int  # operand count bounds (high None: no bound), and parity (None: any)
+    high: int | None
+    parity: int | None
+    references: bool  # some key names computations or control predecessors
+    checks: bool  # `_opcode_checks` has something to check
+    shape_checks: bool
 
-    def __init__(self, opcode: Opcode, wrapped: Opcode | None):
+    @staticmethod
+    def of(opcode: Opcode, wrapped: Opcode | None) -> "_Plan":
         from hlo_passes.verifier.shape_rules import OPERAND_COUNTS
 
-        self.opcode = opcode
-        self.wrapped = wrapped
         if wrapped is None:
             own = schema.OPCODE_KEYS[opcode]
         elif opcode is Opcode.ASYNC_START:
             own = {**schema.OPCODE_KEYS[wrapped], **schema.ASYNC_SUGAR_START}
         else:
             own = schema.ASYNC_SUGAR_OTHER
-        self.keys = _Keys(own)
-        self.dynamic_keys = wrapped is None and opcode in (Opcode.CONDITIONAL, Opcode.BROADCAST)
-        self.literal = opcode in (Opcode.CONSTANT, Opcode.PARAMETER)
-        self.low, self.high = OPERAND_COUNTS.get(opcode, (0, None)) if wrapped is None else (0, None)
+        keys = _Keys.of(own)
+        low, high = OPERAND_COUNTS.get(opcode, (0, None)) if wrapped is None else (0, None)
         parities = {Opcode.REDUCE: 0, Opcode.REDUCE_WINDOW: 0, Opcode.SCATTER: 1}
-        self.parity = parities.get(opcode) if wrapped is None else None
-        self.references = opcode is Opcode.CONDITIONAL or any(
-            k in CALLED_COMPUTATION_KEYS or k == "control-predecessors" for k in self.keys.specs)
-        self.checks = wrapped is not None or opcode in _CHECKED_OPCODES
-        self.shape_checks = opcode in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.INFEED, Opcode.RECV,
-                                       Opcode.CUSTOM_CALL)
+        return _Plan(
+            opcode=opcode, wrapped=wrapped, keys=keys,
+            dynamic_keys=wrapped is None and opcode in (Opcode.CONDITIONAL, Opcode.BROADCAST),
+            literal=opcode in (Opcode.CONSTANT, Opcode.PARAMETER),
+            low=low, high=high, parity=parities.get(opcode) if wrapped is None else None,
+            references=opcode is Opcode.CONDITIONAL or any(
+                k in CALLED_COMPUTATION_KEYS or k == "control-predecessors" for k in keys.checks),
+            checks=wrapped is not None or opcode in _CHECKED_OPCODES,
+            shape_checks=opcode in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.INFEED, Opcode.RECV,
+                                    Opcode.CUSTOM_CALL))
 
 
 _CHECKED_OPCODES = frozenset({
@@ -973,63 +1007,67 @@ _CHECKED_OPCODES = frozenset({
     Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
     Opcode.RECV_DONE, Opcode.SEND_DONE, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE, Opcode.ASYNC_START,
 })
-_CONDITIONAL_PRED_KEYS = _Keys(schema.CONDITIONAL_PRED)
-_CONDITIONAL_INDEX_KEYS = _Keys(schema.CONDITIONAL_INDEX)
-_BROADCAST_ARRAY_KEYS = _Keys({"dimensions": schema.req(schema.check_int_list)})
-_PLANS: dict[str, _Plan] = {}
-# (key, value text) pairs already checked, shared by every parse (the checks are pure).
-_CHECKED_VALUES: set[tuple[str, str]] = set()
-_CHECKED_LIMIT = 1 << 17
+_CONDITIONAL_PRED_KEYS = _Keys.of(schema.CONDITIONAL_PRED)
+_CONDITIONAL_INDEX_KEYS = _Keys.of(schema.CONDITIONAL_INDEX)
+_BROADCAST_ARRAY_KEYS = _Keys.of({"dimensions": schema.req(schema.check_int_list)})
 
 
-def _plan(tok: TokenLike) -> _Plan:
-    """The plan of an opcode spelling: a known opcode, or `op-start`/`-update`/`-done` sugar."""
-    text = tok.value
+class _UnknownOpcode(ValueError):
+    """An opcode spelling that names no opcode (the message says why)."""
+
+
+# Shared by every parse and thread: a pure function of the spelling, returning a frozen plan.
+@functools.lru_cache(maxsize=4096)
+def _plan_of(text: str) -> _Plan:
     opcode = OPCODES_BY_NAME.get(text)
-    wrapped = None
-    if opcode is None:
-        for suffix, async_opcode in _ASYNC_SUFFIXES:
-            if text.endswith(suffix):
-                wrapped = OPCODES_BY_NAME.get(text[: -len(suffix)])
-                if wrapped is None:
-                    raise SemanticError(f"expects async wrapped opcode but sees: {quote(text)}", tok)
-                if wrapped in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
-                    raise SemanticError(f"{quote(text)}: an async op cannot wrap another one", tok)
-                opcode = async_opcode
-                break
-        else:
-            raise SemanticError(f"unknown opcode {quote(text)}", tok)
-    plan = _Plan(opcode, wrapped)
-    if len(_PLANS) < 4096:
-        _PLANS[text] = plan
-    return plan
+    if opcode is not None:
+        return _Plan.of(opcode, None)
+    for suffix, async_opcode in _ASYNC_SUFFIXES:
+        if text.endswith(suffix):
+            wrapped = OPCODES_BY_NAME.get(text[: -len(suffix)])
+            if wrapped is None:
+                raise _UnknownOpcode(f"expects async wrapped opcode but sees: {quote(text)}")
+            if wrapped in (Opcode.ASYNC_START, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
+                raise _UnknownOpcode(f"{quote(text)}: an async op cannot wrap another one")
+            return _Plan.of(async_opcode, wrapped)
+    raise _UnknownOpcode(f"unknown opcode {quote(text)}")
 
 
-_lock = threading.Lock()
-_builder = _Builder()
+# (check, value text) pairs that passed, shared by every parse and thread: the checks are pure
+# functions of the text (a failure raises and is not cached).  Metadata and shardings repeat a
+# lot, and across the modules of a dump.
+@functools.lru_cache(maxsize=1 << 17)
+def _check_value(check: Callable[[str], None], raw: str) -> None:
+    check(raw)
 
 
-def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
+def parse_module(text: str, filename: str | None = None, *, engine: str = "auto",
                  check_semantics: bool = True) -> Module:
     """Parse HLO module text; raises HloParseError with file:line:col on any error.
 
+    filename: where the text comes from, for error messages and the instructions' spans
+    (None: not from a file; errors say `<input>`).
     engine: "auto" reads XLA-printed text line by line (see line_scanner) and
     falls back to the full grammar for anything else; "lark" always uses the
     full grammar; "fast" fails instead of falling back (for tests).
     check_semantics: reject operand counts and shapes that XLA rejects (the
     verifier's per-opcode rules); False reads such modules anyway, e.g. to test
     the verifier on them.
+
+    Each call has its own builder, so calls may run on several threads at once.
     """
     if engine not in ("auto", "lark", "fast"):
         raise ValueError(f"unknown parser engine {engine!r}")
     if "\r" in text:  # XLA reads CR LF and a lone CR (old Mac files) as line ends too
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     # Building a module allocates hundreds of thousands of objects and no garbage
-    # cycles; the cyclic collector would rescan them all many times over.
+    # cycles; the cyclic collector would rescan them all many times over.  (The switch is
+    # the process's: with parses on several threads, the first to finish may turn it back
+    # on under the others, which then only run slower.)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        module = _parse_locked(text, filename, engine, check_semantics)
+        module = _parse(text, filename, engine, check_semantics)
         if check_semantics:
             _check_semantics(module, text, filename)
         return module
@@ -1038,62 +1076,52 @@ def parse_module(text: str, filename: str = "<input>", *, engine: str = "auto",
             gc.enable()
 
 
-def _parse_locked(text: str, filename: str, engine: str, check_semantics: bool) -> Module:
-    with _lock:
-        _builder.check_semantics = check_semantics
-        try:
-            if engine != "lark":
-                from hlo_passes.parse.line_scanner import Fallback, LineScanner
-
-                _builder._reset(text)
-                try:
-                    return LineScanner(_builder, text).scan()
-                except Fallback:
-                    if engine == "fast":
-                        raise
-            _builder._reset(text)
-            return cast(Module, grammar.lark_parser(_builder).parse(text, start="module"))  # built inline
-        except SemanticError as e:
-            pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
-            raise _error(text, filename, pos if pos is not None else 0, e.message) from None
-        except lark.exceptions.UnexpectedInput as e:
-            raise _lark_error(text, filename, e) from None
-        except RecursionError:  # a guard, should a limit above be missing
-            raise _error(text, filename, 0, "the text is nested too deeply to read") from None
-        finally:
-            _builder._reset("")
+def _parse(text: str, filename: str | None, engine: str, check_semantics: bool) -> Module:
+    try:
+        if engine != "lark":
+            try:
+                return LineScanner(ModuleBuilder(text, filename, check_semantics), text).scan()
+            except Fallback:
+                if engine == "fast":
+                    raise
+        builder = ModuleBuilder(text, filename, check_semantics)
+        return cast(Module, grammar.InlineParser(builder).parse(text, "module"))  # built inline
+    except SemanticError as e:
+        if e.span is not None:
+            raise _error_at(text, e.message, e.span) from None
+        pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
+        raise _error(text, filename, pos if pos is not None else 0, e.message) from None
+    except lark.exceptions.UnexpectedInput as e:
+        raise _lark_error(text, filename, e) from None
+    except RecursionError:  # a guard, should a limit above be missing
+        raise _error(text, filename, 0, "the text is nested too deeply to read") from None
 
 
-def _check_semantics(module: Module, text: str, filename: str) -> None:
+def _check_semantics(module: Module, text: str, filename: str | None) -> None:
     """Operand counts and shapes, per opcode (hlo_passes.verifier's rules)."""
     from hlo_passes.verifier import first_semantic_problem
 
     found = first_semantic_problem(module)
     if found is not None:
         instr, message = found
-        raise _error(text, filename, definition_position(text, instr), f"'{instr.name}' {message}")
+        message = f"'{instr.name}' {message}"
+        span = instr.span or (instr.parent.span if instr.parent is not None else None)
+        if span is None:  # pragma: no cover - the parser gives every instruction a span
+            raise _error(text, filename, 0, message)
+        raise _error_at(text, message, span)
 
 
-def definition_position(text: str, instr: Instruction) -> int:
-    """Offset of the name in `instr`'s defining line (instructions keep no positions), found
-    within its computation; the computation's name, or 0, for instructions the text does not
-    name (nested operands, `%t#1` elements)."""
-    start = 0
-    comp = instr.parent
-    if comp is not None:
-        header = re.search(rf"^[ \t]*(?:ENTRY[ \t]+)?%?{re.escape(comp.name)}[ \t]*[({{]", text, re.M)
-        if header is not None:
-            start = header.start() + header.group(0).index(comp.name)
-    line = re.compile(rf"^[ \t]*(?:ROOT[ \t]+)?(%?{re.escape(instr.name)})[ \t]*=", re.M).search(text, start)
-    return line.start(1) if line is not None else start
-
-
-def _error(text: str, filename: str, pos: int, message: str) -> HloParseError:
+def _error(text: str, filename: str | None, pos: int, message: str) -> HloParseError:
     line, col, source = position_of(text, pos)
-    return HloParseError(message, filename=filename, line=line, column=col, source_line=source)
+    return HloParseError(message, filename=filename or "<input>", line=line, column=col, source_line=source)
 
 
-def _lark_error(text: str, filename: str, e: lark.exceptions.UnexpectedInput) -> HloParseError:
+def _error_at(text: str, message: str, span: SourceSpan) -> HloParseError:
+    return HloParseError(message, filename=span.file or "<input>", line=span.line, column=span.column,
+                         source_line=line_at(text, span.line))
+
+
+def _lark_error(text: str, filename: str | None, e: lark.exceptions.UnexpectedInput) -> HloParseError:
     pos, message = lark_error_message(text, e)
     return _error(text, filename, pos, message)
 

@@ -312,7 +312,7 @@ def check_shape_list(raw: str) -> None:
     from hlo_passes.parse import grammar
 
     try:
-        grammar.lark_parser(None).parse(raw, start="attr_shape_list")
+        grammar.compiled().parse(raw, start="attr_shape_list")
     except Exception:  # noqa: BLE001
         raise AttributeValueError(f"expects a list of shapes like {{f32[2]{{0}}, s32[]}}, got {quote(raw)}") from None
 

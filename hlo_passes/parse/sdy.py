@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, cast
+from types import MappingProxyType
+from typing import Any, Mapping, cast
 
 import lark
 
@@ -52,8 +53,9 @@ class _Build(lark.Transformer[lark.Token, Any]):
     def mesh_entry(self, c: list[Any]) -> tuple[str, SdyMesh]:
         return c[0], c[1]
 
-    def sdy_meshes(self, c: list[Any]) -> dict[str, SdyMesh]:
-        return dict(x for x in c if x is not None)
+    def sdy_meshes(self, c: list[Any]) -> Mapping[str, SdyMesh]:
+        # Read-only: the result is cached (`_read`) and handed to every reader of the same text.
+        return MappingProxyType(dict(x for x in c if x is not None))
 
     def axis_ref(self, c: list[Any]) -> AxisRef:
         if len(c) == 3:
@@ -105,12 +107,14 @@ class _Build(lark.Transformer[lark.Token, Any]):
         return tuple(x for x in c if x is not None)
 
 
-@functools.cache
+@functools.cache  # built once; Lark parsers are reentrant
 def _parser() -> lark.Lark:
     return lark.Lark(GRAMMAR_PATH.read_text(), parser="lalr", lexer="contextual", start=list(_STARTS),
                      maybe_placeholders=True)
 
 
+# Shared by every module and thread: text -> a frozen value or a read-only mapping of them
+# (lru_cache is thread-safe; each read makes its own transformer; failures are not cached).
 @functools.lru_cache(maxsize=4096)
 def _read(start: str, text: str) -> Any:
     try:
@@ -126,8 +130,8 @@ def _read(start: str, text: str) -> Any:
         raise SdyAttributeError(f"cannot read {start.replace('_', ' ')} '{text}': {e}") from None
 
 
-def read_meshes(text: str) -> dict[str, SdyMesh]:
-    return cast("dict[str, SdyMesh]", _read("sdy_meshes", text))
+def read_meshes(text: str) -> Mapping[str, SdyMesh]:
+    return cast("Mapping[str, SdyMesh]", _read("sdy_meshes", text))
 
 
 def read_sharding(text: str) -> SdySharding:

@@ -1,8 +1,8 @@
 """Shapes and layouts from the grammar's parse of them, checked as XLA's parser checks them.
 
 Shared by the module builder (inline, while the LALR parser reads a module) and by
-readers of shapes inside attribute values (`operand_layout_constraints=`,
-`literal=`), which transform a parse tree with `ShapeBuilder`.
+`parse_shape`, which the line scanner and the readers of shapes inside attribute values
+(`operand_layout_constraints=`, `literal=`) use.
 
     f32[2,<=4]{1,0:T(8,128)S(1)}    dimensions >= 0 and within int64; a layout names one
                                      entry per dimension; its extras come in XLA's order
@@ -13,14 +13,16 @@ readers of shapes inside attribute values (`operand_layout_constraints=`,
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 import lark
 
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 from hlo_passes.parse.errors import SemanticError
+from hlo_passes.parse.grammar import InlineParser
 from hlo_passes.parse.limits import INT64_MAX, MAX_TUPLE_DEPTH, parse_int64
 
 _INT = r"\s*-?[0-9]+\s*"
@@ -128,33 +130,23 @@ def depth(shape: Shape) -> int:
     return best
 
 
+@functools.cache
+def _shape_parser() -> InlineParser:
+    """The grammar's `shape` rule read by a ShapeBuilder, shared by every parse: ShapeBuilder keeps
+    no state and InlineParser is reentrant, so threads may use it at once."""
+    return InlineParser(ShapeBuilder())
+
+
 # Shape text -> Shape, shared by every parse: shapes are frozen values, and a model repeats a
 # few hundred shape spellings tens of thousands of times (and across the files of a dump).
-_SHAPE_CACHE: dict[str, Shape] = {}
-_SHAPE_CACHE_LIMIT = 1 << 16
-
-
-def cached_shape(text: str, parse: Callable[[str], Shape]) -> Shape:
-    """The Shape spelled `text`, parsed by `parse(text)` the first time it is seen."""
-    shape = _SHAPE_CACHE.get(text)
-    if shape is None:
-        shape = parse(text)
-        if len(_SHAPE_CACHE) >= _SHAPE_CACHE_LIMIT:
-            _SHAPE_CACHE.clear()
-        _SHAPE_CACHE[text] = shape
-    return shape
-
-
+# Failures are not cached (lru_cache does not keep exceptions).
+@functools.lru_cache(maxsize=1 << 16)
 def parse_shape(text: str) -> Shape:
-    """A shape from its text (SemanticError or a lark error when it does not read)."""
-    from hlo_passes.parse import grammar
+    """The Shape spelled `text` (SemanticError or a lark UnexpectedInput when it does not read).
 
-    return cached_shape(text, lambda t: shape_from_tree(grammar.lark_parser(None).parse(t, start="shape")))
-
-
-def shape_from_tree(tree: lark.Tree[lark.Token]) -> Shape:
-    """The Shape of a parse tree of the grammar's `shape` rule (read without a transformer)."""
-    return cast(Shape, ShapeBuilder().transform(tree))
+    Read without a parse tree, so a deeply nested tuple is refused at MAX_TUPLE_DEPTH rather
+    than recursing."""
+    return cast(Shape, _shape_parser().parse(text, "shape"))
 
 
-__all__ = ["INT64_MAX", "ShapeBuilder", "check_layout_extras", "depth", "shape_from_tree"]
+__all__ = ["INT64_MAX", "ShapeBuilder", "check_layout_extras", "depth", "parse_shape"]

@@ -25,7 +25,7 @@ the same as JAX's GSPMD lowering.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from hlo_passes.ir.attributes import FrontendAttributes, quote
 from hlo_passes.ir.builder import Builder
@@ -78,7 +78,7 @@ def import_shardy(module: Module) -> bool:
     if not has_shardy_attributes(module):
         return False
     fe = _frontend(module.header_attr)
-    meshes: dict[str, SdyMesh] = {}
+    meshes: Meshes = {}
     text = fe.get("xla.sdy.meshes") if fe is not None else None
     if text is not None:
         meshes = read_meshes(text)
@@ -111,7 +111,7 @@ def import_shardy(module: Module) -> bool:
 
 
 # ------------------------------------------------------------------ helpers --
-Meshes = dict[str, SdyMesh]
+Meshes = Mapping[str, SdyMesh]
 
 
 def _parent(instr: Instruction) -> Computation:

@@ -86,7 +86,7 @@ def verify_module(module: Module) -> list[VerifierError]:
     for comp in module.computations:
         if comp.name in seen_comp_names:
             errors.append(VerifierError(f"computation name {comp.name} is used twice",
-                                        computation=comp.name))
+                                        computation=comp.name, span=comp.span))
         seen_comp_names.add(comp.name)
         # XLA's parser accepts a name reused in another computation (it renames one), so
         # names must be unique within a computation; a pass's new names come from
@@ -145,14 +145,14 @@ def channel_errors(module: Module) -> list[VerifierError]:
 def _computation_errors(comp: Computation, module_comps: set[int]) -> list[VerifierError]:
     errors = []
     if comp.root is None:
-        errors.append(VerifierError("has no root", computation=comp.name))
+        errors.append(VerifierError("has no root", computation=comp.name, span=comp.span))
     elif comp.root not in comp:
         errors.append(VerifierError(f"root {comp.root.name} is not an instruction of the computation",
-                                    computation=comp.name))
+                                    computation=comp.name, span=comp.span))
     for i, p in enumerate(comp.parameters):
         if p is None:
             errors.append(VerifierError(f"has no parameter({i}) (parameters are numbered 0..n-1)",
-                                        computation=comp.name))
+                                        computation=comp.name, span=comp.span))
         elif p.parameter_number != i or p not in comp or p.opcode is not Opcode.PARAMETER:
             errors.append(_error(p, f"is registered as parameter {i} but is parameter("
                                     f"{p.parameter_number}) of {p.parent.name if p.parent else 'nothing'}"))
@@ -201,7 +201,7 @@ def _callee_problem(instr: Instruction, module_comps: set[int]) -> str | None:
 def _error(instr: Instruction, message: str) -> VerifierError:
     comp = instr.parent
     return VerifierError(message, instruction=instr.name, computation=comp.name if comp else "",
-                         context=context_lines(instr))
+                         context=context_lines(instr), span=instr.span)
 
 
 def context_lines(instr: Instruction, around: int = CONTEXT_LINES) -> tuple[str, ...]:

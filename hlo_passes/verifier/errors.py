@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlo_passes.ir.source import SourceSpan
+
 
 @dataclass(frozen=True)
 class VerifierError:
@@ -11,18 +13,23 @@ class VerifierError:
 
     `context` holds the printed lines around the instruction, the offending one
     marked with `>`, so a failure after a pass reads like a compiler diagnostic.
+    `span` is where the text defined the instruction (or computation) when it was
+    parsed, not made by a pass: the message then starts with `file:line:col:`.
     """
 
     message: str
     instruction: str = ""
     computation: str = ""
     context: tuple[str, ...] = ()
+    span: SourceSpan | None = None
 
     def format(self) -> str:
         where = f"%{self.instruction}" if self.instruction else ""
         if self.computation:
             where = f"{self.computation}/{where}" if where else self.computation
         head = f"{where}: {self.message}" if where else self.message
+        if self.span is not None:
+            head = f"{self.span}: {head}"
         return "\n".join((head, *self.context))
 
     __str__ = format

@@ -1,7 +1,8 @@
 """The round-trip contract on every HLO file of the real corpus (golden/corpus)
 and of the golden tests: XLA's canonical print of our output equals XLA's
 canonical print of the input, printing is stable, and the fast line scanner
-reads every file itself (no fallback) and agrees with the full grammar."""
+reads every file itself (no fallback) and agrees with the full grammar, source spans
+included."""
 
 from pathlib import Path
 
@@ -27,11 +28,18 @@ def test_round_trip_matches_xla(path):
     assert print_module(parse_module(ours)) == ours
 
 
+def _spans(module) -> list:
+    return [(c.name, c.span, [(i.name, i.span) for i in c.instructions]) for c in module.computations]
+
+
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_fast_path_reads_and_agrees(path):
+    """Same text and the same source span on every instruction and computation."""
     text = path.read_text()
-    fast = print_module(parse_module(text, engine="fast"))
-    assert fast == print_module(parse_module(text, engine="lark"))
+    fast = parse_module(text, str(path), engine="fast")
+    full = parse_module(text, str(path), engine="lark")
+    assert print_module(fast) == print_module(full)
+    assert _spans(fast) == _spans(full)
 
 
 def test_corpus_is_present():

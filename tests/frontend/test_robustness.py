@@ -108,17 +108,13 @@ def test_a_bad_last_line_does_not_send_a_big_file_down_the_grammar(monkeypatch):
     lines = [f"  a{i} = f32[8]{{0}} negate(a{i - 1}), metadata={{op_name=\"x/{i}\"}}" for i in range(1, 20000)]
     text = "HloModule m\n\nENTRY e {\n  a0 = f32[8]{0} parameter(0)\n" + "\n".join(lines)
     text += "\n  ROOT r = f32[8]{0} add(a19999, a_missing)\n}\n"
-    real = grammar.lark_parser
+    real = grammar.InlineParser.parse
 
-    class NoWholeModule:
-        def __init__(self, parser):
-            self.parser = parser
+    def no_whole_module(parser, text, start):
+        assert start != "module", "the whole module went to the grammar"
+        return real(parser, text, start)
 
-        def parse(self, text, start):
-            assert start != "module", "the whole module went to the grammar"
-            return self.parser.parse(text, start=start)
-
-    monkeypatch.setattr(grammar, "lark_parser", lambda transformer=None: NoWholeModule(real(transformer)))
+    monkeypatch.setattr(grammar.InlineParser, "parse", no_whole_module)
     with pytest.raises(HloParseError) as info:
         parse_module(text, "big.hlo")
     assert (info.value.line, info.value.column) == (20004, 34)
@@ -129,18 +125,14 @@ def test_syntax_error_on_the_last_line_is_found_by_that_line_alone(monkeypatch):
     lines = [f"  a{i} = f32[8]{{0}} negate(a{i - 1})" for i in range(1, 2000)]
     text = "HloModule m\n\nENTRY e {\n  a0 = f32[8]{0} parameter(0)\n" + "\n".join(lines)
     text += "\n  ROOT r = f32[8]{0} add(a1999 a1998)\n}\n"
-    real = grammar.lark_parser
+    real = grammar.InlineParser.parse
     wholes = []
 
-    class Counting:
-        def __init__(self, parser):
-            self.parser = parser
+    def counting(parser, text, start):
+        wholes.append(start == "module")
+        return real(parser, text, start)
 
-        def parse(self, text, start):
-            wholes.append(start == "module")
-            return self.parser.parse(text, start=start)
-
-    monkeypatch.setattr(grammar, "lark_parser", lambda transformer=None: Counting(real(transformer)))
+    monkeypatch.setattr(grammar.InlineParser, "parse", counting)
     with pytest.raises(HloParseError) as info:
         parse_module(text)
     assert info.value.line == 2004 and "expected" in info.value.message

@@ -186,7 +186,7 @@ def test_rejects_what_xla_rejects(name):
     for word in words:
         assert word in err.message, err.format()
     rendered = err.format().splitlines()
-    assert rendered[0].startswith("e/%r: ")
+    assert rendered[0].startswith(f"{err.span}: e/%r: ")  # <input>:line:col of the parsed r
     assert any(line.startswith("  > ") and "r = " in line for line in rendered[1:]), err.format()
     assert xla_rejects(bad_text) is not None, f"{name}: XLA accepts it"
     good_text = _module_text(good)
