@@ -19,8 +19,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
-from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, GatherDimensions, OpMetadata,
-                                      ScatterDimensions, Window, WindowDimension, reader_for)
+from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, FrontendAttributes, GatherDimensions,
+                                      OpMetadata, ScatterDimensions, ShapeList, Window, WindowDimension, reader_for)
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
@@ -244,6 +244,17 @@ class Instruction:
         module's replica and partition counts, see collectives' participant groups)."""
         groups = self.attr("replica_groups")
         return cast(ReplicaGroups, groups) if groups is not None else ReplicaGroups.explicit(())
+
+    @property
+    def frontend_attributes(self) -> FrontendAttributes:
+        """`frontend_attributes={...}`; empty when absent."""
+        return cast(FrontendAttributes, self.attr("frontend_attributes") or FrontendAttributes())
+
+    @property
+    def operand_layout_constraints(self) -> tuple[Shape, ...] | None:
+        """A custom-call's `operand_layout_constraints={...}`: one shape per operand; None when absent."""
+        found = self.attr("operand_layout_constraints")
+        return None if found is None else cast(ShapeList, found).shapes
 
     def set_attr(self, key: str, value: Any) -> None:
         self.attributes[key] = Attr(value=value)

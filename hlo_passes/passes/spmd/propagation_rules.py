@@ -36,6 +36,7 @@ from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMEN
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.batch_dims import infer_from_operands, is_batch_partitionable_custom_call
 
 Leaves = list[Optional[Sharding]]
 
@@ -153,7 +154,8 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
-        return is_custom_call(instr, BARRIER_FROM, BARRIER_TO) or is_passthrough_custom_call(instr)
+        return (is_custom_call(instr, BARRIER_FROM, BARRIER_TO) or is_passthrough_custom_call(instr)
+                or is_batch_partitionable_custom_call(instr))
     return False
 
 
@@ -470,6 +472,9 @@ def _custom_call_forward(ctx, instr):
         return False  # nothing crosses a barrier-from forward
     if is_custom_call(instr, BARRIER_TO):
         s = ctx.sharding(instr.operands[0])
+        return s is not None and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+    if is_batch_partitionable_custom_call(instr):  # the LAPACK calls JAX registers (batch_dims.py)
+        s = infer_from_operands(instr, [ctx.sharding(op) for op in instr.operands])
         return s is not None and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
     operand = representative_operand(ctx, instr)
     if operand is None or not is_spatial(ctx, operand):
