@@ -3,7 +3,8 @@
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window,
-convolution, sort, gather, scatter, partially manual shard_map regions), random shapes (size-1 and uneven dims included), and
+convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially manual shard_map
+regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -463,6 +464,68 @@ def op_scatter(p: Program) -> None:
                               f"to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
 
 
+def _dominant_matrices(p: Program, dims: tuple[int, ...], scale: int) -> Value:
+    """A fresh parameter of `dims` (last two equal) plus `scale` on the diagonal: inputs lie in
+    [-1, 1), so it is positive definite by its lower triangle and well conditioned."""
+    x = p.parameter(dims)
+    s = p.maybe_sharding(dims)
+    i0 = p.emit("row", dims, f"iota(), iota_dimension={len(dims) - 2}", etype="s32", sharding=s)
+    i1 = p.emit("col", dims, f"iota(), iota_dimension={len(dims) - 1}", etype="s32", sharding=s)
+    eq = p.emit("diag", dims, f"compare({i0.name}, {i1.name}), direction=EQ", etype="pred", sharding=s)
+    big = p.emit("big", dims, f"broadcast(f32[] constant({scale})), dimensions={{}}", sharding=s)
+    zero = p.emit("zero", dims, "broadcast(f32[] constant(0)), dimensions={}", sharding=s)
+    d = p.emit("d", dims, f"select({eq.name}, {big.name}, {zero.name})", sharding=s)
+    for v in (big, zero, d):
+        p.values.remove(v)
+    return p.emit("spd", dims, f"add({x.name}, {d.name})", sharding=s)
+
+
+def _matrix_dims(p: Program) -> tuple[int, ...]:
+    m = p.rng.choice((2, 3, 4, 6, 8))
+    batch = tuple(p.rng.choice(DIMS) for _ in range(p.rng.randint(0, 2)))
+    return batch + (m, m)
+
+
+def op_cholesky(p: Program) -> None:
+    dims = _matrix_dims(p)
+    a = _dominant_matrices(p, dims, 2 * dims[-1])
+    lower = p.rng.choice(("true", "false"))
+    p.emit("cholesky", dims, f"cholesky({a.name}), lower={lower}", sharding=p.maybe_sharding(dims))
+
+
+def op_triangular_solve(p: Program) -> None:
+    dims = _matrix_dims(p)
+    a = _dominant_matrices(p, dims, 2 * dims[-1])
+    r = p.rng
+    k = r.choice((1, 2, 3, 5))
+    left = r.random() < 0.5
+    bdims = dims[:-2] + ((dims[-1], k) if left else (k, dims[-1]))
+    b = next((v for v in p.values if v.dims == bdims), None) or p.parameter(bdims)
+    p.emit("solve", bdims, f"triangular-solve({a.name}, {b.name}), left_side={'true' if left else 'false'}, "
+                           f"lower={r.choice(('true', 'false'))}, transpose_a={r.choice(('NO_TRANSPOSE', 'TRANSPOSE'))}",
+           sharding=p.maybe_sharding(bdims))
+
+
+def op_fft(p: Program) -> None:
+    """A real FFT over the last one or two dims, then back (IRFFT) or its magnitudes.  A value of
+    rank 2 or more keeps a batch dim: XLA:CPU (the oracle) may give a multi-dim FFT over every
+    dim of its operand a column-major layout its FFT kernel then refuses (a RET_CHECK)."""
+    x = p.pick()
+    if not x.dims:
+        return
+    count = 1 if len(x.dims) <= 2 else p.rng.randint(1, 2)
+    lengths = x.dims[-count:]
+    half = x.dims[:-1] + (x.dims[-1] // 2 + 1,)
+    length = ",".join(map(str, lengths))
+    f = p.emit("rfft", half, f"fft({x.name}), fft_type=RFFT, fft_length={{{length}}}", etype="c64",
+               sharding=p.maybe_sharding(half))
+    if p.rng.random() < 0.5:
+        p.emit("irfft", x.dims, f"fft({f.name}), fft_type=IRFFT, fft_length={{{length}}}",
+               sharding=p.maybe_sharding(x.dims))
+    else:
+        p.emit("magnitude", half, f"abs({f.name})", sharding=p.maybe_sharding(half))
+
+
 def op_annotate(p: Program) -> None:
     """A `with_sharding_constraint`: a Sharding custom-call on a value."""
     x = p.pick()
@@ -578,6 +641,7 @@ OPS = {
     "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
     "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
+    "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
 }
 
 
