@@ -25,8 +25,9 @@ paths except the partial sums.  Anything else is replicated.
 
 from __future__ import annotations
 
-from hlo_passes.ir.instruction import Instruction
+import numpy as np
 
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
@@ -40,11 +41,15 @@ from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, out_batch: list[int]):
+def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, out_batch: list[int],
+                        operand=None, batching: dict[int, int] | None = None):
     """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
     `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
-    result, the scatter's updates) if it has one, else the indices' own.  Returns
-    (indices TileMap, index batch dims) or None when neither is tiled there."""
+    result, the scatter's updates) if it has one, else the indices' own, else `operand`'s tiling
+    of its explicit batching dims (`batching`: operand dim -> index dim; a take-along-axis whose
+    logits are tiled by batch while its labels are whole: each device takes its rows of the
+    labels, a local slice).  Returns (indices TileMap, index batch dims) or None when none is
+    tiled there."""
     ivd = instr.attr("index_vector_dim")
     batch = [d for d in range(indices.shape.rank) if d != ivd]
     if len(batch) != len(out_batch):
@@ -54,20 +59,28 @@ def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, 
         if out_tm.num_tiles > 1:
             return out_tm.remap(indices.shape.rank, dict(zip(batch, out_batch))), batch
     idx_tm = tile_map(p.value(indices).sharding, indices.shape.rank, p.n).keep_dims(batch)
-    return (idx_tm, batch) if idx_tm.num_tiles > 1 else None
+    if idx_tm.num_tiles > 1:
+        return idx_tm, batch
+    if operand is not None and batching:
+        op_tm = tile_map(p.value(operand).sharding, operand.shape.rank, p.n)
+        moved = op_tm.remap(indices.shape.rank, {i: o for o, i in batching.items()})
+        if moved.num_tiles > 1:
+            return moved, batch
+    return None
 
 
 def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
-    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch)
+    op_batching = instr.gather_dimensions.operand_batching_dims
+    idx_batching = instr.gather_dimensions.start_indices_batching_dims
+    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch,
+                                operand, dict(zip(op_batching, idx_batching)))
     if found is None:
         return None
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    op_batching = instr.attr("operand_batching_dims") or ()
-    idx_batching = instr.attr("start_indices_batching_dims") or ()
     op_tm = idx_tm.remap(operand.shape.rank, dict(zip(op_batching, idx_batching)))
     out_tm = idx_tm.remap(instr.shape.rank, {out_batch[pos[d]]: d for d in batch})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
@@ -122,12 +135,24 @@ def _sharded_index_dims(p: HandlerContext, instr, operand, index_map, slice_size
     return None
 
 
+def _gather_passthrough(instr: Instruction) -> dict[int, int]:
+    """Operand dims a gather's slices cover whole and no index addresses (passthrough dims), each
+    with the output offset dim it becomes."""
+    dims = instr.operands[0].shape.dims
+    gd = instr.gather_dimensions
+    kept = [d for d in range(len(dims)) if d not in gd.collapsed_slice_dims and d not in gd.operand_batching_dims]
+    return {d: gd.offset_dims[k] for k, d in enumerate(kept)
+            if gd.slice_sizes[d] == dims[d] and d not in gd.start_index_map}
+
+
 def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
     """A gather whose operand is tiled along dims its indices address (an embedding table
     sharded by vocabulary, `take_along_axis` over a sharded dim), as GSPMD does it: every device
     gathers with its indices shifted into its own rows, zeroes the results whose index lies in
     another device's rows (a gather clamps out-of-range indices), and the partial results are
-    summed over the devices of those dims — each element comes from exactly one device."""
+    summed over the devices of those dims — each element comes from exactly one device.  The
+    operand's tiling of passthrough dims stays (a [vocab, embed] table tiled both ways: each
+    device gathers its columns of its rows), like its batching dims'."""
     operand, indices = instr.operands
     gd = instr.gather_dimensions
     found = _sharded_index_dims(p, instr, operand, gd.start_index_map, lambda d: gd.slice_sizes[d] == 1)
@@ -144,21 +169,30 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
     extra = {out_rank + j: d for j, d in enumerate(index_dims)}
     batching = {out_batch[idx_batch.index(i)]: o
                 for o, i in zip(gd.operand_batching_dims, gd.start_indices_batching_dims)}
+    passthrough = {o: d for d, o in _gather_passthrough(instr).items()}
     op_cur = tile_map(p.value(operand).sharding, operand.shape.rank, p.n)
-    space = op_cur.remap(out_rank + len(index_dims), extra | batching)
+    space = op_cur.remap(out_rank + len(index_dims), extra | batching | passthrough)
     idx_cur = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
     if len(idx_batch) == len(out_batch):
         lifted = idx_cur.remap(out_rank + len(index_dims), dict(zip(out_batch, idx_batch)))
         merged = space.merge(lifted) if lifted.num_tiles > 1 else None
         if merged is not None:
             space = merged
-    op_tm = space.remap(operand.shape.rank, {d: s for s, d in (extra | batching).items()})
+    op_tm = space.remap(operand.shape.rank, {d: s for s, d in (extra | batching | passthrough).items()})
     idx_tm = space.remap(indices.shape.rank, dict(zip(idx_batch, out_batch)))
-    out_tm = space.remap(out_rank, {d: d for d in out_batch})
+    out_tm = space.remap(out_rank, {d: d for d in out_batch + list(passthrough)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, to_sharding(idx_tm))
     local = tm_local_dims(op_tm, tuple(operand.shape.dims))
     ivd = gd.index_vector_dim
+    # A gather clamps each start so that its slice fits the operand; clamp to the whole
+    # operand's bounds first, or an index past the end would be found on no device (or in the
+    # last device's padding) instead of giving the last row.
+    n = p.n
+    lows = [np.zeros(n, np.int64) for _ in gd.start_index_map]
+    highs = [np.full(n, operand.shape.dims[d] - gd.slice_sizes[d], np.int64) for d in gd.start_index_map]
+    idx = b.op(Opcode.CLAMP, idx.shape, [_index_offsets(p, idx, ivd, lows), idx,
+                                         _index_offsets(p, idx, ivd, highs)])
     tables = [op_tm.coords[:, d] * local[d] if d in index_dims else None
               for d in gd.start_index_map]
     shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
@@ -174,29 +208,28 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
         valid = inside if valid is None else b.op(Opcode.AND, inside.shape, [valid, inside])
     out = to_sharding(out_tm)
     result = p.clone(instr, [x, shifted], local_shape(instr.shape, out))
+    if any(op_tm.dims[d] > 1 for d in passthrough.values()):
+        result.set_attr("slice_sizes", tuple(x.shape.dims[d] if d in passthrough.values() else s
+                                             for d, s in enumerate(gd.slice_sizes)))
     mask = b.broadcast(valid, result.shape.with_element_type(PrimitiveType.PRED), out_batch)
     result = b.select(mask, result, b.broadcast(b.constant(0, instr.shape.element_type), result.shape))
-    summed = em.all_reduce(result, groups_varying(space, list(extra)), Opcode.ADD)
+    # each element is found on one device, zero (false) on the others
+    summed = em.all_reduce(result, groups_varying(space, list(extra)),
+                           Opcode.OR if instr.shape.element_type is PrimitiveType.PRED else Opcode.ADD)
     return p.reshard(PValue(summed, out, instr.shape), p.target(instr))
 
 
 @handles(Opcode.GATHER)
 def gather(p: HandlerContext, instr: Instruction) -> PValue:
     operand = instr.operands[0]
-    if instr.shape.element_type is not PrimitiveType.PRED and not instr.shape.element_type.is_complex:
-        done = _gather_from_sharded_rows(p, instr)
-        if done is not None:
-            return done
+    done = _gather_from_sharded_rows(p, instr)
+    if done is not None:
+        return done
     if instr.attr("operand_batching_dims"):
         return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
     dims = operand.shape.dims
-    gd = instr.gather_dimensions
-    sizes = gd.slice_sizes
-    collapsed = set(gd.collapsed_slice_dims)
-    indexed = set(gd.start_index_map)
-    offset_dims = gd.offset_dims
-    kept = [d for d in range(len(dims)) if d not in collapsed]
-    passthrough = {d: offset_dims[k] for k, d in enumerate(kept) if sizes[d] == dims[d] and d not in indexed}
+    sizes = instr.gather_dimensions.slice_sizes
+    passthrough = _gather_passthrough(instr)
     op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
     if op_tm.num_tiles == 1:
         return _index_parallel_gather(p, instr) or replicate(
@@ -217,7 +250,9 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     a scatter skips them.  Explicit batching dims keep the operand's tiling on both sides, and
     the indices' other batch dims may stay tiled over the remaining devices (a data-parallel
     batch): then each device scatters its part of the batch into identity-filled rows, the
-    parts are summed over those devices and combined with the operand."""
+    parts are summed over those devices and combined with the operand.  The operand's tiling
+    of passthrough dims stays, the updates tiled alike (the gradient of a table tiled both by
+    vocabulary and by embedding)."""
     sd = instr.scatter_dimensions
     n = (len(instr.operands) - 1) // 2
     inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
@@ -239,7 +274,8 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     # One iteration space: the operand's dims, then the indices' non-batching batch dims.
     source = like if not like.is_tuple and tile_map(like, op_rank, p.n).keep_dims(index_dims).num_tiles > 1 \
         else p.value(inputs[0]).sharding
-    space = tile_map(source, op_rank, p.n).keep_dims(index_dims + op_batching).remap(
+    passthrough = _scatter_passthrough_dims(instr)
+    space = tile_map(source, op_rank, p.n).keep_dims(index_dims + op_batching + list(passthrough)).remap(
         op_rank + len(partial_idx), {d: d for d in range(op_rank)})
     idx_own = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
     lifted = idx_own.remap(op_rank + len(partial_idx), {op_rank + j: d for j, d in enumerate(partial_idx)})
@@ -255,7 +291,8 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     to_space = dict(zip(idx_batching, op_batching)) | {d: op_rank + j for j, d in enumerate(partial_idx)}
     op_tm = space.remap(op_rank, {d: d for d in range(op_rank)})
     idx_tm = space.remap(indices.shape.rank, to_space)
-    upd_tm = space.remap(updates[0].shape.rank, {upd_scatter[idx_batch.index(d)]: s for d, s in to_space.items()})
+    upd_tm = space.remap(updates[0].shape.rank, {upd_scatter[idx_batch.index(d)]: s for d, s in to_space.items()}
+                         | {u: d for d, u in passthrough.items()})
     if not (op_batching or partial):  # the plain form: every device reads all the updates
         model = p.ctx.cost_model
         moving = sum((cost(p.value(op).sharding, Sharding.replicated(), op.shape, p.n, model)
@@ -300,13 +337,13 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
         return passthrough
     window = set(instr.scatter_dimensions.update_window_dims)
     upd_scatter = [d for d in range(updates[0].shape.rank) if d not in window]
+    sd = instr.scatter_dimensions
     found = _index_batch_tiling(p, instr, indices, p.value(updates[0]).sharding, updates[0].shape.rank,
-                                upd_scatter)
+                                upd_scatter, inputs[0], dict(zip(sd.input_batching_dims, sd.scatter_indices_batching_dims)))
     if found is None:
         return replicate(p, instr, "scatter with neither passthrough dims nor index batch dims tiled")
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    sd = instr.scatter_dimensions
     op_batching, idx_batching = sd.input_batching_dims, sd.scatter_indices_batching_dims
     partial = [d for d in batch if idx_tm.dims[d] > 1 and d not in idx_batching]
     opcode = reducer_opcode(instr.called["to_apply"]) if n == 1 else None
@@ -336,18 +373,26 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
     return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
 
 
+def _scatter_passthrough_dims(instr: Instruction) -> dict[int, int]:
+    """Operand dims the updates' windows cover whole and no index addresses (passthrough dims),
+    each with the update window dim that covers it."""
+    sd = instr.scatter_dimensions
+    n = (len(instr.operands) - 1) // 2
+    operand, updates = instr.operands[0], instr.operands[n + 1]
+    window_operand = [d for d in range(operand.shape.rank)
+                      if d not in sd.inserted_window_dims and d not in sd.input_batching_dims]
+    indexed = set(sd.scatter_dims_to_operand_dims)
+    return {d: sd.update_window_dims[k] for k, d in enumerate(window_operand)
+            if k < len(sd.update_window_dims) and d not in indexed
+            and updates.shape.dims[sd.update_window_dims[k]] == operand.shape.dims[d]}
+
+
 def _scatter_passthrough(p: HandlerContext, instr, operand, updates) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
     indices — no communication (variadic scatters too).  None when the result tiles no such dim."""
-    sd = instr.scatter_dimensions
     n = (len(instr.operands) - 1) // 2
-    window_operand = [d for d in range(operand.shape.rank)
-                      if d not in sd.inserted_window_dims and d not in sd.input_batching_dims]
-    indexed = set(sd.scatter_dims_to_operand_dims)
-    to_update = {d: sd.update_window_dims[k] for k, d in enumerate(window_operand)
-                 if k < len(sd.update_window_dims) and d not in indexed
-                 and updates.shape.dims[sd.update_window_dims[k]] == operand.shape.dims[d]}
+    to_update = _scatter_passthrough_dims(instr)
     if not to_update:
         return None
     target = p.target(instr)
