@@ -2,9 +2,9 @@
 
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
-dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window,
-convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially manual shard_map
-regions), random shapes (size-1 and uneven dims included), and
+dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
+(variadic too), convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially
+manual shard_map regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -58,6 +58,7 @@ class Program:
     values: list[Value] = field(default_factory=list)
     reducers: set[str] = field(default_factory=set)
     comparators: int = 0
+    computations: dict[str, str] = field(default_factory=dict)  # other called computations, by name
     counter: int = 0
     sparse: bool = False  # few annotations (see the module docstring)
     manual_mesh: tuple[tuple[int, int], int] | None = None  # shard_map regions: (mesh shape, manual axis)
@@ -135,6 +136,7 @@ class Program:
         for op, etype in sorted(self.reducers):
             comps.append(f"{self.reducer(op, etype)} {{\n  a = {etype}[] parameter(0)\n  b = {etype}[] parameter(1)\n"
                          f"  ROOT c = {etype}[] {op}(a, b)\n}}\n")
+        comps.extend(self.computations[name] for name in sorted(self.computations))
         for i in range(self.comparators):
             comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                          f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
@@ -408,6 +410,68 @@ def op_reduce_window(p: Program) -> None:
                                   f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
 
 
+VARIADIC_REDUCERS = {
+    # a sum and a max at once: known reductions, so halos may cover padded windows
+    "sum_max": ("f32", "0", "-inf", """sum_max {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  s = f32[] add(a0, b0)
+  m = f32[] maximum(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(s, m)
+}
+"""),
+    # an argmax over (value, position): a select reducer with no identity
+    "argmax": ("s32", "-inf", "0", """argmax {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  ge = pred[] compare(av, bv), direction=GE
+  v = f32[] select(ge, av, bv)
+  i = s32[] select(ge, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""),
+}
+
+
+def op_variadic_reduce_window(p: Program) -> None:
+    """A reduce-window over two operands: a sum and a max of two values, or an argmax of a value
+    and its positions along a random dim."""
+    x = p.pick()
+    if not x.dims:
+        return
+    name = p.rng.choice(sorted(VARIADIC_REDUCERS))
+    etype, init0, init1, text = VARIADIC_REDUCERS[name]
+    p.computations[name] = text
+    if etype == "f32":
+        y = p.rng.choice([v for v in p.values if v.dims == x.dims])
+    else:
+        y = p.emit("pos", x.dims, f"iota(), iota_dimension={p.rng.randrange(len(x.dims))}", etype="s32",
+                   sharding=p.maybe_sharding(x.dims))
+    sizes, strides, pads, dims = [], [], [], []
+    for d in x.dims:
+        k = p.rng.randint(1, min(d, 3))
+        s = p.rng.randint(1, 2)
+        lo, hi = (p.rng.randint(0, k - 1), p.rng.randint(0, k - 1)) if k > 1 else (0, 0)
+        sizes.append(k), strides.append(s), pads.append(f"{lo}_{hi}")
+        dims.append((d + lo + hi - k) // s + 1)
+    window = f"size={'x'.join(map(str, sizes))} stride={'x'.join(map(str, strides))} pad={'x'.join(pads)}"
+    shape = ",".join(map(str, dims))
+    r = Value(p.fresh("rw"), tuple(dims))
+    s = p.maybe_sharding(dims)
+    attr = f", sharding={{{s}, {s}}}" if s else ""
+    p.lines.append(f"  {r.name} = (f32[{shape}], {etype}[{shape}]) reduce-window({x.name}, {y.name}, "
+                   f"f32[] constant({init0}), {etype}[] constant({init1})), window={{{window}}}, "
+                   f"to_apply={name}{attr}")
+    p.emit("first", dims, f"get-tuple-element({r.name}), index=0")
+    second = p.emit("second", dims, f"get-tuple-element({r.name}), index=1", etype=etype)
+    if etype == "s32":  # positions back to a value later ops may read
+        p.emit("position", dims, f"convert({second.name})")
+
+
 def op_convolution(p: Program) -> None:
     x = p.pick(3)
     if len(x.dims) != 3:
@@ -443,7 +507,9 @@ def op_gather(p: Program) -> None:
         return
     rows, cols = x.dims
     count = p.rng.randint(1, 6)
-    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randrange(rows)}}}" for _ in range(count))
+    # now and then ids out of range: a gather clamps them into the table
+    low, high = (-2, rows + 2) if p.rng.random() < 0.3 else (0, rows - 1)
+    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randint(low, high)}}}" for _ in range(count))
                  + "})", etype="s32")
     p.emit("gather", (count, cols), f"gather({x.name}, {idx.name}), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
                                     f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{cols}}}",
@@ -524,6 +590,38 @@ def op_fft(p: Program) -> None:
                sharding=p.maybe_sharding(x.dims))
     else:
         p.emit("magnitude", half, f"abs({f.name})", sharding=p.maybe_sharding(half))
+
+
+def _nested(values, dims) -> str:
+    """A literal's text for a row-major list of values of shape `dims`."""
+    if not dims:
+        return str(values[0])
+    step = math.prod(dims[1:])
+    return "{" + ", ".join(_nested(values[i * step:(i + 1) * step], dims[1:]) for i in range(dims[0])) + "}"
+
+
+def op_take_along(p: Program) -> None:
+    """take_along_axis over the last dim (explicit batching dims: every row takes one of its
+    own elements), or its gradient: a scatter-add into those elements."""
+    x = p.pick()
+    if not 2 <= len(x.dims) <= 3:
+        return
+    r = len(x.dims)
+    batch = x.dims[:-1]
+    ids = [p.rng.randrange(x.dims[-1]) for _ in range(math.prod(batch))]
+    idx = p.emit("labels", batch + (1,), f"constant({_nested(ids, batch + (1,))})", etype="s32")
+    bd = ",".join(map(str, range(r - 1)))
+    if p.rng.random() < 0.5:
+        p.emit("take", batch, f"gather({x.name}, {idx.name}), offset_dims={{}}, collapsed_slice_dims={{{r - 1}}}, "
+                              f"start_index_map={{{r - 1}}}, operand_batching_dims={{{bd}}}, "
+                              f"start_indices_batching_dims={{{bd}}}, index_vector_dim={r - 1}, "
+                              f"slice_sizes={{{','.join(['1'] * r)}}}", sharding=p.maybe_sharding(batch))
+        return
+    upd = next((v for v in p.values if v.dims == batch), None) or p.parameter(batch)
+    p.emit("put", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{}}, "
+                          f"inserted_window_dims={{{r - 1}}}, scatter_dims_to_operand_dims={{{r - 1}}}, "
+                          f"input_batching_dims={{{bd}}}, scatter_indices_batching_dims={{{bd}}}, "
+                          f"index_vector_dim={r - 1}, to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
 
 
 def op_annotate(p: Program) -> None:
@@ -642,6 +740,7 @@ OPS = {
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
     "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
     "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
+    "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
 }
 
 

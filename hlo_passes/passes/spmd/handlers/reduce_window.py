@@ -12,9 +12,12 @@ identity, not the init value, reproduces its result).
          (%a and %p tiled [4,1])
   is local: f32[2,8] reduce-window(f32[4,8] %a, %ninf), window={size=2x1 stride=2x1}
 
-Dims whose halo would move more than gathering them (or whose tiles do not
-line up with a base dilation) are untiled first; variadic reduce-windows and
-reducers that are not one known binary op untile every windowed dim
+Variadic reduce-windows exchange every operand's halo alike.  Rows outside the
+array need a value that adds nothing, so a dim whose windows reach them stays
+tiled only when the reducer is known binary ops, one per operand (a sum and a
+max at once); for other reducers (an argmax's select) only dims whose windows
+read real rows alone.  Dims whose halo would move more than gathering them (or
+whose tiles do not line up with a base dilation) are untiled first
 (`slicing.local_except`).
 
 select-and-scatter is local when every tile's windows cover exactly its own rows
@@ -36,7 +39,7 @@ from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
-from hlo_passes.ir.reduction import Reduction
+from hlo_passes.ir.reduction import REDUCTION_OPCODES, Reduction
 from hlo_passes.passes.spmd.partition_context import (PValue, local_shape, reducer_opcode,
                                                        tile_map, to_sharding)
 
@@ -47,41 +50,71 @@ def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     windowed = [d for d, w in enumerate(window.dimensions)
                 if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
                 != (1, 1, 0, 0, 1, 1)]
-    reducer = None if instr.shape.is_tuple else reducer_opcode(instr.called["to_apply"])
-    if reducer is None:
-        return local_except(p, instr, windowed)
+    count = len(instr.operands) // 2  # operands, then as many init values
+    fills = _identities(instr.called["to_apply"], count)
     target = p.target(instr)
+    first = target.element(0) if target.is_tuple else target
+    out = instr.shape.elements[0] if instr.shape.is_tuple else instr.shape
     operand = instr.operands[0]
-    tm = tile_map(target, instr.shape.rank, p.n)
+    tm = tile_map(first, out.rank, p.n)
     exchanges, fixed = [], []
     for d in windowed:
         t = tm.dims[d]
         if t == 1:
             continue
         w, size = window.dimensions[d], operand.shape.dims[d]
-        out_local = -(-instr.shape.dims[d] // t)
+        out_local = -(-out.dims[d] // t)
         rows = halos.window_rows(w, t, [i * out_local for i in range(t)], out_local, [0] * t, w.size)
-        active = [i * out_local < instr.shape.dims[d] for i in range(t)]
+        active = [i * out_local < out.dims[d] for i in range(t)]
         h = rows and halos.plan(d, size, t, rows, zero_padding=False, active=active)
         if h is None or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
+            fixed.append(d)
+        elif h.mask and fills is None:  # rows outside the array, and no value that adds nothing
             fixed.append(d)
         else:
             exchanges.append(h)
     if not exchanges:
         return local_except(p, instr, windowed)
     s = to_sharding(tm.keep_dims([d for d in range(tm.rank) if d not in fixed]))
-    x = p.operand_as(instr, 0, s)
-    init = p.operand_as(instr, 1, Sharding.replicated())
-    etype = instr.shape.element_type
-    fill = p.em.constant(Reduction(reducer, etype).identity, etype) if any(h.mask for h in exchanges) else None
+    xs = [p.operand_as(instr, i, s) for i in range(count)]
+    inits = [p.operand_as(instr, count + i, Sharding.replicated()) for i in range(count)]
     dims = list(window.dimensions)
     for h in exchanges:
-        x = halos.exchange(p.em, x, tm, h, fill)
         dims[h.dim] = h.rows.local
-    new = p.clone(instr, [x, init], local_shape(instr.shape, s))
+    for i, x in enumerate(xs):
+        etype = x.shape.element_type
+        fill = p.em.constant(fills[i], etype) if fills is not None and any(h.mask for h in exchanges) else None
+        for h in exchanges:
+            x = halos.exchange(p.em, x, tm, h, fill)
+        xs[i] = x
+    result = Sharding.tuple_of([s] * count) if instr.shape.is_tuple else s
+    new = p.clone(instr, xs + inits, local_shape(instr.shape, result))
     new.set_attr("window", Window(tuple(dims)))
-    return p.reshard(PValue(new, s, instr.shape), target)
+    return p.reshard(PValue(new, result, instr.shape), target)
 
+
+def _identities(comp, count: int) -> list | None:
+    """Per operand, the value that never changes the reduction (the padding rows of a halo take
+    it: XLA skips a window's rows outside the array, so they must add nothing), or None when
+    the reducer is not `count` independent binary reductions (`add` for one operand; for a
+    variadic one a tuple whose i-th element is `a_i OP b_i`, e.g. a sum and a max at once)."""
+    if count == 1:
+        reduction = Reduction.of(comp)
+        return None if reduction is None else [reduction.identity]
+    params, root = comp.parameters, comp.root
+    if len(params) != 2 * count or root is None or root.opcode is not Opcode.TUPLE or len(root.operands) != count:
+        return None
+    found = []
+    for i, element in enumerate(root.operands):
+        pair = {id(params[i]), id(params[count + i])}
+        if (element.opcode not in REDUCTION_OPCODES or len(element.operands) != 2
+                or {id(o) for o in element.operands} != pair or element.shape.rank != 0):
+            return None
+        try:
+            found.append(Reduction(element.opcode, element.shape.element_type).identity)
+        except ValueError:  # `and` over floats: no identity
+            return None
+    return found
 
 
 @handles(Opcode.SELECT_AND_SCATTER)
