@@ -479,7 +479,11 @@ def op_convolution(p: Program) -> None:
     b, w, f = x.dims  # batch, spatial, feature (b0f)
     k = p.rng.randint(1, min(w, 3))
     out_f = p.rng.choice([1, 2, 4])
-    kernel = p.parameter((k, f, out_f))
+    divisors = [g for g in range(2, f + 1) if f % g == 0]
+    groups = p.rng.choice(divisors) if divisors and p.rng.random() < 0.3 else 1  # grouped, depthwise
+    if groups > 1:
+        out_f = groups * p.rng.choice([1, 2])
+    kernel = p.parameter((k, f // groups, out_f))
     lo = p.rng.randint(0, k - 1) if k > 1 else 0
     hi = p.rng.randint(0, k - 1) if k > 1 else 0
     stride = p.rng.choice([1, 1, 2])
@@ -488,7 +492,9 @@ def op_convolution(p: Program) -> None:
         return
     dims = (b, ow, out_f)
     p.emit("convolution", dims, f"convolution({x.name}, {kernel.name}), window={{size={k} stride={stride} "
-                                f"pad={lo}_{hi}}}, dim_labels=b0f_0io->b0f", sharding=p.maybe_sharding(dims))
+                                f"pad={lo}_{hi}}}, dim_labels=b0f_0io->b0f"
+                                + (f", feature_group_count={groups}" if groups > 1 else ""),
+           sharding=p.maybe_sharding(dims))
 
 
 def op_sort(p: Program) -> None:

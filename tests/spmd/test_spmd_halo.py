@@ -324,6 +324,12 @@ ENTRY main {{
     # 6 groups over 8 devices: only 2 tiles fit whole groups; still correct
     (2, 12, 2, 12, 2, "b01f_01io->b01f", "feature_group_count=6",
      "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", None),
+    # 6 groups, channels over 4 and batch over 2: the 4 channel tiles merge into 2 tiles of 3
+    # groups (an all-gather within pairs), the batch stays split — each device convolves a
+    # quarter (this gathered everything and convolved it whole, as XLA does)
+    (8, 12, 2, 12, 8, "b01f_01io->b01f", "feature_group_count=6",
+     "{devices=[2,1,1,4]<=[8]}", "{devices=[1,1,1,4,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8]}", 2),
     # the depthwise kernel gradient: batch groups over the channel dim
     (16, 8, 8, 16, 3, "f01b_i01o->01bf", "batch_group_count=16",
      "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),

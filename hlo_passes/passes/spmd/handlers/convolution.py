@@ -27,7 +27,9 @@ input all-gathered along them) stay in the race, so a halo wider than the
 tile is not forced.  Grouped convolutions (depthwise ones and their kernel
 gradients included) tile their output feature by whole groups: each device convolves its
 groups of the input feature (feature groups) or input batch (batch groups) with its part of
-the kernel, with the group count divided by the tiles.
+the kernel, with the group count divided by the tiles.  A tiling that splits groups (6 groups
+over 4 tiles) is merged into gcd(tiles, groups) coarser tiles (2 tiles of 3 groups), the other
+devices of a tile holding copies.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, p
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
 class _Space:
@@ -81,6 +84,21 @@ class _Space:
     def groups_fit(self, space) -> bool:
         """Does the output feature's tiling give every device whole groups?"""
         return self.groups == 1 or self.groups % space.dims[self.labels.output_feature] == 0
+
+    def whole_groups(self, space) -> TileMap | None:
+        """`space` with the output feature's tiles merged into gcd(tiles, groups) coarser ones,
+        when its tiles split groups (6 groups over 8 or 4 tiles: 2 tiles of 3 groups each, the
+        other devices replicas); None when it fits already."""
+        f = self.labels.output_feature
+        t = space.dims[f]
+        if self.groups_fit(space):
+            return None
+        g = math.gcd(t, self.groups)
+        coords = space.coords.copy()
+        coords[:, f] //= t // g
+        coords.setflags(write=False)
+        return TileMap(tuple(g if d == f else n for d, n in enumerate(space.dims)), coords, space.manual,
+                       space.manual_size)
 
     def local_groups(self, space) -> dict[str, int]:
         """The group counts of the local convolution."""
@@ -157,6 +175,7 @@ def convolution(p: HandlerContext, instr: Instruction):
         candidates += [lifted_l.merge(lifted_r), lifted_l, lifted_o.merge(lifted_l)]
     candidates += [lifted_r, lifted_o, lifted_o.merge(lifted_r)]
     candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
+    candidates += [sp.whole_groups(c) for c in candidates if c is not None]
     candidates = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
     best, best_cost = None, None
     for space in candidates:
