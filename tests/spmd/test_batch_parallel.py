@@ -180,3 +180,20 @@ def test_jax_linear_algebra_on_a_batch_sharded_array_never_gathers_it():
                if i.opcode is Opcode.CUSTOM_CALL}
     assert targets["lapack_spotrf_ffi"] == "(f32[2,8,8], s32[2])"
     assert targets["lapack_strsm_ffi"] == "f32[2,8,3]"
+
+
+def test_lapack_custom_call_inside_a_manual_region_is_copied():
+    """In a fully manual region the call is already per-device code: copied, not re-tiled."""
+    text = """HloModule ml, num_partitions=8
+ENTRY e {
+  x = f32[16,8,8]{1,2,0} parameter(0), sharding={devices=[8,1,1]<=[8]}
+  m = f32[2,8,8]{1,2,0} custom-call(x), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  c = (f32[2,8,8]{1,2,0}, s32[2]{0}) custom-call(m), custom_call_target="lapack_spotrf_ffi", operand_layout_constraints={f32[2,8,8]{1,2,0}}, api_version=API_VERSION_TYPED_FFI, frontend_attributes={num_batch_dims="1"}, backend_config={uplo = 76 : ui8}, sharding={{manual}, {manual}}
+  l = f32[2,8,8]{1,2,0} get-tuple-element(c), index=0, sharding={manual}
+  ROOT r = f32[16,8,8]{1,2,0} custom-call(l), custom_call_target="SPMDShardToFullShape", sharding={devices=[8,1,1]<=[8]}
+}
+"""
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=8).run(module)
+    assert _collectives(module) == {}
+    assert _local(module, Opcode.CUSTOM_CALL, "lapack_spotrf_ffi") == "(f32[2,8,8], s32[2])"

@@ -30,9 +30,9 @@ from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.batch_dims import BATCH_PARTITIONABLE_TARGETS, num_batch_dims
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
-from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call, structural
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.partition_context import PValue, is_fully_manual, local_shape, tile_map, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
@@ -40,6 +40,8 @@ from hlo_passes.passes.spmd.tile_map import TileMap
 @handles(Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE, Opcode.FFT)
 @handles_custom_call(*sorted(BATCH_PARTITIONABLE_TARGETS))
 def batch_parallel(p: HandlerContext, instr: Instruction) -> PValue:
+    if is_fully_manual(p.target(instr)):  # per-device code of a manual region (a custom-call
+        return structural.manual(p, instr)  # handler is asked there too: see handler_for)
     k = num_batch_dims(instr)
     if k is None:
         return replicate(p, instr, "custom-call without a usable num_batch_dims frontend attribute")
