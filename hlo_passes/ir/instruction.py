@@ -174,6 +174,16 @@ class Instruction:
     def span(self, value: SourceSpan | None) -> None:
         self._span = value
 
+    # --------------------------------------------------------------- shape --
+    @property
+    def array_shape(self) -> ArrayShape:
+        """`shape`, where the code reading it needs an array (its dims, rank, element type):
+        every op but the tuple-shaped ones.  A TypeError names the instruction otherwise."""
+        shape = self.shape
+        if not isinstance(shape, ArrayShape):
+            raise TypeError(f"{self.name}: expected an array shape, got {shape.to_hlo()}")
+        return shape
+
     # ---------------------------------------------------------- attributes --
     def attr(self, key: str, default: Any = None) -> Any:
         """Typed value of attribute `key` (read from its text on first use).  Prefer the typed
