@@ -285,6 +285,22 @@ class Instruction:
             result.extend(value if isinstance(value, tuple) else (value,))
         return result
 
+    def called_computation(self, key: str) -> "Computation":
+        """The one computation called under `key` (`to_apply`, `body`, `condition`, ...)."""
+        comp = self.called[key]
+        if isinstance(comp, tuple):
+            raise TypeError(f"{self.name}: {key} names {len(comp)} computations, expected one")
+        return comp
+
+    @property
+    def branch_computations(self) -> tuple["Computation", ...]:
+        """A conditional's branches: `branch_computations={...}`, or (true, false) for the
+        predicated form."""
+        if "branch_computations" in self.called:
+            comps = self.called["branch_computations"]
+            return comps if isinstance(comps, tuple) else (comps,)
+        return self.called_computation("true_computation"), self.called_computation("false_computation")
+
     def literal_value(self) -> "np.ndarray":
         """The constant's values as a numpy array (constants only)."""
         from hlo_passes.ir.literal import literal_array  # deferred: imports numpy, which fmt never needs
