@@ -130,6 +130,14 @@ class Estimate:
             return self.seconds < other.seconds
         return (self.collectives, self.bytes, self.flops) < (other.collectives, other.bytes, other.flops)
 
+    def shared_by(self, users: int) -> "Estimate":
+        """Each one's share of work done once for `users` users (a reshard several users
+        take); the collective count stays whole, as the tie-breaker counts launches."""
+        if users <= 1:
+            return self
+        return Estimate(self.seconds / users, self.bytes // users, self.flops // users, self.collectives,
+                        self.comm_seconds / users)
+
     def step_seconds(self, profile: "HardwareProfile") -> float:
         """The time estimate with nothing overlapped: compute, every collective's transfer and
         its latency."""

@@ -259,8 +259,19 @@ class Partitioner:
             return value
         key = (op, sharding)
         if key not in self._reshards:
-            self._reshards[key] = self._made_again(op, value, sharding) or reshard(self.em, value, sharding)
+            self._reshards[key] = (self._tuple_rebuilt(op, sharding) or self._made_again(op, value, sharding)
+                                   or reshard(self.em, value, sharding))
         return self._reshards[key]
+
+    def _tuple_rebuilt(self, op: Instruction, sharding: Sharding) -> PValue | None:
+        """A tuple wanted in another sharding is built again from its elements, each resharded
+        as its own value: shared with the element's other users, and a broadcast made again
+        rather than moved (a while loop's init tuple of zero gradient accumulators, each sharded
+        its own way in the loop, would otherwise all-to-all a zero stack of layers)."""
+        if op.opcode is not Opcode.TUPLE or not sharding.is_tuple:
+            return None
+        parts = [self.resharded(e, sharding.element(k)) for k, e in enumerate(op.operands)]
+        return PValue(self.em.b().tuple([v.instr for v in parts]), sharding, op.shape)
 
     def _made_again(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue | None:
         """A broadcast or an iota wanted in another sharding is made again in it rather than

@@ -15,6 +15,10 @@ whole matrix on every device.  This covers, by cost alone:
   reduce-scatter when the result is sharded over those same devices);
 * mismatched operands: the cheaper one is resharded.
 
+Summing partials is priced as `sum_partials` emits it (a reduce-scatter where it lands in the
+result's tiling), and an operand reshard that identical twin dots share (Q/K/V projections of
+one activation) is priced at each twin's share, as the reshard cache makes it once.
+
 Padding of uneven contracting tiles is zeroed in both operands first.
 Convolutions (handlers/convolution.py) price their tilings the same way and share
 `local_compute`, `partial_sum_cost` and `sum_partials`.
@@ -30,7 +34,7 @@ import numpy as np
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.cost_model import ZERO, CostModel, Estimate
+from hlo_passes.passes.spmd.cost_model import CostModel, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (DeviceGroups, PValue, groups_varying, local_shape, tile_map,
@@ -72,6 +76,7 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
+    sharers = (_twin_dots(p, instr, 0), _twin_dots(p, instr, 1))
     best: TileMap | None = None
     best_cost: Estimate | None = None
     for space in candidates:
@@ -79,8 +84,8 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
             continue
         tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
         tm_r = project_tiling(space, rhs_map, rhs.array_shape.rank)
-        c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
-             + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model))
+        c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model).shared_by(sharers[0])
+             + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model).shared_by(sharers[1]))
         c += local_compute(instr, space, sizes, model)
         c += partial_sum_cost(instr, space, out_rank, contracting, target, n, model)
         if best_cost is None or c < best_cost:
@@ -88,6 +93,23 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
     if best is None:
         return replicate(p, instr, "no consistent tiling of the dot's iteration space")
     return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+
+
+def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:
+    """How many dots (`instr` among them) take operand `i` of `instr` in that position with
+    everything else their choice depends on the same: dot dimensions, shapes, the other
+    operand's and the result's shardings.  Twins choose the same tiling, so the reshard of the
+    operand they share is made once (the reshard cache) and each pays its share: Q, K and V
+    projections of one activation gather it once and do not each reduce-scatter their own
+    partial product."""
+    op, other = instr.operands[i], instr.operands[1 - i]
+    target, other_sharding = p.target(instr), p.target(other)
+    return sum(1 for u in op.users
+               if u is instr or (u.opcode is Opcode.DOT and u.operands[i] is op
+                                 and u.dot_dimensions == instr.dot_dimensions and u.shape == instr.shape
+                                 and u.operands[1 - i].shape == other.shape
+                                 and p.target(u.operands[1 - i]) == other_sharding
+                                 and p.target(u) == target))
 
 
 def space_sizes(instr: Instruction, lhs_map: DimMap, rhs_map: DimMap, space_rank: int) -> list[int]:
@@ -130,16 +152,28 @@ def _emit(p: HandlerContext, instr: Instruction, space: TileMap, lhs_map: DimMap
 
 def partial_sum_cost(instr: Instruction, space: TileMap, out_rank: int, contracting: Sequence[int],
                      target: Sharding, n: int, model: CostModel) -> Estimate:
-    """What summing the partial results (contracting dims tiled in `space`: an all-reduce over
-    the summing groups) and resharding the result to `target` cost per device."""
-    c = ZERO
-    summed = [d for d in contracting if space.dims[d] > 1]
-    if summed:
-        g = math.prod(space.dims[d] for d in summed)
-        local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
-        c = c + model.collective("all-reduce", local, g)
+    """What summing the partial results (contracting dims tiled in `space`) and resharding the
+    result to `target` cost per device, priced as `sum_partials` emits it: a reduce-scatter
+    straight into the target's tiling where one does both, else an all-reduce over the summing
+    groups and a reshard.
+
+    Pricing the reduce-scatter as an all-reduce (twice its wire bytes) made a row-parallel
+    matmul whose result is tiled over the summing devices look dearer than gathering the
+    activation and all-to-all'ing the weight to column-parallel (issue 11)."""
     out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
-    return c + cost(to_sharding(out_tm), target, instr.shape, n, model)
+    summed = [d for d in contracting if space.dims[d] > 1]
+    if not summed:
+        return cost(to_sharding(out_tm), target, instr.shape, n, model)
+    g = math.prod(space.dims[d] for d in summed)
+    local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
+    groups = groups_varying(space, summed)
+    scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n)
+    if scatter is not None:
+        dim, t_tm = scatter
+        size = instr.array_shape.dims[dim]  # untiled in `out_tm`: sum_partials pads it to a multiple of g
+        padded = local // size * (-(-size // g) * g) if size else local
+        return model.collective("reduce-scatter", padded, g) + cost(to_sharding(t_tm), target, instr.shape, n, model)
+    return model.collective("all-reduce", local, g) + cost(to_sharding(out_tm), target, instr.shape, n, model)
 
 
 def sum_partials(p: HandlerContext, instr: Instruction, local: Instruction, space: TileMap, out_rank: int,
