@@ -236,7 +236,8 @@ def _gather_backward(ctx: PropagationContext, instr: Instruction, user: Instruct
     parallel_dims = gather_parallel_dims(user)
     parallel = (su.along_dims(s, parallel_dims.output, parallel_dims.operand, rank)
                 if parallel_dims is not None else None)
-    conn = _passthrough(instr.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims, gd.slice_sizes)
+    conn = _passthrough(instr.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
+                        gd.slice_sizes)
     passthrough = _nontrivial(su.along_dims(s, conn.output, conn.operand, rank))
     return _prefer_parallel(parallel, passthrough)
 
@@ -291,8 +292,8 @@ def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     if parallel is not None:
         for i, operand in enumerate(inputs):
             if is_spatial(ctx, operand):
-                changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.operand,
-                                                         rank), instr, i)
+                changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand,
+                                                         parallel.operand, rank), instr, i)
         if is_spatial(ctx, indices):
             s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
             for i in range(n):
@@ -346,8 +347,8 @@ def _scatter_backward(ctx: PropagationContext, instr: Instruction, user: Instruc
         parallel_dims = scatter_parallel_dims(user)
         parallel = (su.along_dims(out_s, parallel_dims.operand, parallel_dims.output, update_rank)
                     if parallel_dims is not None else None)
-        pconn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
-                             _scatter_slice_sizes(user))
+        pconn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims,
+                             sd.update_window_dims, _scatter_slice_sizes(user))
         passthrough = _nontrivial(su.along_dims(out_s, pconn.operand, pconn.output, update_rank))
         from_output = _prefer_parallel(parallel, passthrough)
     if from_output is not None:

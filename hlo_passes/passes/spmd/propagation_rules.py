@@ -238,7 +238,8 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
         return False
     current = ctx.sharding(instr)
     had = current is not None
-    leaves = su.leaves_of(current, instr.shape) if current is not None else [su.replicated()] * len(instr.shape.leaves())
+    leaves = (su.leaves_of(current, instr.shape) if current is not None
+              else [su.replicated()] * len(instr.shape.leaves()))
     index = 0
     for operand in instr.operands:
         s = ctx.sharding(operand)
@@ -302,7 +303,8 @@ def _concat_operand_passes_early(ctx: PropagationContext, operand: Instruction) 
     """XLA lets a concatenate take a sharding at level 0 only for stacked parameters
     (reshape of a parameter or tuple element, already tiled)."""
     s = ctx.sharding(operand)
-    return (s is not None and su.is_spatially_partitioned(s) and su.num_tiles(s) > 1 and operand.opcode is Opcode.RESHAPE
+    return (s is not None and su.is_spatially_partitioned(s) and su.num_tiles(s) > 1
+            and operand.opcode is Opcode.RESHAPE
             and operand.operands[0].opcode in (Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT))
 
 
@@ -438,7 +440,8 @@ def _sort_forward(ctx: PropagationContext, instr: Instruction) -> bool:
         return False
     s = known_sharding(ctx, operand)
     dim = sort_dimension(instr)
-    if s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1 and not sort_sharding_movable(s, operand.array_shape, dim):
+    if (s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1
+            and not sort_sharding_movable(s, operand.array_shape, dim)):
         return False
     return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
 

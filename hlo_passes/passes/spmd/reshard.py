@@ -380,7 +380,8 @@ def cost(src: Sharding, dst: Sharding, shape: Shape, n: int, model: CostModel = 
     return found
 
 
-_COSTS: dict[tuple[Sharding, Sharding, ArrayShape, int, str], Estimate] = {}  # cost answers by value: (src, dst, shape, n, profile)
+# cost answers by value: (src, dst, shape, n, profile)
+_COSTS: dict[tuple[Sharding, Sharding, ArrayShape, int, str], Estimate] = {}
 
 
 # ------------------------------------------------------------- emitting --

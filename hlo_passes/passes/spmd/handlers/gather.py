@@ -93,7 +93,8 @@ def _index_offsets(p: HandlerContext, indices: Instruction, ivd: int,
         if etype is not PrimitiveType.S32:
             value = b.convert(value, etype)
         return b.broadcast(value, indices.array_shape)
-    piece_shape = indices.array_shape.with_dims(tuple(1 if d == ivd else n for d, n in enumerate(indices.array_shape.dims)))
+    shape = indices.array_shape
+    piece_shape = shape.with_dims(tuple(1 if d == ivd else n for d, n in enumerate(shape.dims)))
     pieces: list[Instruction] = []
     for table in components:
         value = em.device_scalar(table) if table is not None else b.constant(0)

@@ -118,7 +118,8 @@ def _coarsenings(tm: TileMap) -> Iterator[TileMap]:
         yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
 
 
-def _local_reshape(want: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int, ...]) -> tuple[TileMap, TileMap] | None:
+def _local_reshape(want: TileMap, in_dims: tuple[int, ...],
+                   out_dims: tuple[int, ...]) -> tuple[TileMap, TileMap] | None:
     """(operand map, result map) nearest `want` whose local reshape is exact: `want` less the
     tiling that does not carry across the reshape, when that round-trips; else None."""
     out_tm = reshape_tile_map(want, in_dims, out_dims)
