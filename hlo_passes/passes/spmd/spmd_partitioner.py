@@ -145,6 +145,7 @@ class Partitioner:
         self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
         self._em: Emitter | None = None  # while `partition` runs: see `em`
         self._kept: set[Computation] = set()
+        self._origin: dict[Computation, str] = {}  # a partitioned copy -> the name of what it copies
 
     # -------------------------------------------------------------- driver --
     def run(self) -> None:
@@ -167,7 +168,7 @@ class Partitioner:
             if c not in keep:
                 module.computation_names.release(c.name)
         for c in module.computations:  # partitioned copies take their original names back
-            base = getattr(c, "_spmd_origin", None)
+            base = self._origin.get(c)
             if base is not None and base not in module.computation_names:
                 module.computation_names.release(c.name)
                 module.computation_names.reserve(base)
@@ -187,7 +188,7 @@ class Partitioner:
         new.attributes = dict(comp.attributes)
         new.print_signature = comp.print_signature
         module.add_computation(new, before=comp)
-        new._spmd_origin = comp.name  # type: ignore[attr-defined]
+        self._origin[new] = comp.name
         for instr in comp.instructions:
             module.names.release(instr.name)
         saved = (self._em, self._reshards)
