@@ -219,3 +219,46 @@ def test_insertion_order_matches_a_plain_list_under_random_edits():
                 assert comp.instructions == reference, seed
         assert comp.instructions == reference, seed
         assert all(i in comp for i in reference)
+
+
+CONTROL_FLOW = """HloModule cf
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+neg {
+  x = f32[4] parameter(0)
+  ROOT n = f32[4] negate(x)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  k = s32[] parameter(1)
+  z = f32[] constant(0)
+  r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+  c = f32[4] conditional(k, p, p), branch_computations={neg, neg}
+  ROOT t = (f32[], f32[4]) tuple(r, c)
+}
+"""
+
+
+def test_typed_views_of_shapes_and_called_computations():
+    # What passes read instead of narrowing `shape` and `called` themselves: the array shape where
+    # an op has one, the one computation under a key, a conditional's branches in either spelling.
+    m = parse_module(CONTROL_FLOW)
+    e = m.entry
+    assert e.find("p").array_shape.dims == (4,)
+    with pytest.raises(TypeError, match="t: expected an array shape, got \\(f32\\[\\], f32\\[4\\]\\)"):
+        e.root.array_shape
+    assert e.find("r").called_computation("to_apply") is m.computation("add")
+    neg = m.computation("neg")
+    assert e.find("c").branch_computations == (neg, neg)
+    with pytest.raises(TypeError, match="c: branch_computations names 2 computations, expected one"):
+        e.find("c").called_computation("branch_computations")
+    predicated = parse_module(CONTROL_FLOW.replace("k = s32[] parameter(1)", "k = pred[] parameter(1)").replace(
+        "branch_computations={neg, neg}", "true_computation=neg, false_computation=neg"))
+    pneg = predicated.computation("neg")
+    assert predicated.entry.find("c").branch_computations == (pneg, pneg)

@@ -174,6 +174,16 @@ class Instruction:
     def span(self, value: SourceSpan | None) -> None:
         self._span = value
 
+    # --------------------------------------------------------------- shape --
+    @property
+    def array_shape(self) -> ArrayShape:
+        """`shape`, where the code reading it needs an array (its dims, rank, element type):
+        every op but the tuple-shaped ones.  A TypeError names the instruction otherwise."""
+        shape = self.shape
+        if not isinstance(shape, ArrayShape):
+            raise TypeError(f"{self.name}: expected an array shape, got {shape.to_hlo()}")
+        return shape
+
     # ---------------------------------------------------------- attributes --
     def attr(self, key: str, default: Any = None) -> Any:
         """Typed value of attribute `key` (read from its text on first use).  Prefer the typed
@@ -274,6 +284,22 @@ class Instruction:
         for value in self.called.values():
             result.extend(value if isinstance(value, tuple) else (value,))
         return result
+
+    def called_computation(self, key: str) -> "Computation":
+        """The one computation called under `key` (`to_apply`, `body`, `condition`, ...)."""
+        comp = self.called[key]
+        if isinstance(comp, tuple):
+            raise TypeError(f"{self.name}: {key} names {len(comp)} computations, expected one")
+        return comp
+
+    @property
+    def branch_computations(self) -> tuple["Computation", ...]:
+        """A conditional's branches: `branch_computations={...}`, or (true, false) for the
+        predicated form."""
+        if "branch_computations" in self.called:
+            comps = self.called["branch_computations"]
+            return comps if isinstance(comps, tuple) else (comps,)
+        return self.called_computation("true_computation"), self.called_computation("false_computation")
 
     def literal_value(self) -> "np.ndarray":
         """The constant's values as a numpy array (constants only)."""
