@@ -109,8 +109,9 @@ def test_jit_data_parallel_xla_partitioned(optimizer):
     assert sorted(d[0] for d in found["reduce-scatter"]) == MLP_CHUNKS
     outputs_per_weight = {"sgd": 1, "momentum": 2, "adam": 3, "adamw_clip": 3, "lamb": 3}[optimizer]
     assert sorted(d[0] for d in found["all-gather"]) == sorted(c * N for c in MLP_CHUNKS * outputs_per_weight)
-    # all-reduces left are scalars: the loss, and norm partials (global for clipping, per weight for LAMB)
-    scalars = {"sgd": 1, "momentum": 1, "adam": 1, "adamw_clip": 1 + 8, "lamb": 1 + 8}[optimizer]
+    # all-reduces left are scalars: the loss, and norm partials (global for clipping, per weight
+    # for LAMB: ‖u‖ and ‖w‖, the weight's norm reduced on its shard too)
+    scalars = {"sgd": 1, "momentum": 1, "adam": 1, "adamw_clip": 1 + 8, "lamb": 1 + 8 + 8}[optimizer]
     assert [d for d in found["all-reduce"] if d] == [] and len(found["all-reduce"]) == scalars
     assert_same_per_device(original, out)
 

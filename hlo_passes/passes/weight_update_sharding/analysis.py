@@ -70,6 +70,7 @@ class Component:
     pulled: list[Instruction] = field(default_factory=list)  # outside ops recomputed on the shard
     sliced: list[Instruction] = field(default_factory=list)  # outside values cut into shards
     assumed: set[Instruction] = field(default_factory=set)  # ENTRY parameters assumed replicated
+    side_reductions: list[Instruction] = field(default_factory=list)  # of the weight, not the gradient
     declined: tuple[Instruction, str] | None = None
 
     @property
@@ -321,16 +322,19 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     reduction_set = set(reductions)
     position = {instr: i for i, instr in enumerate(post_order)}
     callers = call_sites(module)
+    whole_reductions = [i for i in post_order if i.opcode is Opcode.REDUCE and len(i.operands) == 2
+                        and i.shape.is_array and i.shape.rank == 0 and i not in reduction_set]
     for component in components:
         if component.declined is None:
             _plan_inputs(component, module, reduction_set, assume_replicated_parameters, origin,
-                         position, callers)
+                         position, callers, whole_reductions)
     return ComputationPlan(comp, components, skipped)
 
 
 def _plan_inputs(component: Component, module: Module, reductions: set[Instruction],
                  assume_parameters: bool, origin: dict[Instruction, Instruction],
-                 position: dict[Instruction, int], callers: dict[Computation, list[Instruction]]) -> None:
+                 position: dict[Instruction, int], callers: dict[Computation, list[Instruction]],
+                 whole_reductions: list[Instruction]) -> None:
     """Sort the outside operands of the shard values into pulled and sliced ones and check
     that everything the shards read is identical across the group."""
     members = set(component.shard_values) | {s.end for s in component.stems}
@@ -372,14 +376,72 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
             else:
                 need_replicated[o] = None
                 sliced[o] = None
+
+    side, side_ops = _side_reductions(component, members | pulled, set(sliced), reductions, pullable, position,
+                                      whole_reductions)
+    for x in side_ops:
+        for o in x.operands:
+            if o.shape.rank == 0:
+                need_replicated[o] = None
+            elif o.opcode is Opcode.BROADCAST and o.operands[0].shape.rank == 0:
+                need_replicated[o.operands[0]] = None
     replicated = Replication(module, component.groups, assume_parameters=assume_parameters,
-                             extra=reductions, callers=callers)
+                             extra=reductions | set(side), callers=callers)
     for instr in need_replicated:
         if not replicated(instr):
             component.decline(instr, f"%{instr.name} is not provably identical on every device of the "
                                      "group (declare parameter_replication={true}, or use "
                                      "assume-replicated-parameters)")
             return
-    component.pulled = sorted(pulled, key=position.__getitem__)
+    component.pulled = sorted(pulled | side_ops, key=position.__getitem__)
+    component.reductions = sorted([*component.reductions, *side], key=position.__getitem__)
+    component.side_reductions = list(side)
+    reductions.update(side)  # no other component takes them
     component.sliced = list(sliced)
     component.assumed = set(replicated.assumed)
+
+
+def _side_reductions(component: Component, region: set[Instruction], sliced: set[Instruction],
+                     taken: set[Instruction], pullable, position: dict[Instruction, int],
+                     whole_reductions: list[Instruction]) -> tuple[list[Instruction], set[Instruction]]:
+    """Whole-tensor reductions of values the update slices anyway (LAMB's and Adafactor's ‖w‖):
+    a reduce over every dimension, from the identity, of an elementwise expression of the
+    component's shape whose only arrays are sliced values (the weight) and broadcast scalars.
+    On the shard they become a partial reduction (padding masked) + a scalar all-reduce, as the
+    gradient's norms do, and every device reads 1/N of the weight instead of all of it.  Their
+    expressions are pulled in; one whose ops something else reads stays whole (the expression
+    would be computed whole anyway).  Returns the reductions and the ops of their expressions."""
+    dims = component.dims
+    found: dict[Instruction, set[Instruction]] = {}
+    for r in whole_reductions:
+        if r in taken or r.operands[0].shape.dims != dims:
+            continue
+        kind = Reduction.of_instruction(r)
+        if (kind is None or kind.opcode not in REDUCTION_IDENTITY
+                or not _constant_equals(r.operands[1], REDUCTION_IDENTITY[kind.opcode])):
+            continue
+        ops: set[Instruction] = set()
+        work, ok = [r.operands[0]], True
+        while work and ok:
+            x = work.pop()
+            if x in sliced or x in ops or x.shape.rank == 0 or (
+                    x.opcode is Opcode.BROADCAST and x.operands[0].shape.rank == 0):
+                continue
+            if x in region or not pullable(x) or x.shape.dims != dims:
+                ok = False
+            else:
+                ops.add(x)
+                work.extend(x.operands)
+        if ok and (ops or r.operands[0] in sliced):
+            found[r] = ops
+    # Their ops must be read only by the region, these reductions and each other.
+    changed = True
+    while changed:
+        changed = False
+        inside = region | set(found) | {x for ops in found.values() for x in ops}
+        for r, ops in list(found.items()):
+            if any(x.is_root or any(u not in inside for u in x.users) for x in ops):
+                del found[r]
+                changed = True
+    side = sorted(found, key=position.__getitem__)
+    return side, {x for r in side for x in found[r]}

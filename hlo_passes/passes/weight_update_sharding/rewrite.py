@@ -112,6 +112,7 @@ class ComponentRewriter:
         self.shard: dict[Instruction, Instruction] = {}
         self._sliced: dict[Instruction, Instruction] = {}
         self._offset: Instruction | None = None
+        self._mask: Instruction | None = None
         self.state_params: dict[Instruction, Sharding] = {}  # kept-sharded parameter -> its new sharding
         self.kept_outputs: list[Instruction] = []
         self.gathered_state: list[Instruction] = []  # optimizer state returned whole (all-gathered)
@@ -119,6 +120,7 @@ class ComponentRewriter:
         self.signature: Signature | None = None
         self.gathered: list[Instruction] = []  # the all-gathers made (the pass may pack them)
         self.scattered: list[Instruction] = []  # the reduce-scatters made
+        self.reduced: list[Instruction] = []  # the scalar all-reduces of whole-tensor reductions
 
     # ------------------------------------------------------------- helpers --
     def builder(self, like: Instruction | None = None) -> Builder:
@@ -148,6 +150,16 @@ class ComponentRewriter:
                 b = self.builder()
                 self._offset = b.multiply(index, b.constant(self.fmt.chunk, S32))
         return self._offset
+
+    def real_mask(self) -> Instruction:
+        """pred[chunk]: which elements of this device's chunk are real (not padding)."""
+        if self._mask is None or self._mask.parent is not self.comp:
+            b, chunk = self.builder(), self.fmt.chunk
+            position = b.add(b.iota(ArrayShape(S32, (chunk,)), 0),
+                             b.broadcast(self.offset(), ArrayShape(S32, (chunk,)), ()))
+            self._mask = b.compare(position, b.broadcast(b.constant(self.fmt.size, S32),
+                                                         ArrayShape(S32, (chunk,)), ()), "LT")
+        return self._mask
 
     def shard_of(self, value: Instruction) -> Instruction:
         """The chunk of an operand of a shard value."""
@@ -230,19 +242,16 @@ class ComponentRewriter:
     def _reduction(self, instr: Instruction) -> None:
         data, init = instr.operands
         b = self.builder(instr)
-        part = self.shard[data]
+        part = self.shard_of(data)  # a shard value, a pulled expression or a sliced weight
         etype = part.shape.element_type
         chunk = self.fmt.chunk
         if self.fmt.padded > self.fmt.size:  # padding must not take part: fill it with the identity
-            position = b.add(b.iota(ArrayShape(S32, (chunk,)), 0),
-                             b.broadcast(self.offset(), ArrayShape(S32, (chunk,)), ()))
-            real = b.compare(position, b.broadcast(b.constant(self.fmt.size, S32),
-                                                   ArrayShape(S32, (chunk,)), ()), "LT")
-            part = b.select(real, part, b.broadcast(init, self.flat(etype), ()))
+            part = b.select(self.real_mask(), part, b.broadcast(init, self.flat(etype), ()))
         partial = b.reduce(part, init, (0,), instr.called["to_apply"])
         kind = Reduction.of_instruction(instr)
         total = self.collective(b, Opcode.ALL_REDUCE, instr.shape, partial,
                                 self.reduction(REDUCTION_NAME[kind.opcode], kind.element_type))
+        self.reduced.append(total)
         instr.replace_all_uses_with(total)
 
     def _exits(self) -> None:
@@ -308,7 +317,7 @@ class ComponentRewriter:
         whose tiles the refined sharding describes: from now on they take their tile."""
         if self.can_keep_state() is not None:
             return
-        inside = set(self.c.shard_values) | set(self.c.pulled)
+        inside = set(self.c.shard_values) | set(self.c.pulled) | set(self.c.reductions)
         for p in self.c.sliced:
             if (p.opcode is not Opcode.PARAMETER or p.parent is not self.comp or not p.shape.is_array
                     or not all(u in inside for u in p.users)):
@@ -370,7 +379,7 @@ class ComponentRewriter:
         outside the update reads too (the forward pass reads the weight; only the update reads
         its optimizer state).  The other exits are optimizer state.  Other values the update
         reads (BatchNorm's 1/sigma, which scales the gradient of its scale) say neither."""
-        inside = set(self.c.shard_values) | set(self.c.pulled)
+        inside = set(self.c.shard_values) | set(self.c.pulled) | set(self.c.reductions)
         slicing = (Opcode.DYNAMIC_SLICE, Opcode.SLICE, Opcode.RESHAPE, Opcode.BITCAST, Opcode.COPY)
 
         def shared(value: Instruction) -> bool:

@@ -198,9 +198,9 @@ class WeightUpdateSharding(ModulePass):
                 kept, gathered = len(rewriter.kept_outputs), len(rewriter.gathered)
                 self.remarks.append(replace(stems[0], kind="applied", message=f"{summary}; {gathered} output(s) "
                                             "all-gathered" + (f", {kept} kept sharded" if kept else "")))
-                made += rewriter.scattered + rewriter.gathered
+                made += rewriter.scattered + rewriter.gathered + rewriter.reduced
                 scattered[first.name] = rewriter.scattered
-                for x in rewriter.scattered + rewriter.gathered:
+                for x in rewriter.scattered + rewriter.gathered + rewriter.reduced:
                     sizes[x] = component.group_size
             if made and self.options.pack_threshold_bytes > 0:
                 pack_collectives(module, comp, made, sizes, self.options.pack_threshold_bytes)
