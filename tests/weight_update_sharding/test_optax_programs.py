@@ -124,3 +124,27 @@ def test_adafactor_factored_moments_are_declined(form):
     assert all("a reduce over some dimensions" in r.message for r in missed)
     report = verify_equivalent(text, print_module(module))
     assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "lamb_clip"])
+def test_shard_map_pmean_of_a_replicated_value_is_simplified_first_never_sharded(optimizer):
+    """`jax.lax.pmean(g)` inside shard_map of a gradient the loss's pmean already reduced lowers to
+    an all-reduce whose operand is an all-reduce over the same devices: every device holds the
+    same value, so it is that value times 8 (then divided by 8).  Forced or priced, the pass
+    rewrites exactly those into multiplies (before any analysis) and shards only the first
+    all-reduce of each gradient; the step still computes what it did."""
+    text = (PROGRAMS / f"shard_map_{optimizer}.hlo").read_text()
+    original = parse_module(text)
+    twice = {i.name for i in original.all_instructions()
+             if i.opcode is Opcode.ALL_REDUCE and i.operands[0].opcode is Opcode.ALL_REDUCE}
+    once = {i.operands[0].name for i in original.all_instructions() if i.name in twice}
+    assert len(twice) == 4
+    for options in ("{only-when-it-pays=false}", ""):
+        module, applied, _ = run(text, f"spmd-partition,weight-update-sharding{options}")
+        simplified = {r.message.split(":")[0].lstrip("%") for r in applied if "times the group size" in r.message}
+        sharded = {r.instruction for r in applied if r.message.startswith("sharded the update")}
+        assert simplified == twice and not sharded & twice, [r.format() for r in applied]
+        assert sharded == (once if options else set())
+        assert not any(i.opcode is Opcode.ALL_REDUCE and i.name in twice for i in module.all_instructions())
+        report = verify_equivalent(text, print_module(module))
+        assert report.ok, report.format()
