@@ -6,17 +6,21 @@ on 8 devices (the oracle); the remarks say what was sharded and why the rest was
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hlo_passes import parse_module, print_module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.pipeline import parse_pipeline, set_option_everywhere
 from hlo_passes.runtime import verify_equivalent
+from hlo_passes.runtime.verify import random_inputs
 from hlo_passes.passes.spmd.cost_model import module_estimate
 from hlo_passes.stats import module_stats
 
 PROGRAMS = Path(__file__).parent / "programs"
 N = 8
+# Every update elementwise but for whole-tensor reductions (clipping's global norm, LAMB's norms).
+OPTIMIZERS = ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip", "apply_every", "multisteps"]
 
 
 def run(text: str, pipeline: str):
@@ -48,7 +52,7 @@ def wire_bytes(module) -> int:
 
 
 @pytest.mark.parametrize("form", ["jit", "shard_map"])
-@pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip"])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_plain_pipeline_with_kept_state_rewrites_optax_steps(form, optimizer):
     """With the state kept sharded every program is rewritten by the plain pipeline (LAMB's norms
     are calls: no call-inliner first), nothing declined, its small collectives packed into one
@@ -66,7 +70,7 @@ def test_plain_pipeline_with_kept_state_rewrites_optax_steps(form, optimizer):
 
 
 @pytest.mark.parametrize("form", ["jit", "shard_map"])
-@pytest.mark.parametrize("optimizer", ["momentum", "nesterov", "adamw_schedule_mask", "adamw_clip", "lamb_clip"])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_plain_pipeline_never_moves_more_bytes_than_partitioning(form, optimizer):
     """Default options: the signature returns the optimizer state whole, so sharding an update
     costs one more all-gather per state tensor, and the update it would shard is one fused kernel
@@ -148,3 +152,25 @@ def test_shard_map_pmean_of_a_replicated_value_is_simplified_first_never_sharded
         assert not any(i.opcode is Opcode.ALL_REDUCE and i.name in twice for i in module.all_instructions())
         report = verify_equivalent(text, print_module(module))
         assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("form", ["jit", "shard_map"])
+@pytest.mark.parametrize("optimizer", ["apply_every", "multisteps"])
+def test_accumulating_steps_verify_on_both_branches(form, optimizer):
+    """`apply_every(4)` and `MultiSteps(adam, 4)` accumulate the gradient in state and emit an
+    update only when the step counter says so (`emit * acc`, `where(emit, new, old)`: elementwise
+    selects on a replicated scalar).  The sharded step is checked on a step that emits (every
+    counter 3) and one that does not (every counter 0), forced and with the state kept sharded."""
+    text = (PROGRAMS / f"{form}_{optimizer}.hlo").read_text()
+    counters = [i for i, p in enumerate(parse_module(text).entry.parameters)
+                if p.shape.is_array and p.shape.rank == 0 and p.shape.element_type.value == "s32"]
+    assert counters
+    for options in ("{only-when-it-pays=false}", "{keep-state-sharded=true}"):
+        module, applied, missed = run(text, f"spmd-partition,weight-update-sharding{options}")
+        assert len([r for r in applied if r.message.startswith("sharded")]) == 4 and not missed
+        for counter in (3, 0):
+            inputs = random_inputs(parse_module(text), seed=counter)
+            for i in counters:
+                inputs[i] = np.asarray(counter, np.int32)
+            report = verify_equivalent(text, print_module(module), inputs=inputs)
+            assert report.ok, report.format()
