@@ -64,6 +64,10 @@ class Component:
     dims: tuple[int, ...]  # canonical shape: the first gradient's, after its stem
     shard_values: list[Instruction] = field(default_factory=list)  # post-order, stem ends excluded
     reshapes: set[Instruction] = field(default_factory=set)  # shard values that only regroup dims
+    # Factor values: shard values of a reduce over some of the gradient's dims S (Adafactor's row
+    # and column means) and elementwise ops of them, by S.  On a shard tiled on dimension k a factor
+    # keeps its own tile when k is not in S, and is all-reduced and held whole when it is.
+    reduced: dict[Instruction, tuple[int, ...]] = field(default_factory=dict)
     reductions: list[Instruction] = field(default_factory=list)
     exits: list[Instruction] = field(default_factory=list)
     tails: list[Instruction] = field(default_factory=list)  # layout ops between an exit and the ROOT
@@ -214,6 +218,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     blocked_by: dict[Instruction, tuple[Instruction, str]] = {}  # problems that are another user
     reductions: dict[Instruction, Instruction] = {}
     regroups: set[Instruction] = set()
+    reduced: dict[Instruction, tuple[int, ...]] = {}  # factor value -> the gradient dims reduced away
     exits: dict[Instruction, Instruction] = {}
     tails: dict[Instruction, Instruction] = {}
     for c, s in stems.items():
@@ -240,7 +245,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             tails[instr] = first  # a new weight reshaped on its way out: done on the full value
             exits[instr.operands[0]] = first
             continue
-        if (_is_regroup(instr) and instr.operands[0] in origin
+        if (_is_regroup(instr) and instr.operands[0] in origin and instr.operands[0] not in reduced
                 and instr.shape.element_count == instr.operands[0].shape.element_count):
             # a reshape inside the update (BatchNorm's [16] -> [1,1,1,16] -> [16]): the same
             # elements in the same row-major order, so the same shard
@@ -250,18 +255,28 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                 exits[instr] = first
             continue
         dims = shard_ops[0].shape.dims
+        base = stems[first].end.shape.dims  # the component's shape D
         if is_elementwise(instr) and instr.shape.is_array and instr.shape.dims == dims:
             bad = [o for o in instr.operands if o.shape.is_tuple or
                    (o.shape.rank != 0 and o.shape.dims != dims)]
             if bad:
                 problems.setdefault(first, (instr, f"%{instr.name} mixes the gradient with "
                                                    f"%{bad[0].name} of another shape"))
+            kinds = {reduced.get(o, ()) for o in shard_ops}
+            if len(kinds) > 1:
+                problems.setdefault(first, (instr, f"%{instr.name} mixes values reduced over different "
+                                                   "dimensions of the gradient"))
+            if kinds - {()}:
+                reduced[instr] = kinds.pop()
             origin[instr] = first
             if instr.is_root:
                 exits[instr] = first
             continue
         if (instr.opcode is Opcode.REDUCE and len(instr.operands) == 2 and instr.shape.is_array
-                and instr.shape.rank == 0 and instr.operands[0] in origin):
+                and instr.operands[0] in origin and (instr.shape.rank == 0 or (
+                    instr.operands[0] not in reduced and instr.operands[0].shape.dims == base))):
+            # over every dimension (a norm: a scalar), or over some of the gradient's (Adafactor's
+            # row and column means: a *factor*, see `Component.reduced`)
             kind = Reduction.of_instruction(instr)
             if kind is None or kind.opcode not in REDUCTION_IDENTITY:
                 problems.setdefault(first, (instr, f"%{instr.name} reduces the gradient with a computation "
@@ -269,9 +284,24 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             elif not _constant_equals(instr.operands[1], REDUCTION_IDENTITY[kind.opcode]):
                 problems.setdefault(first, (instr, f"%{instr.name} starts its reduction from a value that "
                                                    "is not the identity (partial results would repeat it)"))
-            reductions[instr] = first
+            if instr.shape.rank == 0:
+                reductions[instr] = first
+                continue
+            reduced[instr] = tuple(sorted(instr.attr("dimensions", ())))
+            origin[instr] = first
+            if instr.is_root:
+                exits[instr] = first
             continue
-        what = ("a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
+        if (instr.opcode is Opcode.BROADCAST and instr.operands[0] in reduced and instr.shape.dims == base
+                and tuple(instr.attr("dimensions", ())) == tuple(
+                    d for d in range(len(base)) if d not in reduced[instr.operands[0]])):
+            origin[instr] = first  # a factor broadcast back over the dimensions it was reduced over
+            continue
+        what = ("a reduce over some dimensions of a value already reduced over others"
+                if instr.opcode is Opcode.REDUCE and any(o in reduced for o in instr.operands) else
+                "a broadcast of a row or column reduction over other dimensions than it reduced"
+                if instr.opcode is Opcode.BROADCAST and any(o in reduced for o in instr.operands) else
+                "a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
                 _fusion_problem(instr) if instr.opcode is Opcode.FUSION else
                 f"{instr.opcode.value} (not elementwise on the weight's shape)")
         known = problems.get(first)
@@ -311,6 +341,8 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             member.shard_values.append(instr)
             if instr in regroups:
                 member.reshapes.add(instr)
+            if instr in reduced:
+                member.reduced[instr] = reduced[instr]
     for instr, c in reductions.items():
         by_root[find(c)].reductions.append(instr)
     for instr, c in exits.items():
@@ -319,6 +351,11 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         by_root[find(c)].tails.append(instr)
 
     components = list(by_root.values())
+    for component in components:
+        if component.reduced and component.reshapes:
+            component.decline(next(iter(component.reshapes)),
+                              "the update both regroups the gradient's dimensions (a flat shard) and reduces "
+                              "over some of them (a tiled shard)")
     reduction_set = set(reductions)
     position = {instr: i for i, instr in enumerate(post_order)}
     callers = call_sites(module)

@@ -18,6 +18,9 @@ them in the same computation:
   value the update reads besides the gradient (the weight), or an elementwise expression of one:
   LAMB's and Adafactor's ‖w‖ (`optax.safe_norm`: a norm, a `where` on it, a norm again) is a
   whole-tensor reduction of the weight the analysis can shard too;
+* a chain of reshapes and identity broadcasts that reads a value computed from a reduced gradient
+  is one reshape, and one that ends where it began is that value (`jnp.mean(..., keepdims=True)`
+  and Optax's factored moments go [16] → [16,1] → [16]): `fold_size_one_reshapes`;
 * a summed all-reduce of a value that is already identical on every device of its groups (JAX's
   `pmean` of a gradient that an earlier collective has reduced) is that value times the group
   size, and needs no communication at all (`simplify_replicated_all_reduces`; never sharded).
@@ -45,6 +48,7 @@ def canonicalize(module: Module, computations: list[Computation]) -> bool:
         changed |= split_variadic_all_reduces(module, comp)
         changed |= join_scatter_gather_pairs(module, comp)
         changed |= inline_gradient_calls(module, comp)
+        changed |= fold_size_one_reshapes(comp)
     return changed
 
 
@@ -134,6 +138,45 @@ def inline_gradient_calls(module: Module, comp: Computation) -> bool:
             # instruction names that parsed modules reuse across computations.
             inline_call(call)
         changed = True
+
+
+def _same_value_shape(a: Instruction, b: Instruction) -> bool:
+    """The same dims and layout (a reshape between them moves nothing)."""
+    x, y = a.shape, b.shape
+    return (x.is_array and y.is_array and x.element_type == y.element_type and x.dims == y.dims
+            and (x.layout is None or y.layout is None or x.layout == y.layout))
+
+
+def fold_size_one_reshapes(comp: Computation) -> bool:
+    """In the forward closure of the summed all-reduces: an identity broadcast (same shape, dims
+    in order) is its operand, a reshape of a reshape reshapes the first operand, and a reshape
+    back to its operand's shape is that operand.  The ROOT's operands keep their instructions."""
+    changed = False
+    reached: set[Instruction] = set()
+    for instr in comp.post_order():
+        if instr.opcode is Opcode.ALL_REDUCE and _summed(instr):
+            reached.add(instr)
+            continue
+        if not any(o in reached for o in instr.operands):
+            continue
+        reached.add(instr)
+        if instr.is_root or any(u.is_root for u in instr.users) or instr.control_predecessors \
+                or instr.control_successors or len(instr.operands) != 1:
+            continue
+        x = instr.operands[0]
+        if instr.opcode is Opcode.RESHAPE and x.opcode is Opcode.RESHAPE:
+            instr.replace_operand(x, x.operands[0])
+            if not x.users and not x.is_root and not x.control_successors:
+                comp.remove(x)
+            x = instr.operands[0]
+            changed = True
+        identity_broadcast = (instr.opcode is Opcode.BROADCAST and instr.shape.is_array
+                              and tuple(instr.attr("dimensions", ())) == tuple(range(instr.shape.rank)))
+        if (identity_broadcast or instr.opcode is Opcode.RESHAPE) and _same_value_shape(instr, x):
+            instr.replace_all_uses_with(x)
+            comp.remove(instr)
+            changed = True
+    return changed
 
 
 def simplify_replicated_all_reduces(module: Module, comp: Computation) -> list[tuple[Instruction, str]]:

@@ -212,9 +212,10 @@ class WeightUpdateSharding(ModulePass):
                   price, quiet: bool) -> ComponentRewriter:
         keep = self.options.keep_state_sharded
         # State kept sharded needs chunks that are tiles (a reshape inside the update leaves
-        # only the flat layout, whose chunks are tiles when nothing is padded).
-        fmt = (Formatting.best_tiled if keep and not component.reshapes else Formatting.flat)(
-            component.group_size, component.dims)
+        # only the flat layout, whose chunks are tiles when nothing is padded); so do reductions
+        # over some of the gradient's dimensions (a tile holds whole rows of the others).
+        tiled = (keep or component.reduced) and not component.reshapes
+        fmt = (Formatting.best_tiled if tiled else Formatting.flat)(component.group_size, component.dims)
         remark = (lambda *a: None) if quiet else (lambda instr, msg, kind: self.remark(instr, msg, kind=kind))
         return ComponentRewriter(module, comp, component, fmt, keep_state=keep,
                                  assume_parameters=self.options.assume_replicated_parameters, index=index,
