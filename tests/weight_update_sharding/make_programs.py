@@ -19,8 +19,9 @@ and `<opt>` one of the Optax updates the pass must read: SGD with momentum and N
 AdamW with a learning-rate schedule on the step counter and a weight-decay mask, AdamW and
 LAMB after clip_by_global_norm (LAMB's norms are `jnp.linalg.norm`: calls), Adafactor
 (factored second moments: row and column means, not elementwise), `apply_every` (gradients
-accumulated in state, emitted every 4th step) and `MultiSteps` around Adam (the same, with the
-inner update under `lax.cond`).
+accumulated in state, emitted every 4th step) and `MultiSteps` around Adam (the same; its
+`lax.cond` on "skip this update" folds away with the default predicate, and stays a
+`conditional` around the whole update with `skip_not_finite`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def optimizers():
         "adafactor": optax.adafactor(1e-2, min_dim_size_to_factor=8),
         "apply_every": optax.chain(optax.apply_every(4), optax.sgd(0.1, momentum=0.9)),
         "multisteps": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4),
+        "multisteps_skip": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4,
+                                            should_skip_update_fn=optax.skip_not_finite),
     }
 
 

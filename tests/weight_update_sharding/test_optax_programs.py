@@ -196,3 +196,19 @@ def test_accumulating_steps_verify_on_both_branches(form, optimizer):
                 inputs[i] = np.asarray(counter, np.int32)
             report = verify_equivalent(text, print_module(module), inputs=inputs)
             assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("form", ["jit", "shard_map"])
+def test_update_under_lax_cond_is_declined(form):
+    """`MultiSteps(..., should_skip_update_fn=skip_not_finite)` runs the whole update inside a
+    `conditional` (lax.cond on "are the gradients finite"): each gradient is declined, the remark
+    naming the conditional, and the step is left as plain partitioning made it (shard_map: its pmean
+    of a reduced gradient still simplified)."""
+    text = (PROGRAMS / f"{form}_multisteps_skip.hlo").read_text()
+    module, applied, missed = run(text, "spmd-partition,weight-update-sharding{only-when-it-pays=false}")
+    assert len(missed) == 4 and count(module, Opcode.REDUCE_SCATTER) == 0
+    assert all("to a conditional (lax.cond, lax.switch): an update under control flow is not sharded" in r.message
+               and "not a weight's gradient" not in r.message for r in missed), [r.format() for r in missed]
+    assert all("times the group size" in r.message for r in applied)
+    report = verify_equivalent(text, print_module(module))
+    assert report.ok, report.format()

@@ -11,13 +11,19 @@ The analysis of one computation, in three steps:
    *shard value* (shape D, computed elementwise), a *reduction* (a reduce of a shard
    value over all its dimensions: sums of squares for global or per-weight norms,
    maxima, ...), or leaves through the computation's ROOT (an *exit*: a new weight or
-   new optimizer state).  Any other user declines the candidate.  Scalars computed
+   new optimizer state).  A reduce of a shard value over some of D's dimensions S
+   (Adafactor's row and column means of g², per-row norms) starts a *factor*: it, the
+   elementwise ops of it and their reductions over all their dimensions are shard values
+   too (`Component.reduced` says S), and a broadcast of a factor back over S is a shard
+   value of shape D again.  Any other user declines the candidate.  Scalars computed
    from reductions are identical on every device, so they are used freely.
 3. *Inputs*: operands of shard values from outside the region: scalars, broadcasts
    of scalars, elementwise expressions used only by the region (*pulled* in and
-   recomputed on the shard), and other values of shape D (*sliced*).  Every scalar,
-   broadcast source and sliced value must be provably identical on every device of
-   the group (`Replication`), else the candidate is declined.
+   recomputed on the shard), and other values of shape D or of a factor's shape
+   (*sliced*).  Every scalar, broadcast source and sliced value must be provably
+   identical on every device of the group (`Replication`), else the candidate is
+   declined.  Reductions over all dimensions of elementwise expressions of sliced
+   values (the weight's norm: *side reductions*) join the region, their expressions pulled.
 
 Candidates whose shard values meet (an elementwise op of two gradients) form one
 *component*; a component is rewritten or declined as a whole.
@@ -159,6 +165,36 @@ def _fusion_problem(fusion: Instruction) -> str:
     return f"a {fusion.attr('kind')} fusion that is not elementwise on the weight's shape"
 
 
+_CONTROL_FLOW = {Opcode.CONDITIONAL: "a conditional (lax.cond, lax.switch)", Opcode.WHILE: "a while loop"}
+
+
+def _control_flow(instr: Instruction) -> Instruction | None:
+    """The conditional or while loop that takes `instr` (itself, or a tuple it is packed in)."""
+    if instr.opcode in _CONTROL_FLOW:
+        return instr
+    if instr.opcode is Opcode.TUPLE:
+        return next((u for u in instr.users if u.opcode in _CONTROL_FLOW), None)
+    return None
+
+
+def _blocker(instr: Instruction, reduced: dict[Instruction, tuple[int, ...]]) -> str:
+    """What `instr`, a user of the region that the analysis does not model, is."""
+    flow = _control_flow(instr)
+    if flow is not None:
+        via = "" if flow is instr else f" in a tuple for %{flow.name}"
+        return (f"it is passed{via} to {_CONTROL_FLOW[flow.opcode]}: an update under control flow is "
+                "not sharded")
+    of_factor = any(o in reduced for o in instr.operands)
+    if instr.opcode is Opcode.REDUCE:
+        return ("a reduce over some dimensions of a value already reduced over others" if of_factor else
+                "a reduce over some dimensions")
+    if instr.opcode is Opcode.BROADCAST and of_factor:
+        return "a broadcast of a row or column reduction over other dimensions than it reduced"
+    if instr.opcode is Opcode.FUSION:
+        return _fusion_problem(instr)
+    return f"{instr.opcode.value} (not elementwise on the weight's shape)"
+
+
 def _candidate_problem(instr: Instruction, module: Module) -> str | None:
     if len(instr.operands) != 1 or not instr.shape.is_array:
         return "a variadic all-reduce (one gradient per all-reduce is modeled)"
@@ -219,6 +255,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     reductions: dict[Instruction, Instruction] = {}
     regroups: set[Instruction] = set()
     reduced: dict[Instruction, tuple[int, ...]] = {}  # factor value -> the gradient dims reduced away
+    under_control_flow: set[Instruction] = set()
     exits: dict[Instruction, Instruction] = {}
     tails: dict[Instruction, Instruction] = {}
     for c, s in stems.items():
@@ -297,13 +334,9 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                     d for d in range(len(base)) if d not in reduced[instr.operands[0]])):
             origin[instr] = first  # a factor broadcast back over the dimensions it was reduced over
             continue
-        what = ("a reduce over some dimensions of a value already reduced over others"
-                if instr.opcode is Opcode.REDUCE and any(o in reduced for o in instr.operands) else
-                "a broadcast of a row or column reduction over other dimensions than it reduced"
-                if instr.opcode is Opcode.BROADCAST and any(o in reduced for o in instr.operands) else
-                "a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
-                _fusion_problem(instr) if instr.opcode is Opcode.FUSION else
-                f"{instr.opcode.value} (not elementwise on the weight's shape)")
+        what = _blocker(instr, reduced)
+        if _control_flow(instr) is not None:
+            under_control_flow.add(first)
         known = problems.get(first)
         if known is None or (known[0].opcode in _LAYOUT_OPCODES and instr.opcode not in _LAYOUT_OPCODES):
             # a layout op beside the real blocker (a transpose hoisted out of a fusion) says less
@@ -320,10 +353,11 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         comp_.stems.append(stems[c])
     # A weight's gradient feeds an update the step returns; an all-reduced value from which no
     # output is computed elementwise is something else (an activation summed over the model
-    # axis, a statistic), and the remark says so rather than calling it a gradient.
+    # axis, a statistic), and the remark says so rather than calling it a gradient (unless
+    # control flow takes it: the update may well be inside).
     updating = {find(c) for c in exits.values()}
     for c, (instr, reason) in problems.items():  # the instruction that blocks says most
-        if blocked_by.get(c, (None,))[0] is instr and find(c) not in updating:
+        if blocked_by.get(c, (None,))[0] is instr and find(c) not in updating and c not in under_control_flow:
             reason = (f"not a weight's gradient: no output of the step is computed elementwise from it "
                       f"(%{instr.name} reads it: {blocked_by[c][1]})")
         by_root[find(c)].decline(instr, reason)

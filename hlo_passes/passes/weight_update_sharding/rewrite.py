@@ -3,8 +3,18 @@
     gradient all-reduce          →  reduce-scatter of the formatted gradient        [chunk]
     elementwise update ops       →  the same ops on [chunk] (kLoop fusions: the same fusion on [chunk])
     whole-tensor reductions      →  the reduction of the chunk, padding masked, + a scalar all-reduce
+      (of the gradient, or of the weight: the chunk the update reads anyway)
+    reductions over some dims S  →  on the tile (tiled on dim k): if k ∉ S, the factor's own tile;
+      (factors)                     if k ∈ S, a partial result (padding masked) all-reduced, the
+                                    factor then held whole and computed alike on every device
+    factor broadcast back        →  a broadcast of its tile (or of the whole factor) onto the tile
     new weights                  →  all-gather of the chunks, unformatted
-    new optimizer state          →  all-gathered too, or kept as the device's tile (`keep-state-sharded`)
+    new optimizer state          →  all-gathered too, or kept as the device's tile (`keep-state-sharded`);
+                                    a factor held whole is returned as it is
+
+For an 8x4 gradient tiled on dimension 0 (a row per device), Adafactor's row mean is a reduce
+of the device's [1,4] tile over its columns, `f32[1]`, and its column mean a reduce over the
+row, `f32[4]`, all-reduced into the mean of all eight rows.
 
 Everything the update reads besides the gradient is cut to the chunk (`dynamic-slice` of its
 formatted value at this device's offset) or, for state kept sharded, read from the tile the

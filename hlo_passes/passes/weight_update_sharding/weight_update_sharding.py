@@ -17,8 +17,11 @@ gradient feeds only that update, each device can instead update 1/N of it:
 (i is the device's position in its group.)  The groups are whatever the gradient is reduced
 over: all devices in pure data parallelism, the `data` axis of a data x model mesh, where the
 weights and their state are already tiled over `model` and each device of a data group updates
-1/N of its model tile.  Reductions over the whole weight (global-norm clipping, LAMB's trust
-ratios) reduce the chunk, padding masked out, and all-reduce the scalar.  With
+1/N of its model tile.  Reductions over the whole gradient or weight (global-norm clipping,
+LAMB's ‖w‖ and ‖u‖) reduce the chunk, padding masked out, and all-reduce the scalar (the pass
+packs its scalars into one all-reduce per dependency level).  Reductions over some dimensions
+(Adafactor's factored moments) tile the shard: a factor that keeps the tile dimension stays on
+the device, one reduced over it is all-reduced as a vector and held whole.  With
 `keep-state-sharded` (offline files, where the signature may change) the optimizer state stays
 sharded between steps: state parameters take and state outputs return each device's tile, their
 shardings refined by the data groups (`state.py`), so no state is gathered.
