@@ -413,9 +413,9 @@ ENTRY step {
 """
 
 
-def _price(text: str):
+def _price(text: str, **options):
     """The trial price of the one component of `text` (what the pass compares before it rewrites)."""
-    wus = WeightUpdateSharding(only_when_it_pays=False)
+    wus = WeightUpdateSharding(only_when_it_pays=False, **options)
     ((price, _, _),) = wus._shard(parse_module(text), chosen=None).values()
     return price
 
@@ -423,15 +423,18 @@ def _price(text: str):
 def test_weight_norm_is_priced():
     """The weight's norm moves into the price: without the rewrite it is one more kernel reading
     the whole 512 KiB weight; with it, it reads the chunk the update reads anyway (no more bytes)
-    and adds one scalar all-reduce.  A norm of `v`, which the update does not read, stays whole
-    and out of both prices."""
+    and adds one scalar all-reduce, which is packed with the update's norm (both are of the same
+    level: no launch more), or is one launch more unpacked.  A norm of `v`, which the update does
+    not read, stays whole and out of both prices."""
     text = LAMB_STEP.replace("DIMS", "512,256")
     ours, other = _price(text.replace("NORMED", "w")), _price(text.replace("NORMED", "v"))
     model = CostModel.for_profile("accelerator")
     weight_read = 512 * 256 * 4 / model.profile.memory_bandwidth
     assert ours.without.seconds - other.without.seconds == pytest.approx(weight_read, rel=0.01)
     assert ours.without.collectives == other.without.collectives == 1
-    assert ours.with_rewrite.collectives == other.with_rewrite.collectives + 1
+    assert ours.with_rewrite.collectives == other.with_rewrite.collectives
+    unpacked = [_price(text.replace("NORMED", x), pack_threshold_bytes=0) for x in "wv"]
+    assert unpacked[0].with_rewrite.collectives == unpacked[1].with_rewrite.collectives + 1
     assert ours.with_rewrite.seconds - other.with_rewrite.seconds < 0.01 * weight_read
     assert ours.without.flops - other.without.flops == 2 * 512 * 256  # w·w and its sum
     assert ours.with_rewrite.flops - other.with_rewrite.flops == 2 * 512 * 256 // N  # of the chunk

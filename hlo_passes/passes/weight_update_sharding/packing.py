@@ -79,14 +79,14 @@ def pack_collectives(module: Module, comp: Computation, collectives: list[Instru
     # Scalars of one level (how many of these all-reduces stand before them on a path) never
     # depend on each other: one pack each (in order alone, a dependent scalar would end a pack
     # early and leave the independent ones after it for a pack of their own).
-    level = _levels(comp, {c for c in keys if c.opcode is Opcode.ALL_REDUCE})
+    level = scalar_levels(comp, {c for c in keys if c.opcode is Opcode.ALL_REDUCE})
     keys = {c: (key, level.get(c)) for c, key in keys.items()}
     combine_by_key(comp, keys, threshold_bytes=threshold_bytes, threshold_count=1 << 30, combine=combine,
                    size=lambda i: max(i.shape.byte_size(), i.operands[0].shape.byte_size()))
     return made
 
 
-def _levels(comp: Computation, members: set[Instruction]) -> dict[Instruction, int]:
+def scalar_levels(comp: Computation, members: set[Instruction]) -> dict[Instruction, int]:
     """For each of `members`, how many members stand before it on the longest path to it."""
     if not members:
         return {}
@@ -94,3 +94,28 @@ def _levels(comp: Computation, members: set[Instruction]) -> dict[Instruction, i
     for instr in comp.post_order():
         depth[instr] = max((depth[o] + (o in members) for o in instr.operands), default=0)
     return {m: depth[m] for m in members}
+
+
+def count_levels(members: list[Instruction], through: set[Instruction]) -> int:
+    """How many packs `scalar_levels` would make of `members` alone, following dependencies only
+    through `through` and scalars (a component's own ops and the scalar glue between its norms;
+    cheap where the whole computation is large)."""
+    depth: dict[Instruction, int] = {}
+    member_set = set(members)
+
+    def visit(root: Instruction) -> int:
+        stack = [(root, False)]
+        while stack:
+            x, ready = stack.pop()
+            if x in depth:
+                continue
+            inputs = [o for o in x.operands
+                      if o in member_set or o in through or (o.shape.is_array and o.shape.element_count <= 1)]
+            if not ready:
+                stack.append((x, True))
+                stack.extend((o, False) for o in inputs if o not in depth)
+                continue
+            depth[x] = max((depth[o] + (o in member_set) for o in inputs), default=0)
+        return depth[root]
+
+    return len({visit(m) for m in members})

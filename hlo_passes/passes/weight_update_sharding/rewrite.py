@@ -148,7 +148,8 @@ class ComponentRewriter:
         if not reduced:
             return self.fmt
         k = self.fmt.tile_dim
-        if k is None or k in reduced:
+        assert k is not None, "factors need a tiled formatting (the pass chooses one)"
+        if k in reduced:
             return None
         kept = tuple(d for i, d in enumerate(self.fmt.dims) if i not in reduced)
         return Formatting(self.n, kept, k - sum(1 for r in reduced if r < k))

@@ -58,7 +58,7 @@ from hlo_passes.passes.weight_update_sharding.analysis import Component, analyze
 from hlo_passes.passes.weight_update_sharding.canonicalize import canonicalize, simplify_replicated_all_reduces
 from hlo_passes.passes.weight_update_sharding.formatting import Formatting
 from hlo_passes.passes.weight_update_sharding.fused import normalize
-from hlo_passes.passes.weight_update_sharding.packing import pack_collectives
+from hlo_passes.passes.weight_update_sharding.packing import count_levels, pack_collectives
 from hlo_passes.passes.weight_update_sharding.pricing import Price, kernel_estimate
 from hlo_passes.passes.weight_update_sharding.rewrite import ComponentRewriter, DeviceIndex
 
@@ -179,9 +179,14 @@ class WeightUpdateSharding(ModulePass):
                     # signature returns optimizer state whole (all-gathered) or the formatting pads.
                     gathered, padded = len(rewriter.gathered_state), rewriter.fmt.padded > rewriter.fmt.size
                     added = [i for i in made_here if i in comp]
-                    cost = Price(rewriter.removed_cost,
-                                 kernel_estimate(added, module, model, roots=frozenset({comp.root})),
-                                 model.profile)
+                    with_rewrite = kernel_estimate(added, module, model, roots=frozenset({comp.root}))
+                    if self.options.pack_threshold_bytes > 0 and rewriter.reduced:
+                        # Its scalar all-reduces are packed, one per dependency level (`packing`):
+                        # as many launches as levels, not as norms.
+                        levels = count_levels(rewriter.reduced, set(added))
+                        with_rewrite = replace(with_rewrite, collectives=with_rewrite.collectives
+                                               - len(rewriter.reduced) + levels)
+                    cost = Price(rewriter.removed_cost, with_rewrite, model.profile)
                     # State kept sharded holds (N-1)/N less per device, which the time estimate
                     # does not weigh: with keep-state-sharded the padding's copies are the price
                     # the option asks to pay for it (only gathered state is priced then).
