@@ -18,7 +18,8 @@ not divide by 8) in two forms:
 and `<opt>` one of the Optax updates the pass must read: SGD with momentum and Nesterov,
 AdamW with a learning-rate schedule on the step counter and a weight-decay mask, AdamW and
 LAMB after clip_by_global_norm (LAMB's norms are `jnp.linalg.norm`: calls), Adafactor
-(factored second moments: row and column means, not elementwise), `apply_every` (gradients
+(factored second moments: row and column means, not elementwise; and with momentum, a first
+moment of the weight's shape), `apply_every` (gradients
 accumulated in state, emitted every 4th step) and `MultiSteps` around Adam (the same; its
 `lax.cond` on "skip this update" folds away with the default predicate, and stays a
 `conditional` around the whole update with `skip_not_finite`).
@@ -54,6 +55,7 @@ def optimizers():
         "adamw_clip": optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=1e-2)),
         "lamb_clip": optax.chain(optax.clip_by_global_norm(1.0), optax.lamb(1e-3, weight_decay=1e-2)),
         "adafactor": optax.adafactor(1e-2, min_dim_size_to_factor=8),
+        "adafactor_momentum": optax.adafactor(1e-2, min_dim_size_to_factor=8, momentum=0.9),
         "apply_every": optax.chain(optax.apply_every(4), optax.sgd(0.1, momentum=0.9)),
         "multisteps": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4),
         "multisteps_skip": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4,
