@@ -264,9 +264,10 @@ class Module:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
         whose pass succeeded), so that reference counting frees it at once.  Left to the cyclic
         collector, a whole-module snapshot stays alive until the next full collection, which
-        `clone` holds off while it copies: two snapshots would be alive at once."""
+        `clone` holds off while it copies: two snapshots would be alive at once.  (A module a
+        pass has worked on may hold insertions not yet folded into the order: those too.)"""
         for comp in self.computations:
-            for instr in comp._order:
+            for instr in comp._unordered():
                 instr.operands = []
                 instr._users = None
                 instr.control_predecessors = NO_CONTROL_EDGES
