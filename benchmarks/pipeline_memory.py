@@ -1,13 +1,13 @@
 """Memory and time of `hlo-passes run` stage by stage, in one process, the way the CLI runs it.
 
-    python benchmarks/pipeline_memory.py FILE [--passes P] [--num-partitions N] [--trace] [--top K]
+    python benchmarks/pipeline_memory.py FILE [--passes P] [--num-partitions N] [--trace [--collect]] [--top K]
 
 Stages: read, parse, each pass of the pipeline (through `PassManager`, as `run` does), the
 final structural check, print.  Per stage: CPU and wall seconds, and either the process's peak
 resident set so far (`ru_maxrss`; the default, what `--stats` shows) or, with `--trace`,
 tracemalloc's peak and live Python allocations during and after the stage (tracemalloc slows
 the run 2-3x; its figures count Python objects only, not the interpreter, the imported modules
-or what numpy and C libraries allocate themselves).  `--top K` prints, after each stage, the
+or what numpy and C libraries allocate themselves; `--collect` tells garbage apart).  `--top K` prints, after each stage, the
 K source lines holding the most live memory (with `--trace`).
 
 Figures are also given as multiples of the input's size.  The import baseline (RSS before the
@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--num-partitions", type=int, default=8)
     ap.add_argument("--trace", action="store_true", help="tracemalloc figures instead of RSS")
     ap.add_argument("--top", type=int, default=0, help="with --trace: the K lines holding most memory per stage")
+    ap.add_argument("--collect", action="store_true",
+                    help="with --trace: also the live memory after a full garbage collection at each stage's end "
+                         "(the collection lowers the later stages' peaks: a separate run)")
     ap.add_argument("-o", "--output", type=Path, help="write the printed result here")
     args = ap.parse_args()
 
@@ -72,6 +75,10 @@ def main() -> None:
             current, peak = tracemalloc.get_traced_memory()
             memory = (f"traced peak {peak / 2**20:7.1f} MiB ({peak / size:5.1f}x)  "
                       f"live after {current / 2**20:7.1f} MiB ({current / size:5.1f}x)")
+            if args.collect:
+                gc.collect()
+                current = tracemalloc.get_traced_memory()[0]
+                memory += f"  not garbage {current / 2**20:7.1f} MiB ({current / size:5.1f}x)"
         else:
             memory = f"max RSS {_rss_mib():7.1f} MiB"
         print(f"{name:<34} cpu {cpu:7.2f} s  wall {wall:7.2f} s  {memory}", file=sys.stderr, flush=True)

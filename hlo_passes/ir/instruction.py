@@ -11,7 +11,7 @@ user, no called computation and no control edges, so those are stored compactly:
 `control_predecessors` and `control_successors` are shared empty immutables
 until something is put in them (`called` is replaced by assigning a new dict;
 control edges change through `add_control_predecessor`).  The source span the parser gives
-each instruction is kept as a plain tuple until it is first read (`span`).
+each instruction is kept packed in one int (ir/source.py) until it is first read (`span`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.ir.source import SourceSpan, SpanFields
+from hlo_passes.ir.source import SourceSpan, SpanFields, unpack_span
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +58,7 @@ class Instruction:
                  *, name: str = "", attributes: dict[str, Attr] | None = None,
                  called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
                  literal: str | None = None, parameter_number: int | None = None,
-                 span: SpanFields | None = None):
+                 span: SpanFields | SourceSpan | None = None):
         self.name = name or opcode.value
         self.opcode = opcode
         self.shape = shape
@@ -167,7 +167,7 @@ class Instruction:
         """Where the text defined this instruction (see ir/source.py); None when a pass made it."""
         where = self._span
         if where is not None and type(where) is not SourceSpan:  # as the parser stored it
-            where = self._span = SourceSpan._make(where)
+            where = self._span = unpack_span(where)
         return where
 
     @span.setter
