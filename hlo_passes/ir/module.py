@@ -11,6 +11,7 @@ from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.snapshot import ComputationSnapshot, ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
@@ -238,13 +239,7 @@ class Module:
                 gc.enable()
 
     def _clone(self) -> "Module":
-        copy = Module(self.name)
-        copy.attributes = dict(self.attributes)
-        copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
-                                  {k: dict(v) for k, v in self.tables.file_locations.items()},
-                                  {k: dict(v) for k, v in self.tables.stack_frames.items()})
-        copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
-        copy.parsed_entry_signature = self.parsed_entry_signature
+        copy = self._header_copy()
         comp_map: dict[Computation, Computation] = {}
         for comp in self.computations:
             new = Computation(comp.name, is_entry=comp.is_entry)
@@ -259,6 +254,26 @@ class Module:
         copy.entry = comp_map[self.entry] if self.entry is not None else None
         copy.take_names_of_parsed_instructions()
         return copy
+
+    def _header_copy(self) -> "Module":
+        """A module with this one's name, attributes, debug tables and print style, and no
+        computations."""
+        copy = Module(self.name)
+        copy.attributes = dict(self.attributes)
+        copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
+                                  {k: dict(v) for k, v in self.tables.file_locations.items()},
+                                  {k: dict(v) for k, v in self.tables.stack_frames.items()})
+        copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
+        copy.parsed_entry_signature = self.parsed_entry_signature
+        return copy
+
+    def snapshot(self) -> ModuleSnapshot:
+        """What `restore` needs to put the module back as it is now: like a `clone()`, but
+        kept compactly (about a fifth of the memory, see ir/snapshot.py) and not a module
+        until it is restored.  A rollback snapshot."""
+        index = {comp: i for i, comp in enumerate(self.computations)}
+        return ModuleSnapshot(self._header_copy(), [ComputationSnapshot(c, index) for c in self.computations],
+                              index[self.entry] if self.entry is not None else -1)
 
     def discard(self) -> None:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
@@ -281,10 +296,26 @@ class Module:
         self.computations = []
         self.entry = None
 
-    def restore(self, snapshot: "Module") -> None:
-        """Become `snapshot` (a clone taken earlier), in place: callers keep holding this object.
-        `snapshot` must not be used afterwards."""
-        self.__dict__.update(snapshot.__dict__)
+    def restore(self, snapshot: ModuleSnapshot) -> None:
+        """Become the module `snapshot` was taken of, as it was then, in place (callers keep
+        holding this object), in new computation and instruction objects: what a `clone()`
+        taken at the time would be.  `snapshot` must not be used afterwards."""
+        enabled = gc.isenabled()
+        gc.disable()  # as in `clone`: building makes no garbage
+        try:
+            restored = snapshot.header
+            computations = [c.new_computation() for c in snapshot.computations]
+            for comp in computations:
+                comp.module = restored
+            for comp, record in zip(computations, snapshot.computations):
+                record.fill(comp, computations)
+            restored.computations = computations
+            restored.entry = computations[snapshot.entry] if snapshot.entry >= 0 else None
+            restored.take_names_of_parsed_instructions()
+        finally:
+            if enabled:
+                gc.enable()
+        self.__dict__.update(restored.__dict__)
         for comp in self.computations:
             comp.module = self
 
