@@ -11,7 +11,7 @@ from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.shape import Shape
-from hlo_passes.ir.snapshot import ComputationSnapshot, ModuleSnapshot
+from hlo_passes.ir.snapshot import ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
@@ -269,11 +269,9 @@ class Module:
 
     def snapshot(self) -> ModuleSnapshot:
         """What `restore` needs to put the module back as it is now: like a `clone()`, but
-        kept compactly (about a fifth of the memory, see ir/snapshot.py) and not a module
-        until it is restored.  A rollback snapshot."""
-        index = {comp: i for i, comp in enumerate(self.computations)}
-        return ModuleSnapshot(self._header_copy(), [ComputationSnapshot(c, index) for c in self.computations],
-                              index[self.entry] if self.entry is not None else -1)
+        kept compactly (a quarter of the memory, see ir/snapshot.py) and not a module until it
+        is restored.  A rollback snapshot."""
+        return ModuleSnapshot(self._header_copy(), self.computations, self.entry)
 
     def discard(self) -> None:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
@@ -303,14 +301,7 @@ class Module:
         enabled = gc.isenabled()
         gc.disable()  # as in `clone`: building makes no garbage
         try:
-            restored = snapshot.header
-            computations = [c.new_computation() for c in snapshot.computations]
-            for comp in computations:
-                comp.module = restored
-            for comp, record in zip(computations, snapshot.computations):
-                record.fill(comp, computations)
-            restored.computations = computations
-            restored.entry = computations[snapshot.entry] if snapshot.entry >= 0 else None
+            restored = snapshot.build()
             restored.take_names_of_parsed_instructions()
         finally:
             if enabled:
