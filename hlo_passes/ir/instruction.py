@@ -88,24 +88,21 @@ class Instruction:
         users = self._users
         if users is None:
             return ()
-        kind = type(users)
-        if kind is tuple:
-            return cast("tuple[Instruction, ...]", users)
-        if kind is dict:
-            return cast("dict[Instruction, None]", users).keys()
+        if type(users) is tuple:
+            return users
+        if type(users) is dict:
+            return users.keys()
         return (cast(Instruction, users),)
 
     def _add_user(self, user: "Instruction") -> None:
         users = self._users
         if users is None:
             self._users = user
-            return
-        kind = type(users)
-        if kind is tuple:
+        elif type(users) is tuple:
             if user not in users:  # (instructions compare by identity)
-                self._users = _with_user(cast("tuple[Instruction, ...]", users), user)
-        elif kind is dict:
-            cast("dict[Instruction, None]", users)[user] = None
+                self._users = _with_user(users, user)
+        elif type(users) is dict:
+            users[user] = None
         elif users is not user:
             self._users = (cast(Instruction, users), user)
 
@@ -113,14 +110,12 @@ class Instruction:
         users = self._users
         if users is user:
             self._users = None
-            return
-        kind = type(users)
-        if kind is tuple:
+        elif type(users) is tuple:
             if user in users:
-                rest = tuple(u for u in cast("tuple[Instruction, ...]", users) if u is not user)
+                rest = tuple(u for u in users if u is not user)
                 self._users = rest if len(rest) > 1 else rest[0]
-        elif kind is dict:
-            cast("dict[Instruction, None]", users).pop(user, None)
+        elif type(users) is dict:
+            users.pop(user, None)
 
     def _init_operands(self, operands: list["Instruction"]) -> None:
         """Take `operands` (a fresh list, not yet anyone's) as this instruction's operands."""
@@ -129,17 +124,13 @@ class Instruction:
             users = op._users
             if users is None:
                 op._users = self
-            elif users is self:
-                pass
-            else:
-                kind = type(users)
-                if kind is tuple:
-                    if self not in users:
-                        op._users = _with_user(users, self)
-                elif kind is dict:
-                    users[self] = None
-                else:
-                    op._users = (users, self)
+            elif type(users) is tuple:
+                if self not in users:
+                    op._users = _with_user(users, self)
+            elif type(users) is dict:
+                users[self] = None
+            elif users is not self:
+                op._users = (cast(Instruction, users), self)
 
     def append_operand(self, operand: "Instruction") -> None:
         self.operands.append(operand)

@@ -53,6 +53,9 @@ class _ComputationRecord:
         self.attributes = dict(comp.attributes)
         self.print_signature = comp.print_signature
         self.span = comp.span
+        # Set by ModuleSnapshot._take: [start, end) of each range in the snapshot's lists.
+        self.start = self.end = self.order_start = self.order_end = self.control_start = self.control_end = 0
+        self.root = -1  # the root's post-order position
 
     def new_computation(self) -> Computation:
         comp = Computation(self.name, is_entry=self.is_entry)

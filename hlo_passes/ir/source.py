@@ -75,4 +75,4 @@ def unpack_span(span: SpanFields) -> SourceSpan:
     if type(span) is int:
         return SourceSpan(_FILES[span >> (_LINE_BITS + _COLUMN_BITS)], span >> _COLUMN_BITS & ((1 << _LINE_BITS) - 1),
                           span & (COLUMN_LIMIT - 1))
-    return SourceSpan._make(cast(tuple, span))
+    return SourceSpan._make(cast("tuple[str | None, int, int]", span))
