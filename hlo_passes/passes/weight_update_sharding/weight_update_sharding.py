@@ -97,6 +97,7 @@ class WeightUpdateSharding(ModulePass):
         # 1. Everything on a copy: what the analysis allows, and what pays.
         trial = module.clone()
         priced = self._shard(trial, chosen=None)
+        trial.discard()  # (priced holds names and prices only) freed now, before the next copy
         chosen = set(priced)
         if chosen and self.options.only_when_it_pays:
             # 2. Packing merges the pass's small collectives, so a component's price leaves out
@@ -105,6 +106,7 @@ class WeightUpdateSharding(ModulePass):
             # replaces, and must still pay with it (unless it keeps state sharded, see below).
             candidate, said = module.clone(), len(self.remarks)
             alone = self._shard(candidate, chosen=chosen)
+            candidate.discard()
             del self.remarks[said:]
             for name in alone:
                 cost, stems, kept = priced[name]
