@@ -23,6 +23,7 @@ import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
 
@@ -49,13 +50,15 @@ def num_batch_dims(instr: Instruction) -> int | None:
     `instr` is not an op of that kind (or its shapes do not agree on them)."""
     op = instr.opcode
     if op in (Opcode.CHOLESKY, Opcode.TRIANGULAR_SOLVE):
-        k = instr.shape.rank - 2
+        k = instr.array_shape.rank - 2
     elif op is Opcode.FFT:
-        k = instr.shape.rank - len(instr.attr("fft_length") or ())
+        fft_length: tuple[int, ...] = instr.attr("fft_length") or ()
+        k = instr.array_shape.rank - len(fft_length)
     elif op is Opcode.CUSTOM_CALL and instr.custom_call_target in BATCH_PARTITIONABLE_TARGETS:
-        k = _custom_call_batch_dims(instr)
-        if k is None:
+        declared = _custom_call_batch_dims(instr)
+        if declared is None:
             return None
+        k = declared
     else:
         return None
     return k if k >= 0 and _leading_dims_agree(instr, k) else None
@@ -70,11 +73,24 @@ def _custom_call_batch_dims(instr: Instruction) -> int | None:
 
 def _leading_dims_agree(instr: Instruction, k: int) -> bool:
     """Every operand and result leaf is an array of rank >= k with the same k leading dims."""
-    leaves = [op.shape for op in instr.operands] + list(
-        instr.shape.elements if instr.shape.is_tuple else (instr.shape,))
-    if not leaves or any(not s.is_array or s.rank < k for s in leaves):
+    shape = instr.shape
+    leaves: list[Shape] = [op.shape for op in instr.operands] + list(
+        shape.elements if isinstance(shape, TupleShape) else (shape,))
+    arrays = [s for s in leaves if isinstance(s, ArrayShape)]
+    if not leaves or len(arrays) != len(leaves) or any(s.rank < k for s in arrays):
         return False
-    return len({tuple(s.dims[:k]) for s in leaves}) == 1
+    return len({tuple(s.dims[:k]) for s in arrays}) == 1
+
+
+def result_leaves(instr: Instruction) -> list[ArrayShape]:
+    """The result's arrays: its shape, or a tuple's elements (all arrays where `num_batch_dims`
+    found batch dims)."""
+    shape = instr.shape
+    leaves = list(shape.elements) if isinstance(shape, TupleShape) else [shape]
+    arrays = [s for s in leaves if isinstance(s, ArrayShape)]
+    if len(arrays) != len(leaves):
+        raise TypeError(f"{instr.name}: expected array results, got {shape.to_hlo()}")
+    return arrays
 
 
 # ------------------------------------------------------------ shardings --
@@ -107,15 +123,15 @@ def infer_from_operands(instr: Instruction, operand_shardings: Sequence[Sharding
     k = num_batch_dims(instr)
     if k is None or k <= 0:
         return None
-    found = [batch_sharding(s, op.shape.rank, k) for op, s in zip(instr.operands, operand_shardings)
+    found = [batch_sharding(s, op.array_shape.rank, k) for op, s in zip(instr.operands, operand_shardings)
              if s is not None]
     if not found:
         return None
     common = found[0] if len(found) == 1 else su.find_common(found)
     if instr.shape.is_tuple:
-        return Sharding.tuple_of([with_core_dims(common, e.rank - k) for e in instr.shape.elements])
-    return with_core_dims(common, instr.shape.rank - k)
+        return Sharding.tuple_of([with_core_dims(common, e.rank - k) for e in result_leaves(instr)])
+    return with_core_dims(common, instr.array_shape.rank - k)
 
 
 __all__ = ["BATCH_PARTITIONABLE_TARGETS", "batch_sharding", "infer_from_operands", "is_batch_partitionable_custom_call",
-           "num_batch_dims", "with_core_dims"]
+           "num_batch_dims", "result_leaves", "with_core_dims"]

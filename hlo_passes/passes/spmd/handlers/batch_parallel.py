@@ -26,9 +26,9 @@ import math
 from hlo_passes.ir.attributes import ShapeList
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.batch_dims import BATCH_PARTITIONABLE_TARGETS, num_batch_dims
+from hlo_passes.passes.spmd.batch_dims import BATCH_PARTITIONABLE_TARGETS, num_batch_dims, result_leaves
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call, structural
 from hlo_passes.passes.spmd.handlers.fallback import replicate
@@ -45,26 +45,27 @@ def batch_parallel(p: HandlerContext, instr: Instruction) -> PValue:
     k = num_batch_dims(instr)
     if k is None:
         return replicate(p, instr, "custom-call without a usable num_batch_dims frontend attribute")
-    results = _leaves(instr.shape)
+    results = result_leaves(instr)
     targets = _leaf_shardings(p.target(instr), instr.shape)
     batch = _cheapest_batch_tiling(p, instr, k, results, targets)
-    operands = [p.operand_as(instr, i, _extended(batch, op.shape.rank)) for i, op in enumerate(instr.operands)]
+    operands = [p.operand_as(instr, i, _extended(batch, op.array_shape.rank)) for i, op in enumerate(instr.operands)]
     out_leaves = [_extended(batch, s.rank) for s in results]
     out = Sharding.tuple_of(out_leaves) if instr.shape.is_tuple else out_leaves[0]
     new = p.clone(instr, operands, local_shape(instr.shape, out))
     constraints = instr.operand_layout_constraints
     if constraints is not None:  # the same layouts, of the local shapes
         new.set_attr("operand_layout_constraints", ShapeList(tuple(
-            c.with_dims(x.shape.dims) for c, x in zip(constraints, operands))))
+            _array(c).with_dims(x.array_shape.dims) for c, x in zip(constraints, operands))))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
-def _cheapest_batch_tiling(p: HandlerContext, instr, k: int, results, targets) -> TileMap:
+def _cheapest_batch_tiling(p: HandlerContext, instr: Instruction, k: int, results: list[ArrayShape],
+                           targets: list[Sharding]) -> TileMap:
     """The rank-k tiling of the batch dims the op runs with (see the module docstring)."""
     n, model = p.n, p.ctx.cost_model
-    sizes = instr.operands[0].shape.dims[:k]
-    sources = [(op.shape, p.value(op).sharding) for op in instr.operands] + list(zip(results, targets))
-    candidates: dict[tuple, TileMap] = {}
+    sizes = instr.operands[0].array_shape.dims[:k]
+    sources = [(op.array_shape, p.value(op).sharding) for op in instr.operands] + list(zip(results, targets))
+    candidates: dict[tuple[tuple[int, ...], bytes, bytes], TileMap] = {}
 
     def consider(tm: TileMap) -> None:
         if tm.to_sharding() is not None:
@@ -80,11 +81,12 @@ def _cheapest_batch_tiling(p: HandlerContext, instr, k: int, results, targets) -
                 if t > 1 and base.dims[g] == 1 and sizes[g] >= t:
                     consider(tm.remap(k, {d: d for d in range(k) if d != g} | {g: f}))
         consider(tm.remap(k, {}))  # none: the op computed whole (per manual group)
-    best, best_cost = None, None
+    best: TileMap | None = None
+    best_cost: Estimate | None = None
     for cand in candidates.values():
         c = ZERO
         for op in instr.operands:
-            c += cost(p.value(op).sharding, _extended(cand, op.shape.rank), op.shape, n, model)
+            c += cost(p.value(op).sharding, _extended(cand, op.array_shape.rank), op.shape, n, model)
         c += _compute(p, instr, k, cand)
         for shape, target in zip(results, targets):
             c += cost(_extended(cand, shape.rank), target, shape, n, model)
@@ -94,30 +96,31 @@ def _cheapest_batch_tiling(p: HandlerContext, instr, k: int, results, targets) -
     return best
 
 
-def _compute(p: HandlerContext, instr, k: int, batch: TileMap) -> Estimate:
+def _compute(p: HandlerContext, instr: Instruction, k: int, batch: TileMap) -> Estimate:
     """The local op's time: its FLOPs and bytes scaled to the batch entries of one tile."""
-    sizes = instr.operands[0].shape.dims[:k]
+    sizes = instr.operands[0].array_shape.dims[:k]
     whole = math.prod(sizes)
     local = math.prod(-(-s // t) for s, t in zip(sizes, batch.dims))
     share = local / whole if whole else 1.0
     touched = sum(op.shape.byte_size() for op in instr.operands) + instr.shape.byte_size()
-    etype = instr.operands[0].shape.element_type
+    etype = instr.operands[0].array_shape.element_type
     return p.ctx.cost_model.compute(int(_flops(instr, k) * share), int(touched * share), etype)
 
 
-def _flops(instr, k: int) -> int:
+def _flops(instr: Instruction, k: int) -> int:
     """Rough FLOPs of the whole op, enough to rank tilings: cholesky m³/3 per matrix, a
     triangular solve m² per right-hand side, an FFT 5·N·log2(N) per transform, a LAPACK call
     n³ per problem (n its operand's largest core dim)."""
-    x = instr.operands[0].shape
+    x = instr.operands[0].array_shape
     count = math.prod(x.dims[:k])
     if instr.opcode is Opcode.CHOLESKY:
         return count * x.dims[-1] ** 3 // 3
     if instr.opcode is Opcode.TRIANGULAR_SOLVE:
-        b = instr.operands[1].shape
+        b = instr.operands[1].array_shape
         return math.prod(b.dims) * x.dims[-1]
     if instr.opcode is Opcode.FFT:
-        n = math.prod(instr.attr("fft_length") or (1,))
+        fft_length: tuple[int, ...] = instr.attr("fft_length") or (1,)
+        n = math.prod(fft_length)
         return 5 * count * n * max(1, math.ceil(math.log2(max(2, n))))
     core = max(x.dims[k:], default=1)
     return count * core ** 3
@@ -128,12 +131,14 @@ def _extended(batch: TileMap, rank: int) -> Sharding:
     return to_sharding(batch.remap(rank, {d: d for d in range(batch.rank)}))
 
 
-def _leaves(shape: Shape) -> list[Shape]:
-    return list(shape.elements) if shape.is_tuple else [shape]
+def _array(shape: Shape) -> ArrayShape:
+    if not isinstance(shape, ArrayShape):
+        raise TypeError(f"expected an array shape, got {shape.to_hlo()}")
+    return shape
 
 
 def _leaf_shardings(s: Sharding, shape: Shape) -> list[Sharding]:
-    return [s.element(i) for i in range(len(shape.elements))] if shape.is_tuple else [s]
+    return [s.element(i) for i in range(len(shape.elements))] if isinstance(shape, TupleShape) else [s]
 
 
 __all__ = ["batch_parallel"]
