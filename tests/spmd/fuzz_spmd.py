@@ -12,19 +12,27 @@ Prints one line per failing seed and a summary.  Outcomes:
     WRONG        it computes something else (a wrong program: the worst outcome)
     CRASH        spmd-partition raised
     MALFORMED    its output fails the structural verifier or XLA's parser
-    skipped      XLA cannot run the original itself, or XLA:CPU refuses to run the partitioned
-                 program for a known fault of its own (XLA_CPU_FAULTS; not our bug)
+    ABORT        XLA aborted the process (a CHECK failure or a signal) compiling or running our
+                 partitioned program
+    skipped      XLA cannot run the original itself (or aborts on it), or XLA:CPU refuses to run
+                 the partitioned program for a known fault of its own (XLA_CPU_FAULTS; not our bug)
 
-A failing seed reproduces with `--start SEED --seeds 1 --show`.
+Each module is judged in a child process (IsolatedJudge): XLA reports some faults by aborting the
+process, and one abort must cost one seed, not the run or a test worker.  `--in-process` judges in
+this process instead (for a debugger).  A failing seed reproduces with `--start SEED --seeds 1 --show`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -52,7 +60,7 @@ XLA_CPU_FAULTS = ("LayoutUtil::IsMonotonicWithDim0Major(input_shape_.layout())",
 @dataclass
 class Outcome:
     seed: int
-    kind: str  # ok | WRONG | CRASH | MALFORMED | skipped
+    kind: str  # ok | WRONG | CRASH | MALFORMED | ABORT | skipped
     detail: str = ""
     text: str = ""
     output: str = ""
@@ -64,11 +72,15 @@ def judge(seed: int, families=None, sparse: bool = False) -> Outcome:
     return outcome
 
 
-def judge_text(text: str, seed: int = -1) -> Outcome:
+def judge_text(text: str, seed: int = -1, on_stage: Callable[[str], None] = lambda stage: None) -> Outcome:
+    """Judge one module in this process.  `on_stage` hears each stage as it starts ("original",
+    "partition", "verify"), so that a parent can tell whose fault an abort was."""
+    on_stage("original")
     try:
         execute_module(text)
     except Exception as e:  # XLA cannot run the original: nothing to compare with
         return Outcome(seed, "skipped", str(e).splitlines()[0][:200], text)
+    on_stage("partition")
     module = parse_module(text)
     try:
         SpmdPartitioner().run(module)
@@ -83,6 +95,7 @@ def judge_text(text: str, seed: int = -1) -> Outcome:
         canonical_text(out)
     except Exception as e:
         return Outcome(seed, "MALFORMED", "XLA's parser: " + str(e).splitlines()[0][:300], text, out)
+    on_stage("verify")
     try:
         report = verify_equivalent(text, out)
     except Exception as e:
@@ -95,6 +108,88 @@ def judge_text(text: str, seed: int = -1) -> Outcome:
     return Outcome(seed, "ok")
 
 
+class IsolatedJudge:
+    """Judges modules in a child process, one at a time, restarting it when XLA kills it.
+
+    An abort while XLA runs the original is XLA's own fault with a module we generated: skipped.
+    An abort compiling or running our partitioned program is ABORT, with the end of XLA's stderr
+    (its CHECK message): our output made XLA die, which a user would meet too."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self._env = None if env is None else {**os.environ, **env}
+        self._child: subprocess.Popen[str] | None = None
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+
+    def __enter__(self) -> IsolatedJudge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+            self._child.wait()
+            self._child = None
+        self._stderr.close()
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self._child is None or self._child.poll() is not None:
+            self._stderr.seek(0)
+            self._stderr.truncate()
+            self._child = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=self._env)
+        return self._child
+
+    def judge(self, seed: int, families=None, sparse: bool = False) -> Outcome:
+        return self.judge_text(module_from_seed(seed, families=families, sparse=sparse), seed)
+
+    def judge_text(self, text: str, seed: int = -1) -> Outcome:
+        child = self._start()
+        assert child.stdin is not None and child.stdout is not None
+        self._stderr.seek(0, os.SEEK_END)
+        stderr_from = self._stderr.tell()
+        child.stdin.write(json.dumps({"text": text, "seed": seed}) + "\n")
+        child.stdin.flush()
+        stage = "start"
+        for line in child.stdout:
+            message = json.loads(line)
+            if "stage" in message:
+                stage = message["stage"]
+                continue
+            return Outcome(**message["outcome"])
+        child.wait()
+        self._stderr.seek(stderr_from)
+        tail = self._stderr.read()[-1500:]
+        self._child = None
+        signal = -child.returncode if child.returncode < 0 else None
+        how = f"signal {signal}" if signal else f"exit {child.returncode}"
+        if stage == "original":
+            return Outcome(seed, "skipped", f"XLA died running the original ({how})", text)
+        return Outcome(seed, "ABORT", f"the judge died in stage {stage!r} ({how}); its stderr ends:\n{tail}", text)
+
+
+def serve() -> int:
+    """The child side of IsolatedJudge: one JSON request per line on stdin, stage and outcome
+    lines on the original stdout (anything else printed goes to stderr)."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    abort_at = os.environ.get("FUZZ_SPMD_ABORT_AT")  # the judge's own test: die in this stage
+
+    def say(message: dict) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+        if abort_at and message.get("stage") == abort_at:
+            print(f"aborting in stage {abort_at} as asked", file=sys.stderr, flush=True)
+            os.abort()
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        outcome = judge_text(request["text"], request["seed"], on_stage=lambda stage: say({"stage": stage}))
+        say({"outcome": asdict(outcome)})
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=200)
@@ -102,18 +197,25 @@ def main(argv=None) -> int:
     ap.add_argument("--families", help="comma-separated op families (random_hlo.OPS)")
     ap.add_argument("--sparse", action="store_true", help="few annotations: propagation chooses the rest")
     ap.add_argument("--show", action="store_true", help="print the module and our output of failures")
+    ap.add_argument("--in-process", action="store_true", help="judge in this process (an XLA abort ends the run)")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.serve:
+        return serve()
     families = tuple(args.families.split(",")) if args.families else None
     counts: dict[str, int] = {}
+    isolated = None if args.in_process else IsolatedJudge()
     for seed in range(args.start, args.start + args.seeds):
-        o = judge(seed, families, args.sparse)
+        o = isolated.judge(seed, families, args.sparse) if isolated else judge(seed, families, args.sparse)
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind not in ("ok", "skipped"):
             print(f"{o.kind:9} seed {seed}: {o.detail.splitlines()[0] if o.detail else ''}", flush=True)
             if args.show:
                 print(o.text, o.output, o.detail, sep="\n", flush=True)
+    if isolated:
+        isolated.close()
     print(", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    return 0 if not (counts.get("WRONG") or counts.get("CRASH") or counts.get("MALFORMED")) else 1
+    return 0 if not any(counts.get(k) for k in ("WRONG", "CRASH", "MALFORMED", "ABORT")) else 1
 
 
 if __name__ == "__main__":

@@ -3,13 +3,21 @@ op family, 2-8 devices, uneven and size-1 dims, partial replication and maximal 
 each partitioned and checked against XLA's execution of the unpartitioned module.
 
 A quick profile runs here (CI); `make fuzz-spmd` runs the long one (tests/spmd/fuzz_spmd.py).
-Every bug it finds becomes a golden case or a test of its own."""
+Every bug it finds becomes a golden case or a test of its own.  Modules are judged in a child
+process (IsolatedJudge): an XLA abort fails the module that caused it, with XLA's message, instead
+of killing the test worker."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.spmd.fuzz_spmd import judge, judge_text
+from tests.spmd.fuzz_spmd import IsolatedJudge
 from tests.spmd.random_hlo import OPS, module_from_seed, random_module
+
+
+@pytest.fixture(scope="module")
+def isolated():
+    with IsolatedJudge() as judge:
+        yield judge
 
 
 def _check(outcome):
@@ -19,19 +27,29 @@ def _check(outcome):
 # derandomize: CI runs the same 25 modules every time (a random module that makes XLA itself abort,
 # as an FFT layout or a new family might, would otherwise fail one CI run in many, far from its
 # cause); `make fuzz-spmd` is where new random modules are drawn.
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(random_module())
-def test_random_modules_partition_to_the_same_program(text):
-    _check(judge_text(text))
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=random_module())
+def test_random_modules_partition_to_the_same_program(isolated, text):
+    _check(isolated.judge_text(text))
 
 
 @pytest.mark.parametrize("family", sorted(OPS))
-def test_each_op_family(family):
+def test_each_op_family(isolated, family):
     """Two modules per family made only of that family's ops (plus what they read)."""
     for seed in (sum(map(ord, family)), 7):  # str hashes are salted per process
-        _check(judge(seed, (family,)))
+        _check(isolated.judge(seed, (family,)))
 
 
-def test_generator_is_deterministic():
-    assert module_from_seed(42) == module_from_seed(42)
-    assert module_from_seed(42) != module_from_seed(43)
+@pytest.mark.parametrize("stage, kind", [("original", "skipped"), ("verify", "ABORT")])
+def test_an_abort_is_judged_by_its_stage_and_the_judge_recovers(stage, kind):
+    """A child that dies running XLA on the original skips the module (XLA's fault); one that dies
+    on our partitioned program is ABORT, with the child's stderr; the next module gets a fresh child
+    and the test worker lives on."""
+    with IsolatedJudge(env={"FUZZ_SPMD_ABORT_AT": stage}) as judge:
+        outcome = judge.judge(7)
+        assert outcome.kind == kind
+        assert "signal 6" in outcome.detail
+        if kind == "ABORT":
+            assert "aborting in stage verify as asked" in outcome.detail
+        assert judge.judge(7).kind == kind  # a fresh child, judged the same way
