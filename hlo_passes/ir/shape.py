@@ -33,13 +33,10 @@ class Shape:
 
     __slots__ = ()
 
-    @property
-    def is_tuple(self) -> bool:
-        return isinstance(self, TupleShape)
-
-    @property
-    def is_array(self) -> bool:
-        return isinstance(self, ArrayShape)
+    # Class attributes, set by each kind (not properties): every pass asks them of every
+    # instruction, propagation millions of times on a big module.
+    is_tuple: bool = False
+    is_array: bool = False
 
     def to_hlo(self, with_layout: bool = True) -> str:
         raise NotImplementedError
@@ -64,6 +61,7 @@ class ArrayShape(Shape):
     layout: Layout | None = field(default=None, compare=True)
     unbounded: tuple[bool, ...] = ()  # per dim: True for `?`
     _text: str | None = field(default=None, init=False, compare=False, repr=False)
+    is_array = True  # not a field (no annotation): see Shape
 
     @property
     def rank(self) -> int:
@@ -118,6 +116,7 @@ class TupleShape(Shape):
     """`(f32[8], s32[])`."""
 
     elements: tuple[Shape, ...] = ()
+    is_tuple = True  # not a field (no annotation): see Shape
 
     def byte_size(self) -> int:
         return sum(e.byte_size() for e in self.elements)

@@ -66,6 +66,7 @@ class PropagationContext(Protocol):
     def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool: ...
     def non_root_users(self, instr: Instruction) -> int: ...
     def caller_of(self, instr: Instruction) -> Instruction | None: ...
+    def operand_indices(self, user: Instruction, operand: Instruction) -> list[int]: ...  # where user reads it
     def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None: ...
     def remark(self, instr: Instruction, message: str) -> None: ...  # a deliberate difference from XLA
 
@@ -79,8 +80,10 @@ def is_elementwise(instr: Instruction) -> bool:
         src, dst = instr.operands[0].shape, instr.shape
         return (isinstance(src, ArrayShape) and isinstance(dst, ArrayShape)
                 and src.element_type.bit_width == dst.element_type.bit_width)
-    return (op in ELEMENTWISE_UNARY or op in ELEMENTWISE_BINARY or op in ELEMENTWISE_TERNARY
-            or op in (Opcode.MAP, Opcode.RNG))
+    return op in _ELEMENTWISE
+
+
+_ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {Opcode.MAP, Opcode.RNG}
 
 
 def is_custom_call(instr: Instruction, *targets: str) -> bool:
@@ -585,7 +588,7 @@ def _transpose_backward(ctx, instr, user):
 def _tuple_backward(ctx, instr, user):
     """The element's sharding; an operand used twice takes the more specific of its elements."""
     s = ctx.sharding(user)
-    indices = [i for i, o in enumerate(user.operands) if o is instr]
+    indices = ctx.operand_indices(user, instr)
     best = su.sub_sharding(user.shape, s, indices[0])
     for i in indices[1:]:
         alt = su.sub_sharding(user.shape, s, i)

@@ -433,6 +433,7 @@ class _Walk:
         self.aggressiveness = 0
         self._overlay: dict[Instruction, Sharding] | None = None
         self._remarked: set[tuple[str, str]] = set()
+        self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
 
     # ------------------------------------------------------ context (rules) --
     @property
@@ -468,6 +469,17 @@ class _Walk:
     def caller_of(self, instr: Instruction) -> Instruction | None:
         return self.caller.get(instr.parent)
 
+    def operand_indices(self, user: Instruction, operand: Instruction) -> list[int]:
+        """The operand positions at which `user` reads `operand`, ascending.  Kept per user (the
+        graph does not change during the walk): a big step's root tuple has thousands of
+        operands, each of which asks it once per sweep."""
+        table = self._operand_indices.get(user)
+        if table is None:
+            table = self._operand_indices[user] = {}
+            for i, o in enumerate(user.operands):
+                table.setdefault(o, []).append(i)
+        return table[operand]
+
     def improved(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> Sharding | None:
         if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
             s = su.single(instr.shape, s)
@@ -480,6 +492,13 @@ class _Walk:
         (unless `aggressive`: an op with one user may take any sharding with more tiles)."""
         if not self.propagate_metadata:
             s = _strip(s)
+        if s is cur:
+            # The common case by far (a value offered the very sharding object it holds, as
+            # elementwise chains pass theirs on): nothing below can accept it (a sharding is
+            # neither strictly better nor more specific than itself, and merges with itself to
+            # no more tiles), so say so without the merge.  Identity, not equality: two equal
+            # spellings of one layout may still differ below (a non-normalised tiling).
+            return None
         if cur is not None and _strictly_better(s, cur):
             return s
         if not su.is_spatially_partitioned(s):

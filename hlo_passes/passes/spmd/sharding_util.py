@@ -146,7 +146,7 @@ def num_tiles(s: Sharding) -> int:
     """Tiles of the data (replicas and manual groups not counted); 1 when not tiled."""
     if s.kind is not ShardingKind.TILED:
         return 1
-    return math.prod(s.data_tile_dims)
+    return s.data_tile_count
 
 
 def tile_dim(s: Sharding, i: int) -> int:
