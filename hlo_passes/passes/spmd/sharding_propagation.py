@@ -434,6 +434,7 @@ class _Walk:
         self._overlay: dict[Instruction, Sharding] | None = None
         self._remarked: set[tuple[str, str]] = set()
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
+        self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
 
     # ------------------------------------------------------ context (rules) --
     @property
@@ -585,11 +586,19 @@ class _Walk:
         self._process_annotations()
         self._link_computations()
         self._fix_provided()
-        for level in range(4):
+        # Propagation sets shardings only; the graph, so each post order, is fixed.
+        self.orders = {comp: comp.post_order() for comp in self.comps}
+        for level in range(3):
             self._to_fixed_point(level, shard_groups=True)
+        before = dict(self.state)
+        sweeps = self._to_fixed_point(3, shard_groups=True)
         self._align_shard_as()
         self._relay_barrier_from()
-        self._to_fixed_point(3, shard_groups=False)
+        if not (sweeps == 1 and _same_objects(self.state, before)):
+            # Skipped when it would repeat the level-3 round's only sweep: that round changed
+            # nothing, and nothing has changed since, so every rule would see what it saw then
+            # (rules read only the shardings, the level and the fixed graph) and answer no again.
+            self._to_fixed_point(3, shard_groups=False)
         self._relay_barrier_from()
         self._restore_entry()
 
@@ -709,7 +718,9 @@ class _Walk:
                 self.state[instr] = _unknown_to_replicated(s)
 
     # ------------------------------------------------------------- rounds --
-    def _to_fixed_point(self, level: int, *, shard_groups: bool) -> None:
+    def _to_fixed_point(self, level: int, *, shard_groups: bool) -> int:
+        """Sweep (groups, forward, backward, per computation) until a sweep changes nothing;
+        returns the number of sweeps, the last one included."""
         self.aggressiveness = level
         done_group: set[Instruction] = set()
         done_ops: set[Instruction] = set()
@@ -733,9 +744,8 @@ class _Walk:
             for other in changed_related:
                 clear_cache(other)
 
-        # Propagation sets shardings only; the graph, so each post order, is fixed.
-        orders = {comp: comp.post_order() for comp in self.comps}
-        for _ in range(10000):
+        orders = self.orders
+        for sweep in range(1, 10001):
             changed = False
             for comp in self.comps:
                 order = orders[comp]
@@ -790,7 +800,7 @@ class _Walk:
                         after_change(instr)
                         changed = True
             if not changed:
-                return
+                return sweep
         raise PropagationError("sharding propagation did not reach a fixed point")
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
@@ -1072,6 +1082,11 @@ class _Walk:
                     self.state[p] = su.single(p.shape, su.replicated())
 
 # ------------------------------------------------------------------ helpers --
+def _same_objects(a: dict[Instruction, Sharding], b: dict[Instruction, Sharding]) -> bool:
+    """The same instructions hold the very same sharding objects in both."""
+    return len(a) == len(b) and all(b.get(k) is v for k, v in a.items())
+
+
 def _strictly_better(lhs: Sharding, rhs: Sharding) -> bool:
     """Manual over tile-maximal (XLA's IsShardingStrictlyBetter)."""
     if lhs.kind is ShardingKind.TUPLE or rhs.kind is ShardingKind.TUPLE:

@@ -596,11 +596,31 @@ def reshape_sharding(src: Sequence[int], dst: Sequence[int], s: Sharding) -> Sha
     return subgroup(arr(sh).reshape(target), kinds, sh.metadata)
 
 
+_THROUGH_RESHAPE: dict[tuple, Sharding] = {}
+
+
 def propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: Sharding) -> Sharding:
     """XLA's PropagateShardingThroughReshape: the longest runs of source dims whose tiling carries
-    over, merged; dims that cannot carry become replicated."""
+    over, merged; dims that cannot carry become replicated.
+
+    Cached: a model reshapes the same few shardings between the same few shapes in every layer,
+    both ways, and each answer costs a search over runs of dims with numpy work per candidate.
+    The key holds the sharding's exact form (tile dims, subgroup kinds, spelling) besides its
+    meaning, so a hit is an answer for this very input."""
     if s.kind is not ShardingKind.TILED:
         return s
+    src, dst = tuple(src_shape.dims), tuple(dst_shape.dims)
+    key = (src, dst, s, s.tile_dims, s.subgroups, _spelling(s))
+    found = _THROUGH_RESHAPE.get(key)
+    if found is None:
+        found = _propagate_through_reshape(src_shape, dst_shape, s)
+        if len(_THROUGH_RESHAPE) > 10_000:  # a module asks for a few hundred
+            _THROUGH_RESHAPE.clear()
+        _THROUGH_RESHAPE[key] = found
+    return found
+
+
+def _propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: Sharding) -> Sharding:
     src, dst = tuple(src_shape.dims), tuple(dst_shape.dims)
     if is_manual_subgroup(s):
         return _reshape_manual_subgroup(src_shape, dst_shape, s)
