@@ -122,12 +122,18 @@ _LEVEL0 = frozenset({
 
 def passes_at_level(instr: Instruction, aggressiveness: int) -> bool:
     """XLA's CanPropagateThroughAtAggressiveLevel."""
-    if (aggressiveness < 1 and not (is_elementwise(instr) or is_custom_call(instr, SHARDING))
-            and instr.opcode not in _LEVEL0):
-        return False
-    if aggressiveness < 2 and instr.opcode is Opcode.BROADCAST:
-        return False
-    return True
+    return aggressiveness >= propagation_level(instr)
+
+
+def propagation_level(instr: Instruction) -> int:
+    """The lowest aggressiveness at which propagation crosses `instr` (XLA's
+    CanPropagateThroughAtAggressiveLevel as a threshold, which the pass keeps per instruction):
+    0 for pass-through ops, 2 for broadcasts, 1 for the rest."""
+    if instr.opcode is Opcode.BROADCAST:
+        return 2
+    if is_elementwise(instr) or is_custom_call(instr, SHARDING) or instr.opcode in _LEVEL0:
+        return 0
+    return 1
 
 
 _SPATIAL = frozenset({

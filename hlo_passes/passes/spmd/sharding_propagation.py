@@ -68,7 +68,7 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
-                                                      SHARDING, forward_rule, is_custom_call, passes_at_level,
+                                                      SHARDING, forward_rule, is_custom_call, propagation_level,
                                                       supports_spatial_partitioning, user_rule)
 from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
@@ -435,6 +435,14 @@ class _Walk:
         self._remarked: set[tuple[str, str]] = set()
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
         self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
+        # What the graph alone decides, per instruction, kept for the walk (the graph is fixed):
+        # the level from which propagation crosses it, whether it may take a sharding from its
+        # operands / users (less the collective case, which reads a sharding), the manual
+        # conversions.
+        self._levels: dict[Instruction, int] = {}
+        self._supports_forward: dict[Instruction, bool] = {}
+        self._supports_backward: dict[Instruction, bool] = {}
+        self._conversions: set[Instruction] = set()
 
     # ------------------------------------------------------ context (rules) --
     @property
@@ -541,10 +549,20 @@ class _Walk:
         self.set_sharding(instr, su.tuple_sharding(leaves))
         return True
 
+    def _passes(self, instr: Instruction, level: int) -> bool:
+        """propagation_rules.passes_at_level, with each instruction's threshold kept."""
+        threshold = self._levels.get(instr)
+        if threshold is None:
+            threshold = self._levels[instr] = propagation_level(instr)
+        return level >= threshold
+
     def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
         """XLA's GetShardingFromUser: what `user` asks of its operand `instr`."""
-        level = self.aggressiveness if level is None else level
-        if not passes_at_level(user, level):
+        if level is None:  # at the current level: nothing to set and restore
+            if not self._passes(user, self.aggressiveness) or not su.is_spatially_partitioned(self.sharding(user)):
+                return None
+            return user_rule(user)(self, instr, user)
+        if not self._passes(user, level):
             return None
         if not su.is_spatially_partitioned(self.sharding(user)):
             return None
@@ -588,6 +606,8 @@ class _Walk:
         self._fix_provided()
         # Propagation sets shardings only; the graph, so each post order, is fixed.
         self.orders = {comp: comp.post_order() for comp in self.comps}
+        self._conversions = {i for order in self.orders.values() for i in order
+                             if is_custom_call(i, FULL_TO_SHARD, SHARD_TO_FULL)}
         for level in range(3):
             self._to_fixed_point(level, shard_groups=True)
         before = dict(self.state)
@@ -745,6 +765,7 @@ class _Walk:
                 clear_cache(other)
 
         orders = self.orders
+        conversions = self._conversions
         for sweep in range(1, 10001):
             changed = False
             for comp in self.comps:
@@ -781,7 +802,7 @@ class _Walk:
                         after_change(instr)
                         changed = True
                 for instr in reversed(order):
-                    if is_custom_call(instr, FULL_TO_SHARD, SHARD_TO_FULL) and instr not in done_users:
+                    if instr in conversions and instr not in done_users:
                         done_users.discard(instr.operands[0])
                     if instr in done_users:
                         continue
@@ -822,10 +843,16 @@ class _Walk:
             if caller is not None:
                 to_related(caller)
 
-    def _supports(self, instr: Instruction, *, allow_output: bool, allow_params: bool) -> bool:
-        return supports_spatial_partitioning(instr, in_called=instr.parent in self.caller,
-                                             allow_output=allow_output, allow_parameters=allow_params
-                                             ) or self._tiles_through_manual_collective(instr)
+    def _supports(self, instr: Instruction, *, from_users: bool) -> bool:
+        """May `instr` take a sharding from its operands (the entry root only if the output may
+        change) or from its users (entry parameters only if they may change)?"""
+        table = self._supports_backward if from_users else self._supports_forward
+        static = table.get(instr)
+        if static is None:
+            static = table[instr] = supports_spatial_partitioning(
+                instr, in_called=instr.parent in self.caller, allow_output=not from_users and self.allow_output,
+                allow_parameters=from_users and self.allow_params)
+        return static or self._tiles_through_manual_collective(instr)
 
     def _tiles_through_manual_collective(self, instr: Instruction) -> bool:
         """An all-reduce or collective-permute a partially manual region writes (shard_map's psum,
@@ -844,7 +871,7 @@ class _Walk:
     def _from_operands(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromOperands."""
         level = self.aggressiveness
-        if not passes_at_level(instr, level):
+        if not self._passes(instr, level):
             return False
         cur = self.state.get(instr)
         if cur is not None and su.is_manual(cur):
@@ -862,7 +889,7 @@ class _Walk:
                     return False
                 self.set_sharding(instr, su.manual(_first_metadata(s)))
                 return True
-        if not self._supports(instr, allow_output=self.allow_output, allow_params=False):
+        if not self._supports(instr, from_users=False):
             if (instr.shape.is_tuple or not instr.operands or instr.parent.root is instr
                     or instr.has_side_effect):
                 return False
@@ -881,6 +908,9 @@ class _Walk:
         cur = self.state.get(instr)
         if cur is not None and su.is_manual(cur):
             return False
+        # What each user asked in the manual check, reused below until a sharding changes (rules
+        # are pure: asked again on the same shardings, a user answers the same).
+        asked: dict[Instruction, Sharding | None] = {}
         if cur is None or su.is_tile_maximal(cur):
             for user in instr.users:
                 us = self.state.get(user)
@@ -889,15 +919,15 @@ class _Walk:
                 if not instr.shape.is_tuple and su.is_manual(us):
                     self.set_sharding(instr, su.manual(_first_metadata(us)))
                     return True
-                found = self.sharding_from_user(instr, user)
+                found = asked[user] = self.sharding_from_user(instr, user)
                 if found is not None and su.is_manual(found):
                     self.set_sharding(instr, found)
                     return True
-        if not self._supports(instr, allow_output=False, allow_params=self.allow_params):
+        if not self._supports(instr, from_users=True):
             return False
         improved = False
         for user in instr.users:
-            found = self.sharding_from_user(instr, user)
+            found = asked[user] if not improved and user in asked else self.sharding_from_user(instr, user)
             if found is not None and is_custom_call(instr, BARRIER_TO):
                 found = su.replicated()
             if found is not None:
@@ -906,7 +936,7 @@ class _Walk:
 
     # ------------------------------------------------------------ groups --
     def _from_group(self, instr: Instruction, group: list[Instruction]) -> bool:
-        if not passes_at_level(instr, self.aggressiveness):
+        if not self._passes(instr, self.aggressiveness):
             return False
         cur = self.state.get(instr)
         if cur is not None and su.is_manual(cur):
