@@ -227,6 +227,9 @@ class PartitionContext:
         self.n = num_partitions
         self.owner = owner
         self.cost_model = cost_model
+        # Answers a handler worked out from shardings and shapes alone, which it meets again at
+        # every layer of a model; each handler keys its own entries (sharding_util.exact).
+        self.memo: dict[tuple, object] = {}
 
     def channel_id(self) -> int:
         return self.module.new_channel_id()

@@ -317,6 +317,16 @@ def _spelling(s: Sharding) -> tuple:
             s.open_dims)
 
 
+def exact(s: Sharding) -> tuple:
+    """A cache key for `s` down to its form and spelling: two shardings with one key have the
+    same kind, tile dims, subgroup kinds, device array (equal meaning over the same dims and
+    kinds leaves no freedom in the array) and spelling, so any computation on them answers the
+    same.  Meaning alone would also match a non-normalised form of the same layout."""
+    if s.kind is ShardingKind.TUPLE:
+        return (s.kind, tuple(exact(e) for e in s.elements), s.metadata)
+    return (s, s.kind, s.tile_dims, s.subgroups, _spelling(s))
+
+
 def _by_value(op: _Op) -> _Op:
     """Cache a pure operation on a tiled sharding by value: propagation moves the same few
     shardings across every layer of a model, and each move costs numpy work on the whole
@@ -603,14 +613,13 @@ def propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: S
     """XLA's PropagateShardingThroughReshape: the longest runs of source dims whose tiling carries
     over, merged; dims that cannot carry become replicated.
 
-    Cached: a model reshapes the same few shardings between the same few shapes in every layer,
-    both ways, and each answer costs a search over runs of dims with numpy work per candidate.
-    The key holds the sharding's exact form (tile dims, subgroup kinds, spelling) besides its
-    meaning, so a hit is an answer for this very input."""
+    Cached by `exact` input: a model reshapes the same few shardings between the same few
+    shapes in every layer, both ways, and each answer costs a search over runs of dims with
+    numpy work per candidate."""
     if s.kind is not ShardingKind.TILED:
         return s
     src, dst = tuple(src_shape.dims), tuple(dst_shape.dims)
-    key = (src, dst, s, s.tile_dims, s.subgroups, _spelling(s))
+    key = (src, dst, exact(s))
     found = _THROUGH_RESHAPE.get(key)
     if found is None:
         found = _propagate_through_reshape(src_shape, dst_shape, s)
