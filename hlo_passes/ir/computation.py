@@ -214,6 +214,11 @@ class Computation:
     # ----------------------------------------------------------- traversal --
     def post_order(self) -> list[Instruction]:
         """Operands (and control predecessors) before users; ties keep stored order."""
+        stored = self._instructions
+        if self._is_topological(stored):
+            # The walk below would emit the stored order unchanged: when it starts from an
+            # instruction, everything before it is emitted and so are its operands.
+            return list(stored)
         order: list[Instruction] = []
         state: dict[Instruction, int] = {}
         for start in self._instructions:
@@ -238,6 +243,23 @@ class Computation:
                     if op.parent is self and not state.get(op):
                         stack.append((op, False))
         return order
+
+    def _is_topological(self, stored: dict[Instruction, None]) -> bool:
+        """Does every operand and control predecessor in this computation come before its user
+        in `stored`?  (Most computations are stored so: the parser and the passes add operands
+        first.)"""
+        seen: set[Instruction] = set()
+        add = seen.add
+        for instr in stored:
+            for op in instr.operands:
+                if op not in seen and op.parent is self:
+                    return False
+            if instr.control_predecessors:
+                for op in instr.control_predecessors:
+                    if op not in seen and op.parent is self:
+                        return False
+            add(instr)
+        return True
 
     def sort_topologically(self) -> None:
         self._instructions = dict.fromkeys(self.post_order())

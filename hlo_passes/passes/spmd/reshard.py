@@ -42,9 +42,10 @@ import numpy as np
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
-from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PValue, groups_varying,
-                                                       is_fully_manual, is_partially_manual, manual_only,
-                                                       same_placement, tile_map, tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
+                                                       groups_varying, is_fully_manual, is_partially_manual,
+                                                       manual_only, same_placement, tile_map, tm_local_dims,
+                                                       to_sharding)
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
@@ -392,7 +393,7 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
         dst = to_sharding(dst_tm)  # "replicated" inside the region: whole per manual group
     x = value.instr
     dims = tuple(shape.dims)
-    for step in plan(src_tm, dst_tm, shape, em.ctx.cost_model):
+    for step in _plan_of(em.ctx, src_tm, dst_tm, shape):
         if step.kind == "slice":
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
@@ -406,6 +407,16 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
             x = em.slice_to(x, tuple(min(a, t) for a, t in zip(x.shape.dims, tm_local_dims(step.result, dims))))
         src_tm = step.result
     return PValue(x, dst, shape)
+
+
+def _plan_of(ctx: PartitionContext, src: TileMap, dst: TileMap, shape: ArrayShape) -> list[Step]:
+    """`plan`, kept per run for the pair of maps (tile maps of shardings are shared values, so
+    every layer's resharding between the same two shardings finds the same pair)."""
+    key = ("reshard plan", id(src), id(dst), shape)
+    found = ctx.memo.get(key)
+    if found is None or found[0] is not src or found[1] is not dst:  # the entry holds both maps alive
+        found = ctx.memo[key] = (src, dst, plan(src, dst, shape, ctx.cost_model))
+    return found[2]
 
 
 def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):
