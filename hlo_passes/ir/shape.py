@@ -61,6 +61,7 @@ class ArrayShape(Shape):
     layout: Layout | None = field(default=None, compare=True)
     unbounded: tuple[bool, ...] = ()  # per dim: True for `?`
     _text: str | None = field(default=None, init=False, compare=False, repr=False)
+    _bare_text: str | None = field(default=None, init=False, compare=False, repr=False)  # without layout
     is_array = True  # not a field (no annotation): see Shape
 
     @property
@@ -100,14 +101,16 @@ class ArrayShape(Shape):
         return str(self.dims[i])
 
     def to_hlo(self, with_layout: bool = True) -> str:
-        if with_layout and self._text is not None:
-            return self._text
+        cached = self._text if with_layout else self._bare_text
+        if cached is not None:
+            return cached
         dims = ",".join(self._dim_text(i) for i in range(self.rank))
         text = f"{self.element_type.value}[{dims}]"
         if with_layout and self.layout is not None:
             text += self.layout.to_hlo()
-        if with_layout:
-            object.__setattr__(self, "_text", text)  # shapes are shared and printed often
+        # shapes are shared and printed often (and layout-insensitive CSE keys every value by
+        # its text without layout)
+        object.__setattr__(self, "_text" if with_layout else "_bare_text", text)
         return text
 
 
