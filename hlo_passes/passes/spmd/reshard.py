@@ -41,6 +41,7 @@ import numpy as np
 
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
 from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
                                                        groups_varying, is_fully_manual, is_partially_manual,
@@ -389,11 +390,12 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     if frame is None:
         return PValue(value.instr, dst, shape)
     src_tm, dst_tm = frame
+    steps = _plan_of(em.ctx, value.sharding, dst, frame, shape)
     if is_partially_manual(value.sharding) and not is_partially_manual(dst):
         dst = to_sharding(dst_tm)  # "replicated" inside the region: whole per manual group
     x = value.instr
     dims = tuple(shape.dims)
-    for step in _plan_of(em.ctx, src_tm, dst_tm, shape):
+    for step in steps:
         if step.kind == "slice":
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
@@ -409,14 +411,16 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     return PValue(x, dst, shape)
 
 
-def _plan_of(ctx: PartitionContext, src: TileMap, dst: TileMap, shape: ArrayShape) -> list[Step]:
-    """`plan`, kept per run for the pair of maps (tile maps of shardings are shared values, so
-    every layer's resharding between the same two shardings finds the same pair)."""
-    key = ("reshard plan", id(src), id(dst), shape)
+def _plan_of(ctx: PartitionContext, src: Sharding, dst: Sharding, frame: tuple[TileMap, TileMap],
+             shape: ArrayShape) -> list[Step]:
+    """`plan` between the maps `frame` of a resharding from `src` to `dst` (manual_frame's
+    answer, a function of the two shardings), kept per run by the shardings' exact forms: every
+    layer of a model reshards between the same few shardings."""
+    key = ("reshard plan", su.exact(src), su.exact(dst), shape)
     found = ctx.memo.get(key)
-    if found is None or found[0] is not src or found[1] is not dst:  # the entry holds both maps alive
-        found = ctx.memo[key] = (src, dst, plan(src, dst, shape, ctx.cost_model))
-    return found[2]
+    if found is None:
+        found = ctx.memo[key] = plan(*frame, shape, ctx.cost_model)
+    return found
 
 
 def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):

@@ -142,6 +142,7 @@ class Partitioner:
         self.values: dict[Instruction, PValue] = {}
         self._reshards: dict[tuple[Instruction, Sharding], PValue] = {}
         self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
+        self._targets: dict[Instruction, tuple[object, Sharding]] = {}  # see `target`
         self.em: Emitter | None = None
         self._kept: set[Computation] = set()
 
@@ -276,7 +277,15 @@ class Partitioner:
 
     def target(self, instr: Instruction) -> Sharding:
         override = self._target_override.get(instr)
-        return override if override is not None else target_sharding(instr)
+        if override is not None:
+            return override
+        # Kept per instruction (handlers and the partially-manual check each ask, and a tuple's
+        # is rebuilt every time), for as long as its sharding attribute is the same object.
+        slot = instr.attributes.get("sharding")
+        found = self._targets.get(instr)
+        if found is None or found[0] is not slot:
+            found = self._targets[instr] = (slot, target_sharding(instr))
+        return found[1]
 
     def clone(self, instr: Instruction, operands, shape: Shape, **called) -> Instruction:
         """`instr` with new operands and per-device shape; attributes kept except the sharding."""
