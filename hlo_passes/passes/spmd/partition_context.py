@@ -137,7 +137,18 @@ def local_shape(shape: Shape, sharding: Sharding) -> Shape:
         return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
     if sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
-    return shape.with_dims(sharding.tile_shape(shape.dims))
+    # Kept per shape object and tile counts: a model's instructions share a few dozen shape
+    # objects, and every handler asks for its result's local shape.
+    key = (id(shape), sharding.data_tile_dims)
+    found = _LOCAL_SHAPES.get(key)
+    if found is None or found[0] is not shape:
+        if len(_LOCAL_SHAPES) > 10_000:
+            _LOCAL_SHAPES.clear()
+        found = _LOCAL_SHAPES[key] = (shape, shape.with_dims(sharding.tile_shape(shape.dims)))
+    return found[1]
+
+
+_LOCAL_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[Shape, Shape]] = {}  # see local_shape
 
 
 def tm_local_dims(tm: TileMap, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -355,15 +366,26 @@ class Emitter:
         return self.b().select(mask, x, self.broadcast_scalar(fill, etype, tuple(x.shape.dims)))
 
     # ------------------------------------------------------- collectives --
+    def _reducer(self, opcode: Opcode, element_type: PrimitiveType) -> Computation:
+        """Reduction.computation, kept per run: finding it scans the module's computations by
+        name, and the partitioned step has hundreds of all-reduces and over a thousand
+        computations."""
+        key = ("reducer", opcode, element_type)
+        module = self.ctx.module
+        comp = self.ctx.memo.get(key)
+        if comp is None or comp not in module.computations:
+            comp = self.ctx.memo[key] = Reduction(opcode, element_type).computation(module)
+        return comp  # type: ignore[return-value]
+
     def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
         if _singletons(groups):
             return x
-        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
+        red = self._reducer(opcode, x.shape.element_type)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
     def reduce_scatter(self, x: Instruction, dim: int, groups, opcode: Opcode) -> Instruction:
-        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
+        red = self._reducer(opcode, x.shape.element_type)
         return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
@@ -49,6 +50,27 @@ def lift_tiling(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMa
 def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> PValue:
     """`lhs_map`/`rhs_map`: operand dim -> space dim (None: must stay untiled); space dims
     0..out_rank-1 are the output dims, `contracting` the summed ones, `untiled` never tiled."""
+    lhs, rhs = instr.operands
+    target = p.target(instr)
+    # The choice depends on shardings and shapes only: kept per run (a model's layers repeat
+    # the same dots, and pricing six candidate tilings is most of a dot's time).
+    key = ("dot-like", instr.opcode, su.exact(p.value(lhs).sharding), su.exact(p.value(rhs).sharding),
+           su.exact(target), lhs.shape, rhs.shape, instr.shape, tuple(lhs_map.items()), tuple(rhs_map.items()),
+           out_rank, tuple(contracting), tuple(untiled))
+    best = p.ctx.memo.get(key, _MISSING)
+    if best is _MISSING:
+        best = p.ctx.memo[key] = _cheapest_space(p, instr, lhs_map, rhs_map, out_rank, contracting, untiled)
+    if best is None:
+        return replicate(p, instr, "no consistent tiling of the dot's iteration space")
+    return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+
+
+_MISSING = object()
+
+
+def _cheapest_space(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> TileMap | None:
+    """The iteration-space tiling of least estimated cost among the operands', the result's and
+    their merges (None when none is consistent)."""
     lhs, rhs = instr.operands
     space_rank = out_rank + len(contracting)
     target = p.target(instr)
@@ -75,9 +97,7 @@ def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, con
         c += partial_sum_cost(instr, space, out_rank, contracting, target, n, model)
         if best_cost is None or c < best_cost:
             best, best_cost = space, c
-    if best is None:
-        return replicate(p, instr, "no consistent tiling of the dot's iteration space")
-    return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+    return best
 
 
 def space_sizes(instr, lhs_map, rhs_map, space_rank: int) -> list[int]:
