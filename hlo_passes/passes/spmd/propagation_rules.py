@@ -292,7 +292,7 @@ def _broadcast_forward(ctx, instr):
     dims = instr.dimensions
     tiles = [s.tile_dims[dims.index(i)] if i in dims else 1 for i in range(instr.shape.rank)]
     tiles += list(s.tile_dims[s.data_rank:])
-    new = su.same_kind_subgroup(s, su.arr(s).reshape(tiles))
+    new = su.retile(s, tiles)
     return ctx.improve(new, instr, aggressive=_single_user(ctx, instr))
 
 
@@ -641,7 +641,7 @@ def _reduce_backward(ctx, instr, user):
             else:
                 target.append(s.tile_dims[nxt])
                 nxt += 1
-        s = su.same_kind_subgroup(s, su.arr(s).reshape(target))
+        s = su.retile(s, target)
     n = len(user.operands) // 2
     for operand in user.operands[:n]:
         other = ctx.sharding(operand)

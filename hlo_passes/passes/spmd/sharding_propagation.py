@@ -501,12 +501,14 @@ class _Walk:
         (unless `aggressive`: an op with one user may take any sharding with more tiles)."""
         if not self.propagate_metadata:
             s = _strip(s)
-        if s is cur:
+        if s is cur or (cur is not None and s.kind is cur.kind and s.kind is not ShardingKind.TUPLE
+                        and s.tile_dims == cur.tile_dims and s.subgroups == cur.subgroups and s == cur):
             # The common case by far (a value offered the very sharding object it holds, as
-            # elementwise chains pass theirs on): nothing below can accept it (a sharding is
-            # neither strictly better nor more specific than itself, and merges with itself to
-            # no more tiles), so say so without the merge.  Identity, not equality: two equal
-            # spellings of one layout may still differ below (a non-normalised tiling).
+            # elementwise chains pass theirs on, or one of the same form: same kind, tile dims,
+            # subgroup kinds and so, being equal, the same devices): nothing below can accept it
+            # (a sharding is neither strictly better nor more specific than itself, and merges
+            # with itself to no more tiles), so say so without the merge.  Not mere equality:
+            # two equal shardings of different forms (a non-normalised tiling) may differ below.
             return None
         if cur is not None and _strictly_better(s, cur):
             return s

@@ -259,6 +259,23 @@ def same_kind_subgroup(s: Sharding, a: np.ndarray) -> Sharding:
     return subgroup(a, s.subgroups, s.metadata)
 
 
+_RETILED: dict[tuple, Sharding] = {}
+
+
+def retile(s: Sharding, tiles: Sequence[int]) -> Sharding:
+    """`same_kind_subgroup(s, arr(s).reshape(tiles))`: the same devices in the same order over
+    other tile dims (size-1 dims added or dropped).  Cached by `exact` input: propagation asks
+    it of the same few shardings at every layer (reduces, broadcasts)."""
+    key = (exact(s), tuple(tiles))
+    found = _RETILED.get(key)
+    if found is None:
+        found = same_kind_subgroup(s, arr(s).reshape(tiles))
+        if len(_RETILED) > 10_000:  # a module asks for a few hundred
+            _RETILED.clear()
+        _RETILED[key] = found
+    return found
+
+
 def tuple_sharding(leaves: Iterable[Sharding]) -> Sharding:
     return Sharding.tuple_of(list(leaves))
 
@@ -413,7 +430,7 @@ def remove_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     if s.kind is not ShardingKind.TILED or not dims:
         return s
     shape = [t for i, t in enumerate(s.tile_dims) if i not in dims]
-    return same_kind_subgroup(s, arr(s).reshape(shape))
+    return retile(s, shape)
 
 
 @_by_value
