@@ -74,6 +74,7 @@ from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
+_ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
 
 
 class PropagationError(PassFailed):
@@ -430,7 +431,8 @@ class _Walk:
         self.group_of: dict[Instruction, tuple[str, int]] = {}
         self.groups: dict[tuple[str, int], list[Instruction]] = {}
         self.caller: dict[Computation, Instruction] = {}
-        self.aggressiveness = 0
+        self.level = 0  # the round's aggressiveness (rules read `aggressiveness`)
+        self._forced_level: int | None = None  # what rules see instead, during a lookahead
         self._overlay: dict[Instruction, Sharding] | None = None
         self._remarked: set[tuple[str, str]] = set()
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
@@ -443,16 +445,47 @@ class _Walk:
         self._supports_forward: dict[Instruction, bool] = {}
         self._supports_backward: dict[Instruction, bool] = {}
         self._conversions: set[Instruction] = set()
+        # Evaluations that changed nothing, with what they read (see `_evaluate`); and, while an
+        # evaluation runs, what it has read so far and the levels it would answer alike at.
+        self._settled_ops: dict[Instruction, tuple[int, int, tuple[tuple[Instruction, Sharding | None], ...]]] = {}
+        self._settled_users: dict[Instruction, tuple[int, int, tuple[tuple[Instruction, Sharding | None], ...]]] = {}
+        self._reads: dict[Instruction, Sharding | None] | None = None
+        self._levels_alike = (0, _ANY_LEVEL)
+        self._wrote = False
 
     # ------------------------------------------------------ context (rules) --
+    # Every read of a sharding and of the level goes through these, so that an evaluation's
+    # inputs are known (see `_evaluate`).
+    @property
+    def aggressiveness(self) -> int:
+        if self._forced_level is not None:
+            return self._forced_level
+        if self._reads is not None:  # a rule compares the level itself: it may answer otherwise at any other
+            self._levels_alike = (self.level, self.level)
+        return self.level
+
+    def _at_least(self, level: int) -> bool:
+        """Is the round's level at least `level` (noted for the evaluation running)?"""
+        if self._forced_level is not None:
+            return self._forced_level >= level
+        yes = self.level >= level
+        if self._reads is not None:
+            lo, hi = self._levels_alike
+            self._levels_alike = (max(lo, level), hi) if yes else (lo, min(hi, level - 1))
+        return yes
+
     @property
     def may_combine(self) -> bool:
-        return self.aggressiveness > 0
+        return self._at_least(1)
 
     def sharding(self, instr: Instruction) -> Sharding | None:
         if self._overlay is not None and instr in self._overlay:
             return self._overlay[instr]
-        return self.state.get(instr)
+        s = self.state.get(instr)
+        reads = self._reads
+        if reads is not None and instr not in reads:
+            reads[instr] = s
+        return s
 
     def set_sharding(self, instr: Instruction, s: Sharding) -> None:
         if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
@@ -461,9 +494,11 @@ class _Walk:
             self._overlay[instr] = s
         else:
             self.state[instr] = s
+            self._wrote = True
 
     def clear_sharding(self, instr: Instruction) -> None:
         self.state.pop(instr, None)
+        self._wrote = True
 
     def non_root_users(self, instr: Instruction) -> int:
         root = instr.parent.root
@@ -551,29 +586,33 @@ class _Walk:
         self.set_sharding(instr, su.tuple_sharding(leaves))
         return True
 
-    def _passes(self, instr: Instruction, level: int) -> bool:
-        """propagation_rules.passes_at_level, with each instruction's threshold kept."""
+    def _threshold(self, instr: Instruction) -> int:
+        """propagation_rules.propagation_level, kept per instruction."""
         threshold = self._levels.get(instr)
         if threshold is None:
             threshold = self._levels[instr] = propagation_level(instr)
-        return level >= threshold
+        return threshold
+
+    def _passes(self, instr: Instruction) -> bool:
+        """propagation_rules.passes_at_level at the round's level."""
+        return self._at_least(self._threshold(instr))
 
     def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
         """XLA's GetShardingFromUser: what `user` asks of its operand `instr`."""
-        if level is None:  # at the current level: nothing to set and restore
-            if not self._passes(user, self.aggressiveness) or not su.is_spatially_partitioned(self.sharding(user)):
+        if level is None:  # at the round's level: nothing to set and restore
+            if not self._passes(user) or not su.is_spatially_partitioned(self.sharding(user)):
                 return None
             return user_rule(user)(self, instr, user)
-        if not self._passes(user, level):
+        if level < self._threshold(user):
             return None
         if not su.is_spatially_partitioned(self.sharding(user)):
             return None
-        saved = self.aggressiveness
-        self.aggressiveness = level
+        saved = self._forced_level
+        self._forced_level = level
         try:
             return user_rule(user)(self, instr, user)
         finally:
-            self.aggressiveness = saved
+            self._forced_level = saved
 
     def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None:
         """The sharding the first sharded user down a chain of single users asks of `instr`
@@ -743,7 +782,7 @@ class _Walk:
     def _to_fixed_point(self, level: int, *, shard_groups: bool) -> int:
         """Sweep (groups, forward, backward, per computation) until a sweep changes nothing;
         returns the number of sweeps, the last one included."""
-        self.aggressiveness = level
+        self.level = level
         done_group: set[Instruction] = set()
         done_ops: set[Instruction] = set()
         done_users: set[Instruction] = set()
@@ -800,7 +839,7 @@ class _Walk:
                                 changed = True
                         continue
                     done_ops.add(instr)
-                    if self._from_operands(instr):
+                    if self._evaluate(instr, self._from_operands, self._settled_ops):
                         after_change(instr)
                         changed = True
                 for instr in reversed(order):
@@ -819,12 +858,44 @@ class _Walk:
                                 changed = True
                         continue
                     done_users.add(instr)
-                    if self._from_users(instr):
+                    if self._evaluate(instr, self._from_users, self._settled_users):
                         after_change(instr)
                         changed = True
             if not changed:
                 return sweep
         raise PropagationError("sharding propagation did not reach a fixed point")
+
+    def _evaluate(self, instr: Instruction, rule, settled) -> bool:
+        """`rule(instr)` (_from_operands or _from_users), unless it is known to change nothing.
+
+        A rule's answer is a function of the shardings it reads, of the level (through
+        `aggressiveness`, `may_combine` and the crossing thresholds) and of the graph, which is
+        fixed; it writes only through `set_sharding`.  So an evaluation that wrote nothing is
+        kept with the shardings it read (the very objects) and the range of levels at which
+        its level tests come out the same; asked again with those objects in place at such a
+        level, the rule would take the same path to the same "no", and is not run.  This spares
+        most of each round's first sweep, which asks every instruction afresh while most of the
+        graph is as the previous round left it."""
+        found = settled.get(instr)
+        if found is not None:
+            lo, hi, reads = found
+            if lo <= self.level <= hi:
+                state = self.state
+                for other, s in reads:
+                    if state.get(other) is not s:
+                        break
+                else:
+                    return False
+        self._reads, self._levels_alike, self._wrote = {}, (0, _ANY_LEVEL), False
+        try:
+            changed = rule(instr)
+        finally:
+            reads, self._reads = self._reads, None
+        if changed or self._wrote:
+            settled.pop(instr, None)
+        else:
+            settled[instr] = (*self._levels_alike, tuple(reads.items()))
+        return changed
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
         def to_related(search: Instruction) -> None:
@@ -864,7 +935,7 @@ class _Walk:
         (handlers/manual_collectives.py) runs it on tiles."""
         if instr.opcode not in (Opcode.ALL_REDUCE, Opcode.COLLECTIVE_PERMUTE) or len(instr.operands) != 1:
             return False
-        s = self.state.get(instr.operands[0])
+        s = self.sharding(instr.operands[0])
         if s is None or instr.shape.is_tuple or not su.is_manual_subgroup(s):
             return False
         tm = TileMap.from_sharding(s, len(s.devices), instr.shape.rank)
@@ -872,22 +943,21 @@ class _Walk:
 
     def _from_operands(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromOperands."""
-        level = self.aggressiveness
-        if not self._passes(instr, level):
+        if not self._passes(instr):
             return False
-        cur = self.state.get(instr)
+        cur = self.sharding(instr)
         if cur is not None and su.is_manual(cur):
             return False
         if ((cur is None or su.is_tile_maximal(cur))
                 and (not instr.shape.is_tuple or instr.opcode in (Opcode.REDUCE, Opcode.SORT, Opcode.REDUCE_WINDOW)
                      or instr.opcode is Opcode.CUSTOM_CALL)):
             for op in instr.operands:
-                s = self.state.get(op)
+                s = self.sharding(op)
                 if s is None or not su.is_manual(s):
                     continue
                 if is_custom_call(instr, SHARD_TO_FULL):
                     return False
-                if level == 0 and instr.opcode in (Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE):
+                if instr.opcode in (Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE) and not self._at_least(1):
                     return False
                 self.set_sharding(instr, su.manual(_first_metadata(s)))
                 return True
@@ -896,7 +966,7 @@ class _Walk:
                     or instr.has_side_effect):
                 return False
             for op in instr.operands:
-                s = self.state.get(op)
+                s = self.sharding(op)
                 if s is not None and s.kind is ShardingKind.REPLICATED:
                     return self.improve(s, instr)
             return False
@@ -904,10 +974,9 @@ class _Walk:
 
     def _from_users(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromUsers."""
-        level = self.aggressiveness
-        if level < 2 and instr.opcode is Opcode.BROADCAST:
+        if instr.opcode is Opcode.BROADCAST and not self._at_least(2):
             return False
-        cur = self.state.get(instr)
+        cur = self.sharding(instr)
         if cur is not None and su.is_manual(cur):
             return False
         # What each user asked in the manual check, reused below until a sharding changes (rules
@@ -915,7 +984,7 @@ class _Walk:
         asked: dict[Instruction, Sharding | None] = {}
         if cur is None or su.is_tile_maximal(cur):
             for user in instr.users:
-                us = self.state.get(user)
+                us = self.sharding(user)
                 if us is None or is_custom_call(user, FULL_TO_SHARD):
                     continue
                 if not instr.shape.is_tuple and su.is_manual(us):
@@ -938,7 +1007,7 @@ class _Walk:
 
     # ------------------------------------------------------------ groups --
     def _from_group(self, instr: Instruction, group: list[Instruction]) -> bool:
-        if not self._passes(instr, self.aggressiveness):
+        if not self._passes(instr):
             return False
         cur = self.state.get(instr)
         if cur is not None and su.is_manual(cur):
