@@ -48,11 +48,13 @@ copies) and XLA's CSE-prevention mode is not offered.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from hlo_passes._gc import collector_paused
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -75,6 +77,10 @@ from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
 _ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
+# An evaluation that changed nothing (see _Walk._evaluate), in one flat tuple (there is one per
+# instruction and direction): the lowest and highest level at which it would run alike, the k
+# instructions whose shardings it read, then those k shardings.
+_Settled = tuple[object, ...]
 
 
 class PropagationError(PassFailed):
@@ -119,10 +125,13 @@ class ShardingPropagation(ModulePass):
         _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
         sites = CallSiteCopies.flatten(module)
-        flat = _Flat(module)
-        walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
-        walk.run()
-        changed |= flat.transfer(walk.state, self)
+        with collector_paused():  # the walk makes many small objects and no cycles but the copy
+            flat = _Flat(module)
+            walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
+            walk.run()
+            changed |= flat.transfer(walk.state, self)
+            if flat.module is not module:
+                flat.module.discard()  # the copy's cycles broken: freed with the walk, not left to the collector
         for body, extra in sites.merge_back():
             changed = True
             self.remark(None, f"{body.name}: its call sites disagree on its shardings; {extra + 1} bodies, one per "
@@ -447,8 +456,8 @@ class _Walk:
         self._conversions: set[Instruction] = set()
         # Evaluations that changed nothing, with what they read (see `_evaluate`); and, while an
         # evaluation runs, what it has read so far and the levels it would answer alike at.
-        self._settled_ops: dict[Instruction, tuple[int, int, tuple[tuple[Instruction, Sharding | None], ...]]] = {}
-        self._settled_users: dict[Instruction, tuple[int, int, tuple[tuple[Instruction, Sharding | None], ...]]] = {}
+        self._settled_ops: dict[Instruction, _Settled] = {}
+        self._settled_users: dict[Instruction, _Settled] = {}
         self._reads: dict[Instruction, Sharding | None] | None = None
         self._levels_alike = (0, _ANY_LEVEL)
         self._wrote = False
@@ -877,15 +886,10 @@ class _Walk:
         most of each round's first sweep, which asks every instruction afresh while most of the
         graph is as the previous round left it."""
         found = settled.get(instr)
-        if found is not None:
-            lo, hi, reads = found
-            if lo <= self.level <= hi:
-                state = self.state
-                for other, s in reads:
-                    if state.get(other) is not s:
-                        break
-                else:
-                    return False
+        if found is not None and found[0] <= self.level <= found[1]:
+            n = len(found) // 2
+            if all(map(operator.is_, map(self.state.get, found[2:n + 1]), found[n + 1:])):
+                return False
         self._reads, self._levels_alike, self._wrote = {}, (0, _ANY_LEVEL), False
         try:
             changed = rule(instr)
@@ -894,7 +898,7 @@ class _Walk:
         if changed or self._wrote:
             settled.pop(instr, None)
         else:
-            settled[instr] = (*self._levels_alike, tuple(reads.items()))
+            settled[instr] = (*self._levels_alike, *reads, *reads.values())
         return changed
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
