@@ -187,9 +187,10 @@ class Module:
             if id(c) in seen:
                 return
             seen.add(id(c))
-            for instr in c.instructions:
-                for callee in instr.called_computations():
-                    visit(callee)
+            for instr in c._instructions:
+                if instr.called:
+                    for callee in instr.called_computations():
+                        visit(callee)
             order.append(c)
 
         for comp in self.computations:
