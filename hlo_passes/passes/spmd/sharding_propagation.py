@@ -480,7 +480,11 @@ class _Walk:
         yes = self.level >= level
         if self._reads is not None:
             lo, hi = self._levels_alike
-            self._levels_alike = (max(lo, level), hi) if yes else (lo, min(hi, level - 1))
+            if yes:
+                if level > lo:
+                    self._levels_alike = (level, hi)
+            elif level <= hi:
+                self._levels_alike = (lo, level - 1)
         return yes
 
     @property
@@ -604,7 +608,10 @@ class _Walk:
 
     def _passes(self, instr: Instruction) -> bool:
         """propagation_rules.passes_at_level at the round's level."""
-        return self._at_least(self._threshold(instr))
+        threshold = self._levels.get(instr)
+        if threshold is None:
+            threshold = self._levels[instr] = propagation_level(instr)
+        return threshold == 0 or self._at_least(threshold)  # every level is at least 0
 
     def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
         """XLA's GetShardingFromUser: what `user` asks of its operand `instr`."""

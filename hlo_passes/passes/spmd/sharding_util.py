@@ -835,9 +835,24 @@ def merge(to_merge: Sharding, dst: Sharding, may_combine: bool) -> tuple[bool, S
     return is_more_specific(dst, to_merge), dst
 
 
+_SUBTILING: dict[tuple, bool] = {}
+
+
 def is_subtiling(shape: ArrayShape, p: Sharding, s: Sharding) -> bool:
     """XLA's IsSubTilingOrEqualSharding: every device's tile under `p` lies inside its tile
-    under `s` (the last tile of a dim may run past the end, as padding)."""
+    under `s` (the last tile of a dim may run past the end, as padding).  Cached by dims and
+    `exact` shardings: propagation asks it of the same pairs at every layer."""
+    key = (tuple(shape.dims), exact(p), exact(s))
+    found = _SUBTILING.get(key)
+    if found is None:
+        found = _is_subtiling(shape, p, s)
+        if len(_SUBTILING) > 10_000:  # a module asks for tens
+            _SUBTILING.clear()
+        _SUBTILING[key] = found
+    return found
+
+
+def _is_subtiling(shape: ArrayShape, p: Sharding, s: Sharding) -> bool:
     if p.kind is ShardingKind.MANUAL or s.kind is ShardingKind.MANUAL:
         return False
     if is_tile_maximal(s):
