@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr
-from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.source import SourceSpan
@@ -210,6 +210,23 @@ class Computation:
                 new.add_control_predecessor(pred)
         self.remove(old)
         return new
+
+    def discard(self) -> None:
+        """Break the reference cycles inside a computation nobody will use again (its
+        instructions' operand, user and control edges, their callees and parent), so that
+        reference counting frees it at once rather than the cyclic collector (Module.discard;
+        the partitioner, for the computations it replaced)."""
+        for instr in self._instructions:
+            instr.operands = []
+            instr._users = None
+            instr.control_predecessors = NO_CONTROL_EDGES
+            instr.control_successors = NO_CONTROL_EDGES
+            instr.called = NO_CALLS
+            instr.parent = None
+        self._instructions = {}
+        self.parameters = []
+        self.root = None
+        self.module = None
 
     # ----------------------------------------------------------- traversal --
     def post_order(self) -> list[Instruction]:

@@ -267,17 +267,7 @@ class Module:
         collector, a whole-module snapshot stays alive until the next full collection, which
         `clone` holds off while it copies: two snapshots would be alive at once."""
         for comp in self.computations:
-            for instr in comp._order:
-                instr.operands = []
-                instr._users = None
-                instr.control_predecessors = NO_CONTROL_EDGES
-                instr.control_successors = NO_CONTROL_EDGES
-                instr.called = NO_CALLS
-                instr.parent = None
-            comp._instructions = {}
-            comp.parameters = []
-            comp.root = None
-            comp.module = None
+            comp.discard()
         self.computations = []
         self.entry = None
 

@@ -167,6 +167,7 @@ class Partitioner:
         for c in old:
             if c not in keep:
                 module.computation_names.release(c.name)
+                c.discard()  # freed now, not left to the cyclic collector (paused: see SpmdPartitioner.run)
         for c in module.computations:  # partitioned copies take their original names back
             base = getattr(c, "_spmd_origin", None)
             if base is not None and base not in module.computation_names:
@@ -311,10 +312,13 @@ class Partitioner:
 
 def is_partially_manual_instr(instr: Instruction, p: "Partitioner") -> bool:
     """Is `instr` inside a partially manual region (its result or an operand's value is)?"""
-    def pm(s: Sharding) -> bool:
-        return any(pm(e) for e in s.elements) if s.is_tuple else is_partially_manual(s)
+    return _partially_manual(p.target(instr)) or any(_partially_manual(p.value(op).sharding) for op in instr.operands)
 
-    return pm(p.target(instr)) or any(pm(p.value(op).sharding) for op in instr.operands)
+
+def _partially_manual(s: Sharding) -> bool:
+    """A module-level function, not a closure in the function above: a closure that calls itself
+    is a reference cycle, one per instruction partitioned, left to the cyclic collector."""
+    return any(_partially_manual(e) for e in s.elements) if s.is_tuple else is_partially_manual(s)
 
 
 def _reachable(entry: Computation) -> set[Computation]:
