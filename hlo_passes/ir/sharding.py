@@ -38,6 +38,8 @@ class ShardingKind(enum.Enum):
     TILED = "tiled"
     TUPLE = "tuple"
 
+    __hash__ = object.__hash__  # by identity, in C: see Opcode
+
 
 class SubgroupKind(enum.Enum):
     """What a trailing tile dimension means (XLA's OpSharding::Type for last_tile_dims)."""
@@ -46,6 +48,8 @@ class SubgroupKind(enum.Enum):
     MANUAL = "manual"
     MAXIMAL = "maximal"
     OTHER = "other"
+
+    __hash__ = object.__hash__  # by identity, in C: see Opcode
 
 
 @dataclass(frozen=True, slots=True)
