@@ -109,6 +109,53 @@ ENTRY main {{
     _verify(text, out)
 
 
+ACCUMULATORS = """HloModule accumulators, num_partitions=8
+
+body {
+  p = (s32[], f32[4,64,64], f32[4,64,64], f32[4,64,64]) parameter(0), sharding={{replicated}, {devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}, {devices=[1,8,1]<=[8]}}
+  i = s32[] get-tuple-element(p), index=0
+  a = f32[4,64,64] get-tuple-element(p), index=1
+  b = f32[4,64,64] get-tuple-element(p), index=2
+  g = f32[4,64,64] get-tuple-element(p), index=3
+  a1 = f32[4,64,64] add(a, g), sharding={devices=[1,8,1]<=[8]}
+  e = f32[4,64,64] exponential(b), sharding={devices=[1,1,8]<=[8]}
+  b1 = f32[4,64,64] add(b, e), sharding={devices=[1,1,8]<=[8]}
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT out = (s32[], f32[4,64,64], f32[4,64,64], f32[4,64,64]) tuple(i1, a1, b1, g), sharding={{replicated}, {devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}, {devices=[1,8,1]<=[8]}}
+}
+
+cond {
+  p = (s32[], f32[4,64,64], f32[4,64,64], f32[4,64,64]) parameter(0), sharding={{replicated}, {devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}, {devices=[1,8,1]<=[8]}}
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  g = f32[4,64,64] parameter(0), sharding={devices=[1,8,1]<=[8]}
+  z = f32[] constant(0)
+  zeros = f32[4,64,64] broadcast(z), dimensions={}, sharding={devices=[8,1,1]<=[8]}
+  i0 = s32[] constant(0)
+  init = (s32[], f32[4,64,64], f32[4,64,64], f32[4,64,64]) tuple(i0, zeros, zeros, g), sharding={{replicated}, {devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}, {devices=[1,8,1]<=[8]}}
+  loop = (s32[], f32[4,64,64], f32[4,64,64], f32[4,64,64]) while(init), condition=cond, body=body, sharding={{replicated}, {devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}, {devices=[1,8,1]<=[8]}}
+  ra = f32[4,64,64] get-tuple-element(loop), index=1, sharding={devices=[1,8,1]<=[8]}
+  rb = f32[4,64,64] get-tuple-element(loop), index=2, sharding={devices=[1,1,8]<=[8]}
+  ROOT r = (f32[4,64,64], f32[4,64,64]) tuple(ra, rb), sharding={{devices=[1,8,1]<=[8]}, {devices=[1,1,8]<=[8]}}
+}
+"""
+
+
+def test_a_loops_init_tuple_makes_its_zero_accumulators_in_each_sharding():
+    """One zero broadcast initialises two accumulators of a loop, each sharded its own way in
+    the loop: the init tuple is built again from its elements, each resharded as its own value,
+    so the broadcast is made in each sharding instead of all-to-all'd (once per step, the whole
+    stack of layers, in the scanned transformer step)."""
+    module, out, _ = _partition(ACCUMULATORS)
+    assert _collectives(module) == Counter(), out
+    _verify(ACCUMULATORS, out)
+
+
 @pytest.mark.parametrize("shapes", [("f32[10]", "f32[10,1]"), ("f32[10,1]", "f32[10]"), ("f32[1,10,3]", "f32[10,1,3]"),
                                     ("f32[10,6]", "f32[10,1,6]")])
 def test_a_reshape_that_only_adds_or_drops_size_one_dims_keeps_an_uneven_tiling(shapes):

@@ -379,3 +379,83 @@ def test_embedding_gradient_scatters_its_batch_into_its_rows_and_sums_over_data(
     out = _partition_and_verify(text, 8, [rng.integers(0, vocab, (8, 6, 1)).astype(np.int32),
                                           rng.standard_normal((8, 6, 16)).astype(np.float32)])
     assert out.count(" all-reduce(") == 1 and "all-gather" not in out, out
+
+
+ROW_PARALLEL_SCAN = """HloModule row_parallel_scan, num_partitions=8
+
+body {
+  p = (s32[], f32[8,32,64], f32[3,64,64]) parameter(0), sharding={{replicated}, {devices=[2,1,4]<=[8]}, {devices=[1,4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[8,32,64] get-tuple-element(p), index=1
+  ws = f32[3,64,64] get-tuple-element(p), index=2
+  zero = s32[] constant(0)
+  slice = f32[1,64,64] dynamic-slice(ws, i, zero, zero), dynamic_slice_sizes={1,64,64}
+  w = f32[64,64] reshape(slice)
+  d = f32[8,32,64] dot(x, w), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+  t = f32[8,32,64] tanh(d)
+  x1 = f32[8,32,64] add(x, t)
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  ROOT out = (s32[], f32[8,32,64], f32[3,64,64]) tuple(i1, x1, ws)
+}
+
+cond {
+  p = (s32[], f32[8,32,64], f32[3,64,64]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+ENTRY main {
+  x = f32[8,32,64] parameter(0), sharding={devices=[2,1,4]<=[8]}
+  ws = f32[3,64,64] parameter(1), sharding={devices=[1,4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  zero = s32[] constant(0)
+  init = (s32[], f32[8,32,64], f32[3,64,64]) tuple(zero, x, ws)
+  loop = (s32[], f32[8,32,64], f32[3,64,64]) while(init), condition=cond, body=body
+  ROOT r = f32[8,32,64] get-tuple-element(loop), index=1, sharding={devices=[2,1,4]<=[8]}
+}
+"""
+
+
+def test_row_parallel_weight_slice_in_a_scan_reduce_scatters_its_partial_matmul():
+    """Issue 11: a scan body slices one layer of a row-parallel (Megatron) weight stack; the
+    activation's hidden dim, the dot's contracting dim, is sharded over model as the weight's
+    rows are, and the result is sharded over model on its hidden dim.  Like XLA, the weight
+    stays row-sharded: a local partial matmul whose sum a reduce-scatter over model lands in the
+    result's tiling.  The dot's cost model once priced that reduce-scatter as an all-reduce
+    (twice the bytes) and chose to gather the activation and all-to-all the weight slice to
+    column-parallel on every iteration instead."""
+    rng = np.random.default_rng(2)
+    out = _partition_and_verify(ROW_PARALLEL_SCAN, 8, [rng.standard_normal((8, 32, 64)).astype(np.float32),
+                                                       0.1 * rng.standard_normal((3, 64, 64)).astype(np.float32)])
+    module = parse_module(out)
+    assert collectives(module) == {"reduce-scatter": 1}, out
+    (rs,) = [i for i in module.all_instructions() if i.opcode is Opcode.REDUCE_SCATTER]
+    assert rs.parent.name == "body" and rs.shape.dims == (4, 32, 16)
+    assert [tuple(g) for g in rs.attr("replica_groups").groups] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_twin_projections_of_one_activation_share_its_gather():
+    """Q, K and V projections of one activation (hidden dim over 8, weights row-sharded, results
+    column-sharded): alone, each dot would reduce-scatter its partial product; the three twins
+    gather the activation once between them (the gather is shared) and all-to-all their own
+    weight, a third of the bytes of three reduce-scatters."""
+    shard = "sharding={devices=[1,1,8]<=[8]}"
+    dots = "\n".join(f"  {n} = f32[8,32,64] dot(x, w{n}), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}, {shard}"
+                     for n in "qkv")
+    text = f"""HloModule qkv, num_partitions=8
+
+ENTRY main {{
+  x = f32[8,32,64] parameter(0), {shard}
+  wq = f32[64,64] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  wk = f32[64,64] parameter(2), sharding={{devices=[8,1]<=[8]}}
+  wv = f32[64,64] parameter(3), sharding={{devices=[8,1]<=[8]}}
+{dots}
+  qk = f32[8,32,64] multiply(q, k), {shard}
+  ROOT o = f32[8,32,64] add(qk, v), {shard}
+}}
+"""
+    rng = np.random.default_rng(3)
+    out = _partition_and_verify(text, 8, [rng.standard_normal(s).astype(np.float32)
+                                          for s in ((8, 32, 64), (64, 64), (64, 64), (64, 64))])
+    assert collectives(parse_module(out)) == {"all-gather": 1, "all-to-all": 3}, out

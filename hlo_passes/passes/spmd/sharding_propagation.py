@@ -51,6 +51,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, replace
+from typing import Callable, Literal, cast
 
 import numpy as np
 
@@ -60,14 +61,14 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd.call_sites import CallSiteCopies
 from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles
+from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles, root_of
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
                                                       SHARDING, forward_rule, is_custom_call, propagation_level,
@@ -80,7 +81,7 @@ _ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
 # An evaluation that changed nothing (see _Walk._evaluate), in one flat tuple (there is one per
 # instruction and direction): the lowest and highest level at which it would run alike, the k
 # instructions whose shardings it read, then those k shardings.
-_Settled = tuple[object, ...]
+_Settled = tuple[int, int, *tuple[object, ...]]
 
 
 class PropagationError(PassFailed):
@@ -271,6 +272,7 @@ class _Flat:
             mapping: dict[Instruction, Instruction] = {}
             for instr in callee.post_order():
                 if instr.opcode is Opcode.PARAMETER:
+                    assert instr.parameter_number is not None
                     value = call.operands[instr.parameter_number]
                     mapping[instr] = value
                     if instr in self.origin:
@@ -287,7 +289,7 @@ class _Flat:
                 mapping[instr] = copy
                 if copy.opcode is Opcode.CALL:
                     work.append(copy)
-            root = mapping[callee.root]
+            root = mapping[root_of(callee)]
             if "sharding" in call.attributes and "sharding" not in root.attributes:
                 root.sharding = call.sharding  # XLA's ReplaceInstruction keeps the old sharding
             stands_for = ([self.origin.pop(call)] if call in self.origin else []) + self.aliases.pop(call, [])
@@ -299,8 +301,8 @@ class _Flat:
             if was_root:
                 comp.root = root
             for succ in list(call.control_successors or ()):
-                succ.control_predecessors.remove(call)
-                call.control_successors.remove(succ)
+                cast("list[Instruction]", succ.control_predecessors).remove(call)  # both hold the edge: lists
+                cast("list[Instruction]", call.control_successors).remove(succ)
             call.control_predecessors = []
             comp.remove(call)
 
@@ -337,8 +339,8 @@ class _Flat:
         """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
         that made the value is then an ordinary instruction that may take a sharding, and the
         computation's result is the new tuple (whose sharding the original root gets back)."""
-        root = comp.root
-        if not root.shape.is_tuple or root.opcode is Opcode.TUPLE:
+        root = root_of(comp)
+        if not isinstance(root.shape, TupleShape) or root.opcode is Opcode.TUPLE:
             return
         b = Builder(comp)
         parts = [b.get_tuple_element(root, i) for i in range(len(root.shape.elements))]
@@ -354,7 +356,7 @@ class _Flat:
             if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
                 continue
             for branch in instr.called_computations():
-                branch.root = Builder(branch).tuple([branch.root])
+                branch.root = Builder(branch).tuple([root_of(branch)])
             users = list(instr.users)
             was_root = comp.root is instr
             shape = instr.shape
@@ -426,6 +428,7 @@ class _Walk:
     def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool], owner: ModulePass):
         self.module = module
         self.owner = owner
+        assert module.entry is not None, "propagation walks a module with an entry computation"
         self.entry = module.entry
         self.comps = propagated_computations(module)
         self.params_allowed = params_allowed
@@ -439,7 +442,7 @@ class _Walk:
         self.unspecified: dict[Instruction, list[int]] = {}
         self.group_of: dict[Instruction, tuple[str, int]] = {}
         self.groups: dict[tuple[str, int], list[Instruction]] = {}
-        self.caller: dict[Computation, Instruction] = {}
+        self.caller: dict[Computation | None, Instruction] = {}  # (a parentless instruction has no caller)
         self.level = 0  # the round's aggressiveness (rules read `aggressiveness`)
         self._forced_level: int | None = None  # what rules see instead, during a lookahead
         self._overlay: dict[Instruction, Sharding] | None = None
@@ -514,7 +517,9 @@ class _Walk:
         self._wrote = True
 
     def non_root_users(self, instr: Instruction) -> int:
-        root = instr.parent.root
+        parent = instr.parent
+        assert parent is not None
+        root = parent.root
         return sum(1 for u in instr.users if u is not root)
 
     def remark(self, instr: Instruction, message: str) -> None:
@@ -570,7 +575,7 @@ class _Walk:
         better, merged = su.merge(cur, s, self.may_combine)
         if not better:
             return None
-        if (not aggressive and not shape.is_tuple and not su.is_tile_maximal(cur)
+        if (not aggressive and isinstance(shape, ArrayShape) and not su.is_tile_maximal(cur)
                 and su.num_tiles(merged) == tiles and not su.is_subtiling(shape, merged, cur)):
             return None
         return merged
@@ -583,7 +588,7 @@ class _Walk:
         return True
 
     def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool:
-        if not instr.shape.is_tuple:
+        if not isinstance(instr.shape, TupleShape):
             return self.improve(s, instr, aggressive=aggressive)
         cur = self.sharding(instr)
         sub_shape = instr.shape.elements[index]
@@ -723,7 +728,7 @@ class _Walk:
                 else:
                     self._join_group(instr)
         entry = self.entry
-        root = entry.root
+        root = root_of(entry)
         self.saved_root: list[Sharding] = []
         if self.allow_output and root.shape.is_tuple and root in self.state:
             self.saved_root = list(su.leaves_of(self.state[root], root.shape))
@@ -736,11 +741,11 @@ class _Walk:
     def _join_group(self, instr: Instruction) -> None:
         s = self.state.get(instr)
         group = _shard_group(s) if s is not None else None
-        if group is None:
+        if group is None or s is None:
             return
         members = self.groups.setdefault(group, [])
-        if members and tuple(members[0].shape.dims if not members[0].shape.is_tuple else ()) != tuple(
-                instr.shape.dims if not instr.shape.is_tuple else ()):
+        if members and tuple(members[0].shape.dims if isinstance(members[0].shape, ArrayShape) else ()) != tuple(
+                instr.shape.dims if isinstance(instr.shape, ArrayShape) else ()):
             raise PropagationError(f"{instr.name}: its shape {instr.shape.to_hlo(False)} differs from the other "
                                    f"members of {group[0]} group {group[1]} ({members[0].shape.to_hlo(False)})")
         members.append(instr)
@@ -752,12 +757,12 @@ class _Walk:
         root and its condition's parameter; a conditional with its branch roots; a call with its
         body root)."""
         if instr.opcode is Opcode.WHILE:
-            body, cond = instr.called["body"], instr.called["condition"]
-            return [instr, body.root, body.parameters[0], cond.parameters[0]]
+            body, cond = instr.called_computation("body"), instr.called_computation("condition")
+            return [instr, root_of(body), body.parameters[0], cond.parameters[0]]
         if instr.opcode is Opcode.CONDITIONAL:
-            return [instr] + [c.root for c in instr.called_computations()]
+            return [instr] + [root_of(c) for c in instr.called_computations()]
         if instr.opcode is Opcode.CALL:
-            return [instr, instr.called_computations()[0].root]
+            return [instr, root_of(instr.called_computations()[0])]
         return []
 
     def _link_computations(self) -> None:
@@ -771,8 +776,8 @@ class _Walk:
                     for r in related:
                         self.state[r] = self.state[sharded]
                 if instr.opcode is Opcode.WHILE:
-                    self.caller[instr.called["body"]] = instr
-                    self.caller[instr.called["condition"]] = instr
+                    self.caller[instr.called_computation("body")] = instr
+                    self.caller[instr.called_computation("condition")] = instr
                 else:
                     for c in instr.called_computations():
                         self.caller[c] = instr
@@ -783,7 +788,7 @@ class _Walk:
         for instr, s in self.state.items():
             if instr is not entry.root and instr not in params and s.kind is not ShardingKind.UNKNOWN:
                 self.provided.add(instr)
-        root = entry.root
+        root = root_of(entry)
         if not self.allow_output and (root not in self.state or self.state[root].kind is not ShardingKind.UNKNOWN):
             self.provided.add(root)
         if not self.allow_params:
@@ -881,7 +886,8 @@ class _Walk:
                 return sweep
         raise PropagationError("sharding propagation did not reach a fixed point")
 
-    def _evaluate(self, instr: Instruction, rule, settled) -> bool:
+    def _evaluate(self, instr: Instruction, rule: Callable[[Instruction], bool],
+                  settled: dict[Instruction, _Settled]) -> bool:
         """`rule(instr)` (_from_operands or _from_users), unless it is known to change nothing.
 
         A rule's answer is a function of the shardings it reads, of the level (through
@@ -895,7 +901,8 @@ class _Walk:
         found = settled.get(instr)
         if found is not None and found[0] <= self.level <= found[1]:
             n = len(found) // 2
-            if all(map(operator.is_, map(self.state.get, found[2:n + 1]), found[n + 1:])):
+            read = cast("tuple[Instruction, ...]", found[2:n + 1])  # (the instructions: see _Settled)
+            if all(map(operator.is_, map(self.state.get, read), found[n + 1:])):
                 return False
         self._reads, self._levels_alike, self._wrote = {}, (0, _ANY_LEVEL), False
         try:
@@ -905,7 +912,8 @@ class _Walk:
         if changed or self._wrote:
             settled.pop(instr, None)
         else:
-            settled[instr] = (*self._levels_alike, *reads, *reads.values())
+            # (mypy reads a display with starred parts as a homogeneous tuple)
+            settled[instr] = cast(_Settled, (*self._levels_alike, *reads, *reads.values()))
         return changed
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
@@ -922,7 +930,7 @@ class _Walk:
 
         if instr.opcode in _CONTROL_FLOW:
             to_related(instr)
-        if instr.opcode is Opcode.PARAMETER or instr.parent.root is instr:
+        if instr.opcode is Opcode.PARAMETER or instr.is_root:
             caller = self.caller.get(instr.parent)
             if caller is not None:
                 to_related(caller)
@@ -947,7 +955,7 @@ class _Walk:
         if instr.opcode not in (Opcode.ALL_REDUCE, Opcode.COLLECTIVE_PERMUTE) or len(instr.operands) != 1:
             return False
         s = self.sharding(instr.operands[0])
-        if s is None or instr.shape.is_tuple or not su.is_manual_subgroup(s):
+        if s is None or not isinstance(instr.shape, ArrayShape) or not su.is_manual_subgroup(s):
             return False
         tm = TileMap.from_sharding(s, len(s.devices), instr.shape.rank)
         return tm is not None and pair_on_other_tiles(instr, tm) is None
@@ -973,7 +981,7 @@ class _Walk:
                 self.set_sharding(instr, su.manual(_first_metadata(s)))
                 return True
         if not self._supports(instr, from_users=False):
-            if (instr.shape.is_tuple or not instr.operands or instr.parent.root is instr
+            if (instr.shape.is_tuple or not instr.operands or instr.is_root
                     or instr.has_side_effect):
                 return False
             for op in instr.operands:
@@ -1072,7 +1080,7 @@ class _Walk:
             self.state[operand] = s
 
     # ---------------------------------------------------- unspecified dims --
-    def _conversion_after(self, annotation: Instruction, dims: list[int]) -> Instruction | None | bool:
+    def _conversion_after(self, annotation: Instruction, dims: list[int]) -> Instruction | Literal[False] | None:
         """The manual-conversion custom-call an annotation feeds (None when none; False when its
         unspecified dims differ, which stops the refinement)."""
         if len(annotation.users) != 1:
@@ -1111,7 +1119,7 @@ class _Walk:
         self.state[auto_of], self.state[manual_of] = found
         return True
 
-    def _unspecified_from_operand(self, annotation: Instruction):
+    def _unspecified_from_operand(self, annotation: Instruction) -> Instruction | Literal[False] | None:
         """Returns False (nothing changed), else the conversion op after it (or None)."""
         dims = self.unspecified[annotation]
         operand = annotation.operands[0]
@@ -1124,7 +1132,7 @@ class _Walk:
         manual_side = conv is not None and is_custom_call(conv, SHARD_TO_FULL)
         return conv if self._refine(annotation, conv, s, dims, manual_side) else False
 
-    def _unspecified_from_users(self, annotation: Instruction):
+    def _unspecified_from_users(self, annotation: Instruction) -> Instruction | Literal[False] | None:
         dims = self.unspecified[annotation]
         conv = self._conversion_after(annotation, dims)
         if conv is False:
@@ -1158,7 +1166,7 @@ class _Walk:
         """Entry parameters / root leaves propagation may not change get their input sharding back
         (or none); those it may change are replicated when their sharding does not divide them."""
         entry = self.entry
-        root = entry.root
+        root = root_of(entry)
         if self.saved_root and len(self.saved_root) == len(self.output_allowed) and root in self.state:
             leaves = su.leaves_of(self.state[root], root.shape)
             for i, saved in enumerate(self.saved_root):
@@ -1170,15 +1178,15 @@ class _Walk:
             for i, p in enumerate(params):
                 if p is None or self.params_allowed[i]:
                     continue
-                saved = self.saved_params.get(i)
-                if saved is not None and saved.kind is not ShardingKind.UNKNOWN:
-                    self.state[p] = saved
+                saved_param = self.saved_params.get(i)
+                if saved_param is not None and saved_param.kind is not ShardingKind.UNKNOWN:
+                    self.state[p] = saved_param
                 else:
                     self.state.pop(p, None)
         if self.allow_output and root in self.state:
             s = self.state[root]
-            if root.shape.is_tuple and len(self.output_allowed) == len(root.shape.elements):
-                elems = []
+            if isinstance(root.shape, TupleShape) and len(self.output_allowed) == len(root.shape.elements):
+                elems: list[Sharding] = []
                 for i, shape in enumerate(root.shape.elements):
                     sub = su.sub_sharding(root.shape, s, i)
                     if self.output_allowed[i] and not su.evenly_partitions(shape, sub):
@@ -1265,7 +1273,7 @@ def _unknown_to_replicated(s: Sharding) -> Sharding:
 def _check_devices(instr: Instruction, s: Sharding) -> None:
     leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
     for leaf in leaves:
-        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(leaf.tile_assignment):
+        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(su.arr(leaf)):
             raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} names a device twice")
 
 
@@ -1274,7 +1282,8 @@ def _names_a_device_twice(devices: np.ndarray) -> bool:
     return bool(np.any(ordered[1:] == ordered[:-1]))
 
 
-def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+def _refine_from_auto(to_merge: Sharding, dims: list[int], auto: Sharding | None,
+                      man: Sharding | None) -> tuple[Sharding, Sharding] | None:
     """XLA's RefineManualAutoShardingFromAuto: an auto-side sharding refines the (auto, manual)
     pair around a manual conversion on the unspecified dims."""
     if auto is None or man is None or to_merge.kind is not ShardingKind.TILED:
@@ -1308,8 +1317,8 @@ def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Shar
     return new_auto, su.subgroup(su.arr(merged), kinds)
 
 
-def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None,
-                             global_shape: Shape, region_shape: Shape):
+def _refine_from_auto_blocks(to_merge: Sharding, dims: list[int], auto: Sharding | None, man: Sharding | None,
+                             global_shape: Shape, region_shape: Shape) -> tuple[Sharding, Sharding] | None:
     """An auto-side sharding that also tiles dims over the manual axes refines the pair where
     XLA's rule (which needs `to_merge` replicated over the manual devices) gives up: the merged
     auto sharding cuts each manual group's block (global dims / region dims) further, and that
@@ -1322,7 +1331,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     hold pieces of two blocks, or a block is not cut evenly."""
     if auto is None or man is None or to_merge.kind is not ShardingKind.TILED or not su.is_manual_subgroup(man):
         return None
-    if su.is_manual_subgroup(auto) or su.is_manual_subgroup(to_merge) or global_shape.is_tuple:
+    if (su.is_manual_subgroup(auto) or su.is_manual_subgroup(to_merge) or not isinstance(global_shape, ArrayShape)
+            or not isinstance(region_shape, ArrayShape)):
         return None
     partial = su.replicate_all_except(to_merge, dims)
     if su.is_tile_maximal(partial):
@@ -1334,7 +1344,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     outer, inner = TileMap.from_sharding(new_auto, n, rank), TileMap.from_sharding(man, n, rank)
     if outer is None or inner is None or region_shape.rank != rank:
         return None
-    extra_dims, extra = [], np.zeros((n, rank), np.int64)
+    extra_dims: list[int] = []
+    extra = np.zeros((n, rank), np.int64)
     for k in range(rank):
         size, part = global_shape.dims[k], region_shape.dims[k]
         if part == 0 or size % part or outer.dims[k] % (size // part):
@@ -1355,7 +1366,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     return new_auto, new_man
 
 
-def _refine_from_manual(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+def _refine_from_manual(to_merge: Sharding, dims: list[int], auto: Sharding | None,
+                        man: Sharding | None) -> tuple[Sharding, Sharding] | None:
     """XLA's RefineManualAutoShardingFromManual: a manual-side sharding refines the pair."""
     if auto is None or man is None:
         return None
@@ -1408,7 +1420,7 @@ def _check_device_count(module: Module, n: int) -> None:
                 + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
                 + [1])
     for instr, s in found:
-        if s.kind is ShardingKind.TILED and (s.num_devices != n or int(s.tile_assignment.max()) >= n):
+        if s.kind is ShardingKind.TILED and (s.num_devices != n or int(su.arr(s).max()) >= n):
             raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {s.num_devices} devices, "
                                    f"but the program has {n} (num_partitions)")
         if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= n:
@@ -1423,9 +1435,9 @@ def _reshaped_by_import(instr: Instruction) -> bool:
         return True
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
         return True
-    if instr.parent.root is instr and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+    if instr.is_root and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
         return True
-    return (not instr.users and instr.parent.root is not instr and instr.opcode is not Opcode.PARAMETER
+    return (not instr.users and not instr.is_root and instr.opcode is not Opcode.PARAMETER
             and not instr.has_side_effect)
 
 
@@ -1439,11 +1451,12 @@ def _detach_shard_alike(module: Module) -> bool:
             if not is_custom_call(instr, SHARDING) or "sharding" not in instr.attributes:
                 continue
             s = instr.sharding
+            assert s is not None  # (it has the attribute)
             group = _shard_group(s)
             if group is None or s.kind is not ShardingKind.UNKNOWN or instr.operands[0].opcode is Opcode.PARAMETER:
                 continue
             operand = instr.operands[0]
-            cur = operand.sharding if "sharding" in operand.attributes else Sharding.unknown()
+            cur = operand.sharding or Sharding.unknown()
             operand.sharding = replace(cur, shard_group=group) if cur.kind is not ShardingKind.TUPLE else cur
             if comp.root is instr:
                 comp.root = operand
