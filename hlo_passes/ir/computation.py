@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr
-from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.source import SourceSpan
@@ -109,7 +109,7 @@ class Computation:
 
     def _unordered(self) -> Iterator[Instruction]:
         """Every instruction held, pending insertions (and their erased anchors) included, in
-        no particular order and without folding (`Module.discard`)."""
+        no particular order and without folding (`discard`)."""
         yield from self._order
         if self._insertions is not None:
             yield from self._insertions.pending
@@ -234,9 +234,33 @@ class Computation:
         self.remove(old)
         return new
 
+    def discard(self) -> None:
+        """Break the reference cycles inside a computation nobody will use again (its
+        instructions' operand, user and control edges, their callees and parent), so that
+        reference counting frees it at once rather than the cyclic collector (Module.discard;
+        the partitioner, for the computations it replaced).  Pending insertions (a computation
+        a pass has worked on may hold some not yet folded into the order) are reached too,
+        without folding."""
+        for instr in self._unordered():
+            instr.operands = []
+            instr._users = None
+            instr.control_predecessors = NO_CONTROL_EDGES
+            instr.control_successors = NO_CONTROL_EDGES
+            instr.called = NO_CALLS
+            instr.parent = None
+        self._instructions = {}
+        self.parameters = []
+        self.root = None
+        self.module = None
+
     # ----------------------------------------------------------- traversal --
     def post_order(self) -> list[Instruction]:
         """Operands (and control predecessors) before users; ties keep stored order."""
+        stored = self._instructions
+        if self._is_topological(stored):
+            # The walk below would emit the stored order unchanged: when it starts from an
+            # instruction, everything before it is emitted and so are its operands.
+            return list(stored)
         order: list[Instruction] = []
         state: dict[Instruction, int] = {}
         for start in self._instructions:
@@ -261,6 +285,23 @@ class Computation:
                     if op.parent is self and not state.get(op):
                         stack.append((op, False))
         return order
+
+    def _is_topological(self, stored: dict[Instruction, None]) -> bool:
+        """Does every operand and control predecessor in this computation come before its user
+        in `stored`?  (Most computations are stored so: the parser and the passes add operands
+        first.)"""
+        seen: set[Instruction] = set()
+        add = seen.add
+        for instr in stored:
+            for op in instr.operands:
+                if op not in seen and op.parent is self:
+                    return False
+            if instr.control_predecessors:
+                for op in instr.control_predecessors:
+                    if op not in seen and op.parent is self:
+                        return False
+            add(instr)
+        return True
 
     def sort_topologically(self) -> None:
         self._instructions = dict.fromkeys(self.post_order())

@@ -309,6 +309,8 @@ class Instruction:
         return cast("OpMetadata | None", self.attr("metadata"))
 
     def called_computations(self) -> list["Computation"]:
+        if not self.called:  # most instructions; walks over whole modules ask every one
+            return []
         result: list[Computation] = []
         for value in self.called.values():
             result.extend(value if isinstance(value, tuple) else (value,))

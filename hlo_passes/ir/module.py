@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, cast
 
 from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
-from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.snapshot import ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
@@ -188,9 +188,10 @@ class Module:
             if id(c) in seen:
                 return
             seen.add(id(c))
-            for instr in c.instructions:
-                for callee in instr.called_computations():
-                    visit(callee)
+            for instr in c._instructions:
+                if instr.called:
+                    for callee in instr.called_computations():
+                        visit(callee)
             order.append(c)
 
         for comp in self.computations:
@@ -280,17 +281,7 @@ class Module:
         `clone` holds off while it copies: two snapshots would be alive at once.  (A module a
         pass has worked on may hold insertions not yet folded into the order: those too.)"""
         for comp in self.computations:
-            for instr in comp._unordered():
-                instr.operands = []
-                instr._users = None
-                instr.control_predecessors = NO_CONTROL_EDGES
-                instr.control_successors = NO_CONTROL_EDGES
-                instr.called = NO_CALLS
-                instr.parent = None
-            comp._instructions = {}
-            comp.parameters = []
-            comp.root = None
-            comp.module = None
+            comp.discard()
         self.computations = []
         self.entry = None
 

@@ -147,6 +147,12 @@ class Opcode(enum.Enum):
     WHILE = "while"
     XOR = "xor"
 
+    # Enum hashes a member by its name in Python code; opcodes are looked up in the trait sets
+    # below (and in the propagation and partitioning rule tables) millions of times on a big
+    # module, so they hash by identity, in C.  Members are singletons, so equal members still
+    # hash alike; what changes is only the (already per-process) iteration order of the sets.
+    __hash__ = object.__hash__
+
     # ------------------------------------------------------------- traits --
     @property
     def is_elementwise_unary(self) -> bool:

@@ -33,13 +33,10 @@ class Shape:
 
     __slots__ = ()
 
-    @property
-    def is_tuple(self) -> bool:
-        return isinstance(self, TupleShape)
-
-    @property
-    def is_array(self) -> bool:
-        return isinstance(self, ArrayShape)
+    # Class attributes, set by each kind (not properties): every pass asks them of every
+    # instruction, propagation millions of times on a big module.
+    is_tuple: bool = False
+    is_array: bool = False
 
     def to_hlo(self, with_layout: bool = True) -> str:
         raise NotImplementedError
@@ -64,6 +61,8 @@ class ArrayShape(Shape):
     layout: Layout | None = field(default=None, compare=True)
     unbounded: tuple[bool, ...] = ()  # per dim: True for `?`
     _text: str | None = field(default=None, init=False, compare=False, repr=False)
+    _bare_text: str | None = field(default=None, init=False, compare=False, repr=False)  # without layout
+    is_array = True  # not a field (no annotation): see Shape
 
     @property
     def rank(self) -> int:
@@ -102,14 +101,16 @@ class ArrayShape(Shape):
         return str(self.dims[i])
 
     def to_hlo(self, with_layout: bool = True) -> str:
-        if with_layout and self._text is not None:
-            return self._text
+        cached = self._text if with_layout else self._bare_text
+        if cached is not None:
+            return cached
         dims = ",".join(self._dim_text(i) for i in range(self.rank))
         text = f"{self.element_type.value}[{dims}]"
         if with_layout and self.layout is not None:
             text += self.layout.to_hlo()
-        if with_layout:
-            object.__setattr__(self, "_text", text)  # shapes are shared and printed often
+        # shapes are shared and printed often (and layout-insensitive CSE keys every value by
+        # its text without layout)
+        object.__setattr__(self, "_text" if with_layout else "_bare_text", text)
         return text
 
 
@@ -118,6 +119,7 @@ class TupleShape(Shape):
     """`(f32[8], s32[])`."""
 
     elements: tuple[Shape, ...] = ()
+    is_tuple = True  # not a field (no annotation): see Shape
 
     def byte_size(self) -> int:
         return sum(e.byte_size() for e in self.elements)

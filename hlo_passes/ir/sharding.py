@@ -38,6 +38,8 @@ class ShardingKind(enum.Enum):
     TILED = "tiled"
     TUPLE = "tuple"
 
+    __hash__ = object.__hash__  # by identity, in C: see Opcode
+
 
 class SubgroupKind(enum.Enum):
     """What a trailing tile dimension means (XLA's OpSharding::Type for last_tile_dims)."""
@@ -46,6 +48,8 @@ class SubgroupKind(enum.Enum):
     MANUAL = "manual"
     MAXIMAL = "maximal"
     OTHER = "other"
+
+    __hash__ = object.__hash__  # by identity, in C: see Opcode
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,14 +321,22 @@ class Sharding:
     def is_tuple(self) -> bool:
         return self.kind is ShardingKind.TUPLE
 
-    @property
+    # The next three are cached (a sharding is a frozen value): propagation reads them for the
+    # same few shardings hundreds of thousands of times on a big module.
+    @cached_property
     def data_rank(self) -> int:
         """Number of tile dimensions that split the array (the rest enumerate replicas)."""
         return len(self.tile_dims) - len(self.subgroups)
 
-    @property
+    @cached_property
     def data_tile_dims(self) -> tuple[int, ...]:
         return self.tile_dims[: self.data_rank]
+
+    @cached_property
+    def data_tile_count(self) -> int:
+        """Tiles the data is cut into (the product of `data_tile_dims`; replicas and manual
+        groups not counted)."""
+        return math.prod(self.data_tile_dims)
 
     @property
     def replication_factor(self) -> int:

@@ -89,6 +89,8 @@ class StructuralFingerprints:
 
     def called(self, instr: Instruction) -> tuple[Any, ...]:
         """(key, fingerprint or tuple of fingerprints) for each computation `instr` calls."""
+        if not instr.called:  # most instructions (CSE asks of every one)
+            return ()
         return tuple(sorted(
             (k, tuple(self.of(c) for c in v) if isinstance(v, tuple) else self.of(v))
             for k, v in instr.called.items()))

@@ -45,6 +45,10 @@ class PrimitiveType(enum.Enum):
     TOKEN = "token"
     OPAQUE = "opaque"
 
+    # By identity, in C (Enum's own hashes the name in Python): shapes, and so the element
+    # types, are hashed as cache keys by the partitioner.  See Opcode.
+    __hash__ = object.__hash__
+
     @property
     def bit_width(self) -> int:
         return _BIT_WIDTH[self]

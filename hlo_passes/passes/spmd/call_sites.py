@@ -97,6 +97,8 @@ class CallSiteCopies:
             if len(representatives) > 1:
                 kept.append((original, len(representatives) - 1))
         self.module.remove_computations(going)
+        for comp in going:
+            comp.discard()  # freed now rather than by the cyclic collector
         return kept
 
     @staticmethod

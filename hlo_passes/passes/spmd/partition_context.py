@@ -42,6 +42,8 @@ from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap, stable_order
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
     from hlo_passes.passes.pass_base import ModulePass
+    from hlo_passes.passes.spmd.reshard import Step
+    from hlo_passes.passes.spmd.sharding_util import ExactKey
 
 S32 = PrimitiveType.S32
 PRED = PrimitiveType.PRED
@@ -154,7 +156,18 @@ def local_shape(shape: Shape, sharding: Sharding) -> Shape:
         return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
     if not isinstance(shape, ArrayShape) or sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
-    return shape.with_dims(sharding.tile_shape(shape.dims))
+    # Kept per shape object and tile counts: a model's instructions share a few dozen shape
+    # objects, and every handler asks for its result's local shape.
+    key = (id(shape), sharding.data_tile_dims)
+    found = _LOCAL_SHAPES.get(key)
+    if found is None or found[0] is not shape:
+        if len(_LOCAL_SHAPES) > 10_000:
+            _LOCAL_SHAPES.clear()
+        found = _LOCAL_SHAPES[key] = (shape, shape.with_dims(sharding.tile_shape(shape.dims)))
+    return found[1]
+
+
+_LOCAL_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[ArrayShape, ArrayShape]] = {}  # see local_shape
 
 
 def tm_local_dims(tm: TileMap, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -245,6 +258,17 @@ class PartitionContext:
         self.n = num_partitions
         self.owner = owner
         self.cost_model = cost_model
+        # Answers worked out from shardings and shapes alone, which a run meets again at every
+        # layer of a model, kept per run; keyed by the shardings' exact forms (sharding_util.exact).
+        self.reducers: dict[tuple[Opcode, PrimitiveType], Computation] = {}  # Emitter._reducer
+        self.reshard_plans: dict[tuple[ExactKey, ExactKey, ArrayShape], list[Step]] = {}  # reshard._plan_of
+        # handlers/shape_ops.reshape: (target, operand sharding, operand shape, result shape) ->
+        # (operand map, result map, replicated because a sharded dim splits unevenly)
+        self.reshape_plans: dict[tuple[ExactKey, ExactKey, ArrayShape, ArrayShape],
+                                 tuple[TileMap, TileMap, bool]] = {}
+        # handlers/dot.partition_dot_like: everything the choice depends on -> the iteration-space
+        # tiling (None: none is consistent)
+        self.dot_tilings: dict[tuple[object, ...], TileMap | None] = {}
 
     def channel_id(self) -> int:
         return self.module.new_channel_id()
@@ -370,15 +394,26 @@ class Emitter:
         return self.b().select(mask, x, self.broadcast_scalar(fill, etype, tuple(x.array_shape.dims)))
 
     # ------------------------------------------------------- collectives --
+    def _reducer(self, opcode: Opcode, element_type: PrimitiveType) -> Computation:
+        """Reduction.computation, kept per run: finding it scans the module's computations by
+        name, and the partitioned step has hundreds of all-reduces and over a thousand
+        computations."""
+        key = (opcode, element_type)
+        module = self.ctx.module
+        comp = self.ctx.reducers.get(key)
+        if comp is None or comp not in module.computations:
+            comp = self.ctx.reducers[key] = Reduction(opcode, element_type).computation(module)
+        return comp
+
     def all_reduce(self, x: Instruction, groups: DeviceGroups, opcode: Opcode) -> Instruction:
         if _singletons(groups):
             return x
-        red = Reduction(opcode, x.array_shape.element_type).computation(self.ctx.module)
+        red = self._reducer(opcode, x.array_shape.element_type)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
     def reduce_scatter(self, x: Instruction, dim: int, groups: DeviceGroups, opcode: Opcode) -> Instruction:
-        red = Reduction(opcode, x.array_shape.element_type).computation(self.ctx.module)
+        red = self._reducer(opcode, x.array_shape.element_type)
         return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 

@@ -55,8 +55,8 @@ SAME_RANK_PASSTHROUGH_TARGETS = frozenset({
 class PropagationContext(Protocol):
     """What rules read and write; implemented by the pass (sharding_propagation._Walk)."""
 
-    aggressiveness: int
-
+    @property
+    def aggressiveness(self) -> int: ...  # the round's level (0-3)
     @property
     def may_combine(self) -> bool: ...  # merge compatible partial shardings (level > 0)
 
@@ -67,6 +67,7 @@ class PropagationContext(Protocol):
     def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool: ...
     def non_root_users(self, instr: Instruction) -> int: ...
     def caller_of(self, instr: Instruction) -> Instruction | None: ...
+    def operand_indices(self, user: Instruction, operand: Instruction) -> list[int]: ...  # where user reads it
     def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None: ...
     def remark(self, instr: Instruction, message: str) -> None: ...  # a deliberate difference from XLA
 
@@ -80,8 +81,10 @@ def is_elementwise(instr: Instruction) -> bool:
         src, dst = instr.operands[0].shape, instr.shape
         return (isinstance(src, ArrayShape) and isinstance(dst, ArrayShape)
                 and src.element_type.bit_width == dst.element_type.bit_width)
-    return (op in ELEMENTWISE_UNARY or op in ELEMENTWISE_BINARY or op in ELEMENTWISE_TERNARY
-            or op in (Opcode.MAP, Opcode.RNG))
+    return op in _ELEMENTWISE
+
+
+_ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {Opcode.MAP, Opcode.RNG}
 
 
 def is_custom_call(instr: Instruction, *targets: str) -> bool:
@@ -129,12 +132,18 @@ _LEVEL0 = frozenset({
 
 def passes_at_level(instr: Instruction, aggressiveness: int) -> bool:
     """XLA's CanPropagateThroughAtAggressiveLevel."""
-    if (aggressiveness < 1 and not (is_elementwise(instr) or is_custom_call(instr, SHARDING))
-            and instr.opcode not in _LEVEL0):
-        return False
-    if aggressiveness < 2 and instr.opcode is Opcode.BROADCAST:
-        return False
-    return True
+    return aggressiveness >= propagation_level(instr)
+
+
+def propagation_level(instr: Instruction) -> int:
+    """The lowest aggressiveness at which propagation crosses `instr` (XLA's
+    CanPropagateThroughAtAggressiveLevel as a threshold, which the pass keeps per instruction):
+    0 for pass-through ops, 2 for broadcasts, 1 for the rest."""
+    if instr.opcode is Opcode.BROADCAST:
+        return 2
+    if is_elementwise(instr) or is_custom_call(instr, SHARDING) or instr.opcode in _LEVEL0:
+        return 0
+    return 1
 
 
 _SPATIAL = frozenset({
@@ -297,7 +306,7 @@ def _broadcast_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     dims = instr.dimensions
     tiles = [s.tile_dims[dims.index(i)] if i in dims else 1 for i in range(instr.array_shape.rank)]
     tiles += list(s.tile_dims[s.data_rank:])
-    new = su.same_kind_subgroup(s, su.arr(s).reshape(tiles))
+    new = su.retile(s, tiles)
     return ctx.improve(new, instr, aggressive=_single_user(ctx, instr))
 
 
@@ -605,7 +614,7 @@ def _transpose_backward(ctx: PropagationContext, instr: Instruction, user: Instr
 def _tuple_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """The element's sharding; an operand used twice takes the more specific of its elements."""
     s = known_sharding(ctx, user)
-    indices = [i for i, o in enumerate(user.operands) if o is instr]
+    indices = ctx.operand_indices(user, instr)
     best = su.sub_sharding(user.shape, s, indices[0])
     for i in indices[1:]:
         alt = su.sub_sharding(user.shape, s, i)
@@ -653,7 +662,7 @@ def _reduce_backward(ctx: PropagationContext, instr: Instruction, user: Instruct
             else:
                 target.append(s.tile_dims[nxt])
                 nxt += 1
-        s = su.same_kind_subgroup(s, su.arr(s).reshape(target))
+        s = su.retile(s, target)
     n = len(user.operands) // 2
     for operand in user.operands[:n]:
         other = ctx.sharding(operand)

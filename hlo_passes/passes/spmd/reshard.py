@@ -44,9 +44,10 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
-from hlo_passes.passes.spmd.partition_context import (DeviceGroups, Emitter, ManualGroupsMismatch, PValue,
-                                                       groups_varying, is_fully_manual, is_partially_manual,
+from hlo_passes.passes.spmd.partition_context import (DeviceGroups, Emitter, ManualGroupsMismatch, PartitionContext,
+                                                       PValue, groups_varying, is_fully_manual, is_partially_manual,
                                                        manual_only, same_placement, tile_map, tm_local_dims,
                                                        to_sharding)
 from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
@@ -402,11 +403,12 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     if frame is None:
         return PValue(value.instr, dst, shape)
     src_tm, dst_tm = frame
+    steps = _plan_of(em.ctx, value.sharding, dst, frame, shape)
     if is_partially_manual(value.sharding) and not is_partially_manual(dst):
         dst = to_sharding(dst_tm)  # "replicated" inside the region: whole per manual group
     x = value.instr
     dims = tuple(shape.dims)
-    for step in plan(src_tm, dst_tm, shape, em.ctx.cost_model):
+    for step in steps:
         if step.kind == "slice":
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
@@ -420,6 +422,18 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
             x = em.slice_to(x, tuple(min(a, t) for a, t in zip(x.array_shape.dims, tm_local_dims(step.result, dims))))
         src_tm = step.result
     return PValue(x, dst, shape)
+
+
+def _plan_of(ctx: PartitionContext, src: Sharding, dst: Sharding, frame: tuple[TileMap, TileMap],
+             shape: ArrayShape) -> list[Step]:
+    """`plan` between the maps `frame` of a resharding from `src` to `dst` (manual_frame's
+    answer, a function of the two shardings), kept per run by the shardings' exact forms: every
+    layer of a model reshards between the same few shardings."""
+    key = (su.exact(src), su.exact(dst), shape)
+    found = ctx.reshard_plans.get(key)
+    if found is None:
+        found = ctx.reshard_plans[key] = plan(*frame, shape, ctx.cost_model)
+    return found
 
 
 def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:

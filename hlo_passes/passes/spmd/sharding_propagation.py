@@ -48,12 +48,14 @@ copies) and XLA's CSE-prevention mode is not offered.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Literal, cast
+from typing import Callable, Literal, cast
 
 import numpy as np
 
+from hlo_passes._gc import collector_paused
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -69,12 +71,17 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles, root_of
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
-                                                      SHARDING, forward_rule, is_custom_call, passes_at_level,
+                                                      SHARDING, forward_rule, is_custom_call, propagation_level,
                                                       supports_spatial_partitioning, user_rule)
 from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
+_ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
+# An evaluation that changed nothing (see _Walk._evaluate), in one flat tuple (there is one per
+# instruction and direction): the lowest and highest level at which it would run alike, the k
+# instructions whose shardings it read, then those k shardings.
+_Settled = tuple[int, int, *tuple[object, ...]]
 
 
 class PropagationError(PassFailed):
@@ -119,10 +126,13 @@ class ShardingPropagation(ModulePass):
         _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
         sites = CallSiteCopies.flatten(module)
-        flat = _Flat(module)
-        walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
-        walk.run()
-        changed |= flat.transfer(walk.state, self)
+        with collector_paused():  # the walk makes many small objects and no cycles but the copy
+            flat = _Flat(module)
+            walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
+            walk.run()
+            changed |= flat.transfer(walk.state, self)
+            if flat.module is not module:
+                flat.module.discard()  # the copy's cycles broken: freed with the walk, not left to the collector
         for body, extra in sites.merge_back():
             changed = True
             self.remark(None, f"{body.name}: its call sites disagree on its shardings; {extra + 1} bodies, one per "
@@ -433,19 +443,65 @@ class _Walk:
         self.group_of: dict[Instruction, tuple[str, int]] = {}
         self.groups: dict[tuple[str, int], list[Instruction]] = {}
         self.caller: dict[Computation | None, Instruction] = {}  # (a parentless instruction has no caller)
-        self.aggressiveness = 0
+        self.level = 0  # the round's aggressiveness (rules read `aggressiveness`)
+        self._forced_level: int | None = None  # what rules see instead, during a lookahead
         self._overlay: dict[Instruction, Sharding] | None = None
         self._remarked: set[tuple[str, str]] = set()
+        self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
+        self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
+        # What the graph alone decides, per instruction, kept for the walk (the graph is fixed):
+        # the level from which propagation crosses it, whether it may take a sharding from its
+        # operands / users (less the collective case, which reads a sharding), the manual
+        # conversions.
+        self._levels: dict[Instruction, int] = {}
+        self._supports_forward: dict[Instruction, bool] = {}
+        self._supports_backward: dict[Instruction, bool] = {}
+        self._conversions: set[Instruction] = set()
+        # Evaluations that changed nothing, with what they read (see `_evaluate`); and, while an
+        # evaluation runs, what it has read so far and the levels it would answer alike at.
+        self._settled_ops: dict[Instruction, _Settled] = {}
+        self._settled_users: dict[Instruction, _Settled] = {}
+        self._reads: dict[Instruction, Sharding | None] | None = None
+        self._levels_alike = (0, _ANY_LEVEL)
+        self._wrote = False
 
     # ------------------------------------------------------ context (rules) --
+    # Every read of a sharding and of the level goes through these, so that an evaluation's
+    # inputs are known (see `_evaluate`).
+    @property
+    def aggressiveness(self) -> int:
+        if self._forced_level is not None:
+            return self._forced_level
+        if self._reads is not None:  # a rule compares the level itself: it may answer otherwise at any other
+            self._levels_alike = (self.level, self.level)
+        return self.level
+
+    def _at_least(self, level: int) -> bool:
+        """Is the round's level at least `level` (noted for the evaluation running)?"""
+        if self._forced_level is not None:
+            return self._forced_level >= level
+        yes = self.level >= level
+        if self._reads is not None:
+            lo, hi = self._levels_alike
+            if yes:
+                if level > lo:
+                    self._levels_alike = (level, hi)
+            elif level <= hi:
+                self._levels_alike = (lo, level - 1)
+        return yes
+
     @property
     def may_combine(self) -> bool:
-        return self.aggressiveness > 0
+        return self._at_least(1)
 
     def sharding(self, instr: Instruction) -> Sharding | None:
         if self._overlay is not None and instr in self._overlay:
             return self._overlay[instr]
-        return self.state.get(instr)
+        s = self.state.get(instr)
+        reads = self._reads
+        if reads is not None and instr not in reads:
+            reads[instr] = s
+        return s
 
     def set_sharding(self, instr: Instruction, s: Sharding) -> None:
         if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
@@ -454,9 +510,11 @@ class _Walk:
             self._overlay[instr] = s
         else:
             self.state[instr] = s
+            self._wrote = True
 
     def clear_sharding(self, instr: Instruction) -> None:
         self.state.pop(instr, None)
+        self._wrote = True
 
     def non_root_users(self, instr: Instruction) -> int:
         parent = instr.parent
@@ -473,6 +531,17 @@ class _Walk:
     def caller_of(self, instr: Instruction) -> Instruction | None:
         return self.caller.get(instr.parent)
 
+    def operand_indices(self, user: Instruction, operand: Instruction) -> list[int]:
+        """The operand positions at which `user` reads `operand`, ascending.  Kept per user (the
+        graph does not change during the walk): a big step's root tuple has thousands of
+        operands, each of which asks it once per sweep."""
+        table = self._operand_indices.get(user)
+        if table is None:
+            table = self._operand_indices[user] = {}
+            for i, o in enumerate(user.operands):
+                table.setdefault(o, []).append(i)
+        return table[operand]
+
     def improved(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> Sharding | None:
         if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
             s = su.single(instr.shape, s)
@@ -485,6 +554,15 @@ class _Walk:
         (unless `aggressive`: an op with one user may take any sharding with more tiles)."""
         if not self.propagate_metadata:
             s = _strip(s)
+        if s is cur or (cur is not None and s.kind is cur.kind and s.kind is not ShardingKind.TUPLE
+                        and s.tile_dims == cur.tile_dims and s.subgroups == cur.subgroups and s == cur):
+            # The common case by far (a value offered the very sharding object it holds, as
+            # elementwise chains pass theirs on, or one of the same form: same kind, tile dims,
+            # subgroup kinds and so, being equal, the same devices): nothing below can accept it
+            # (a sharding is neither strictly better nor more specific than itself, and merges
+            # with itself to no more tiles), so say so without the merge.  Not mere equality:
+            # two equal shardings of different forms (a non-normalised tiling) may differ below.
+            return None
         if cur is not None and _strictly_better(s, cur):
             return s
         if not su.is_spatially_partitioned(s):
@@ -526,19 +604,36 @@ class _Walk:
         self.set_sharding(instr, su.tuple_sharding(leaves))
         return True
 
+    def _threshold(self, instr: Instruction) -> int:
+        """propagation_rules.propagation_level, kept per instruction."""
+        threshold = self._levels.get(instr)
+        if threshold is None:
+            threshold = self._levels[instr] = propagation_level(instr)
+        return threshold
+
+    def _passes(self, instr: Instruction) -> bool:
+        """propagation_rules.passes_at_level at the round's level."""
+        threshold = self._levels.get(instr)
+        if threshold is None:
+            threshold = self._levels[instr] = propagation_level(instr)
+        return threshold == 0 or self._at_least(threshold)  # every level is at least 0
+
     def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
         """XLA's GetShardingFromUser: what `user` asks of its operand `instr`."""
-        level = self.aggressiveness if level is None else level
-        if not passes_at_level(user, level):
+        if level is None:  # at the round's level: nothing to set and restore
+            if not self._passes(user) or not su.is_spatially_partitioned(self.sharding(user)):
+                return None
+            return user_rule(user)(self, instr, user)
+        if level < self._threshold(user):
             return None
         if not su.is_spatially_partitioned(self.sharding(user)):
             return None
-        saved = self.aggressiveness
-        self.aggressiveness = level
+        saved = self._forced_level
+        self._forced_level = level
         try:
             return user_rule(user)(self, instr, user)
         finally:
-            self.aggressiveness = saved
+            self._forced_level = saved
 
     def lookahead_user_sharding(self, instr: Instruction) -> Sharding | None:
         """The sharding the first sharded user down a chain of single users asks of `instr`
@@ -571,11 +666,21 @@ class _Walk:
         self._process_annotations()
         self._link_computations()
         self._fix_provided()
-        for level in range(4):
+        # Propagation sets shardings only; the graph, so each post order, is fixed.
+        self.orders = {comp: comp.post_order() for comp in self.comps}
+        self._conversions = {i for order in self.orders.values() for i in order
+                             if is_custom_call(i, FULL_TO_SHARD, SHARD_TO_FULL)}
+        for level in range(3):
             self._to_fixed_point(level, shard_groups=True)
+        before = dict(self.state)
+        sweeps = self._to_fixed_point(3, shard_groups=True)
         self._align_shard_as()
         self._relay_barrier_from()
-        self._to_fixed_point(3, shard_groups=False)
+        if not (sweeps == 1 and _same_objects(self.state, before)):
+            # Skipped when it would repeat the level-3 round's only sweep: that round changed
+            # nothing, and nothing has changed since, so every rule would see what it saw then
+            # (rules read only the shardings, the level and the fixed graph) and answer no again.
+            self._to_fixed_point(3, shard_groups=False)
         self._relay_barrier_from()
         self._restore_entry()
 
@@ -695,8 +800,10 @@ class _Walk:
                 self.state[instr] = _unknown_to_replicated(s)
 
     # ------------------------------------------------------------- rounds --
-    def _to_fixed_point(self, level: int, *, shard_groups: bool) -> None:
-        self.aggressiveness = level
+    def _to_fixed_point(self, level: int, *, shard_groups: bool) -> int:
+        """Sweep (groups, forward, backward, per computation) until a sweep changes nothing;
+        returns the number of sweeps, the last one included."""
+        self.level = level
         done_group: set[Instruction] = set()
         done_ops: set[Instruction] = set()
         done_users: set[Instruction] = set()
@@ -719,9 +826,9 @@ class _Walk:
             for other in changed_related:
                 clear_cache(other)
 
-        # Propagation sets shardings only; the graph, so each post order, is fixed.
-        orders = {comp: comp.post_order() for comp in self.comps}
-        for _ in range(10000):
+        orders = self.orders
+        conversions = self._conversions
+        for sweep in range(1, 10001):
             changed = False
             for comp in self.comps:
                 order = orders[comp]
@@ -753,11 +860,11 @@ class _Walk:
                                 changed = True
                         continue
                     done_ops.add(instr)
-                    if self._from_operands(instr):
+                    if self._evaluate(instr, self._from_operands, self._settled_ops):
                         after_change(instr)
                         changed = True
                 for instr in reversed(order):
-                    if is_custom_call(instr, FULL_TO_SHARD, SHARD_TO_FULL) and instr not in done_users:
+                    if instr in conversions and instr not in done_users:
                         done_users.discard(instr.operands[0])
                     if instr in done_users:
                         continue
@@ -772,12 +879,42 @@ class _Walk:
                                 changed = True
                         continue
                     done_users.add(instr)
-                    if self._from_users(instr):
+                    if self._evaluate(instr, self._from_users, self._settled_users):
                         after_change(instr)
                         changed = True
             if not changed:
-                return
+                return sweep
         raise PropagationError("sharding propagation did not reach a fixed point")
+
+    def _evaluate(self, instr: Instruction, rule: Callable[[Instruction], bool],
+                  settled: dict[Instruction, _Settled]) -> bool:
+        """`rule(instr)` (_from_operands or _from_users), unless it is known to change nothing.
+
+        A rule's answer is a function of the shardings it reads, of the level (through
+        `aggressiveness`, `may_combine` and the crossing thresholds) and of the graph, which is
+        fixed; it writes only through `set_sharding`.  So an evaluation that wrote nothing is
+        kept with the shardings it read (the very objects) and the range of levels at which
+        its level tests come out the same; asked again with those objects in place at such a
+        level, the rule would take the same path to the same "no", and is not run.  This spares
+        most of each round's first sweep, which asks every instruction afresh while most of the
+        graph is as the previous round left it."""
+        found = settled.get(instr)
+        if found is not None and found[0] <= self.level <= found[1]:
+            n = len(found) // 2
+            read = cast("tuple[Instruction, ...]", found[2:n + 1])  # (the instructions: see _Settled)
+            if all(map(operator.is_, map(self.state.get, read), found[n + 1:])):
+                return False
+        self._reads, self._levels_alike, self._wrote = {}, (0, _ANY_LEVEL), False
+        try:
+            changed = rule(instr)
+        finally:
+            reads, self._reads = self._reads, None
+        if changed or self._wrote:
+            settled.pop(instr, None)
+        else:
+            # (mypy reads a display with starred parts as a homogeneous tuple)
+            settled[instr] = cast(_Settled, (*self._levels_alike, *reads, *reads.values()))
+        return changed
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
         def to_related(search: Instruction) -> None:
@@ -798,10 +935,16 @@ class _Walk:
             if caller is not None:
                 to_related(caller)
 
-    def _supports(self, instr: Instruction, *, allow_output: bool, allow_params: bool) -> bool:
-        return supports_spatial_partitioning(instr, in_called=instr.parent in self.caller,
-                                             allow_output=allow_output, allow_parameters=allow_params
-                                             ) or self._tiles_through_manual_collective(instr)
+    def _supports(self, instr: Instruction, *, from_users: bool) -> bool:
+        """May `instr` take a sharding from its operands (the entry root only if the output may
+        change) or from its users (entry parameters only if they may change)?"""
+        table = self._supports_backward if from_users else self._supports_forward
+        static = table.get(instr)
+        if static is None:
+            static = table[instr] = supports_spatial_partitioning(
+                instr, in_called=instr.parent in self.caller, allow_output=not from_users and self.allow_output,
+                allow_parameters=from_users and self.allow_params)
+        return static or self._tiles_through_manual_collective(instr)
 
     def _tiles_through_manual_collective(self, instr: Instruction) -> bool:
         """An all-reduce or collective-permute a partially manual region writes (shard_map's psum,
@@ -811,7 +954,7 @@ class _Walk:
         (handlers/manual_collectives.py) runs it on tiles."""
         if instr.opcode not in (Opcode.ALL_REDUCE, Opcode.COLLECTIVE_PERMUTE) or len(instr.operands) != 1:
             return False
-        s = self.state.get(instr.operands[0])
+        s = self.sharding(instr.operands[0])
         if s is None or not isinstance(instr.shape, ArrayShape) or not su.is_manual_subgroup(s):
             return False
         tm = TileMap.from_sharding(s, len(s.devices), instr.shape.rank)
@@ -819,31 +962,30 @@ class _Walk:
 
     def _from_operands(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromOperands."""
-        level = self.aggressiveness
-        if not passes_at_level(instr, level):
+        if not self._passes(instr):
             return False
-        cur = self.state.get(instr)
+        cur = self.sharding(instr)
         if cur is not None and su.is_manual(cur):
             return False
         if ((cur is None or su.is_tile_maximal(cur))
                 and (not instr.shape.is_tuple or instr.opcode in (Opcode.REDUCE, Opcode.SORT, Opcode.REDUCE_WINDOW)
                      or instr.opcode is Opcode.CUSTOM_CALL)):
             for op in instr.operands:
-                s = self.state.get(op)
+                s = self.sharding(op)
                 if s is None or not su.is_manual(s):
                     continue
                 if is_custom_call(instr, SHARD_TO_FULL):
                     return False
-                if level == 0 and instr.opcode in (Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE):
+                if instr.opcode in (Opcode.CONCATENATE, Opcode.DYNAMIC_SLICE) and not self._at_least(1):
                     return False
                 self.set_sharding(instr, su.manual(_first_metadata(s)))
                 return True
-        if not self._supports(instr, allow_output=self.allow_output, allow_params=False):
+        if not self._supports(instr, from_users=False):
             if (instr.shape.is_tuple or not instr.operands or instr.is_root
                     or instr.has_side_effect):
                 return False
             for op in instr.operands:
-                s = self.state.get(op)
+                s = self.sharding(op)
                 if s is not None and s.kind is ShardingKind.REPLICATED:
                     return self.improve(s, instr)
             return False
@@ -851,29 +993,31 @@ class _Walk:
 
     def _from_users(self, instr: Instruction) -> bool:
         """XLA's InferShardingFromUsers."""
-        level = self.aggressiveness
-        if level < 2 and instr.opcode is Opcode.BROADCAST:
+        if instr.opcode is Opcode.BROADCAST and not self._at_least(2):
             return False
-        cur = self.state.get(instr)
+        cur = self.sharding(instr)
         if cur is not None and su.is_manual(cur):
             return False
+        # What each user asked in the manual check, reused below until a sharding changes (rules
+        # are pure: asked again on the same shardings, a user answers the same).
+        asked: dict[Instruction, Sharding | None] = {}
         if cur is None or su.is_tile_maximal(cur):
             for user in instr.users:
-                us = self.state.get(user)
+                us = self.sharding(user)
                 if us is None or is_custom_call(user, FULL_TO_SHARD):
                     continue
                 if not instr.shape.is_tuple and su.is_manual(us):
                     self.set_sharding(instr, su.manual(_first_metadata(us)))
                     return True
-                found = self.sharding_from_user(instr, user)
+                found = asked[user] = self.sharding_from_user(instr, user)
                 if found is not None and su.is_manual(found):
                     self.set_sharding(instr, found)
                     return True
-        if not self._supports(instr, allow_output=False, allow_params=self.allow_params):
+        if not self._supports(instr, from_users=True):
             return False
         improved = False
         for user in instr.users:
-            found = self.sharding_from_user(instr, user)
+            found = asked[user] if not improved and user in asked else self.sharding_from_user(instr, user)
             if found is not None and is_custom_call(instr, BARRIER_TO):
                 found = su.replicated()
             if found is not None:
@@ -882,7 +1026,7 @@ class _Walk:
 
     # ------------------------------------------------------------ groups --
     def _from_group(self, instr: Instruction, group: list[Instruction]) -> bool:
-        if not passes_at_level(instr, self.aggressiveness):
+        if not self._passes(instr):
             return False
         cur = self.state.get(instr)
         if cur is not None and su.is_manual(cur):
@@ -1058,6 +1202,11 @@ class _Walk:
                     self.state[p] = su.single(p.shape, su.replicated())
 
 # ------------------------------------------------------------------ helpers --
+def _same_objects(a: dict[Instruction, Sharding], b: dict[Instruction, Sharding]) -> bool:
+    """The same instructions hold the very same sharding objects in both."""
+    return len(a) == len(b) and all(b.get(k) is v for k, v in a.items())
+
+
 def _strictly_better(lhs: Sharding, rhs: Sharding) -> bool:
     """Manual over tile-maximal (XLA's IsShardingStrictlyBetter)."""
     if lhs.kind is ShardingKind.TUPLE or rhs.kind is ShardingKind.TUPLE:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from typing import Callable, Final, Iterable, Sequence, TypeVar, overload
+from typing import Callable, Final, Iterable, Sequence, TypeAlias, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -149,7 +149,7 @@ def num_tiles(s: Sharding) -> int:
     """Tiles of the data (replicas and manual groups not counted); 1 when not tiled."""
     if s.kind is not ShardingKind.TILED:
         return 1
-    return math.prod(s.data_tile_dims)
+    return s.data_tile_count
 
 
 def tile_dim(s: Sharding, i: int) -> int:
@@ -266,6 +266,23 @@ def same_kind_subgroup(s: Sharding, a: Int64Array) -> Sharding:
     return subgroup(a, s.subgroups, s.metadata)
 
 
+_RETILED: dict[tuple[ExactKey, tuple[int, ...]], Sharding] = {}
+
+
+def retile(s: Sharding, tiles: Sequence[int]) -> Sharding:
+    """`same_kind_subgroup(s, arr(s).reshape(tiles))`: the same devices in the same order over
+    other tile dims (size-1 dims added or dropped).  Cached by `exact` input: propagation asks
+    it of the same few shardings at every layer (reduces, broadcasts)."""
+    key = (exact(s), tuple(tiles))
+    found = _RETILED.get(key)
+    if found is None:
+        found = same_kind_subgroup(s, arr(s).reshape(tiles))
+        if len(_RETILED) > 10_000:  # a module asks for a few hundred
+            _RETILED.clear()
+        _RETILED[key] = found
+    return found
+
+
 def tuple_sharding(leaves: Iterable[Sharding]) -> Sharding:
     return Sharding.tuple_of(list(leaves))
 
@@ -337,6 +354,20 @@ def _spelling(s: Sharding) -> _Spelling:
     """What a sharding carries besides its meaning (an operation may hand its input back)."""
     return (s.metadata, s.iota, s.replicate_spelled_as_flag, s.devices_spelled_explicitly, s.named_mesh,
             s.open_dims)
+
+
+# A cache key for a sharding down to its form and spelling (see `exact`).
+ExactKey: TypeAlias = tuple[object, ...]
+
+
+def exact(s: Sharding) -> ExactKey:
+    """A cache key for `s` down to its form and spelling: two shardings with one key have the
+    same kind, tile dims, subgroup kinds, device array (equal meaning over the same dims and
+    kinds leaves no freedom in the array) and spelling, so any computation on them answers the
+    same.  Meaning alone would also match a non-normalised form of the same layout."""
+    if s.kind is ShardingKind.TUPLE:
+        return (s.kind, tuple(exact(e) for e in s.elements), s.metadata)
+    return (s, s.kind, s.tile_dims, s.subgroups, _spelling(s))
 
 
 def _by_value(op: _Op) -> _Op:
@@ -426,7 +457,7 @@ def remove_dims(s: Sharding, dims: Iterable[int]) -> Sharding:
     if s.kind is not ShardingKind.TILED or not dims:
         return s
     shape = [t for i, t in enumerate(s.tile_dims) if i not in dims]
-    return same_kind_subgroup(s, arr(s).reshape(shape))
+    return retile(s, shape)
 
 
 @_by_value
@@ -620,11 +651,30 @@ def reshape_sharding(src: Sequence[int], dst: Sequence[int], s: Sharding) -> Sha
     return subgroup(arr(sh).reshape(target), kinds, sh.metadata)
 
 
+_THROUGH_RESHAPE: dict[tuple[tuple[int, ...], tuple[int, ...], ExactKey], Sharding] = {}
+
+
 def propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: Sharding) -> Sharding:
     """XLA's PropagateShardingThroughReshape: the longest runs of source dims whose tiling carries
-    over, merged; dims that cannot carry become replicated."""
+    over, merged; dims that cannot carry become replicated.
+
+    Cached by `exact` input: a model reshapes the same few shardings between the same few
+    shapes in every layer, both ways, and each answer costs a search over runs of dims with
+    numpy work per candidate."""
     if s.kind is not ShardingKind.TILED:
         return s
+    src, dst = tuple(src_shape.dims), tuple(dst_shape.dims)
+    key = (src, dst, exact(s))
+    found = _THROUGH_RESHAPE.get(key)
+    if found is None:
+        found = _propagate_through_reshape(src_shape, dst_shape, s)
+        if len(_THROUGH_RESHAPE) > 10_000:  # a module asks for a few hundred
+            _THROUGH_RESHAPE.clear()
+        _THROUGH_RESHAPE[key] = found
+    return found
+
+
+def _propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: Sharding) -> Sharding:
     src, dst = tuple(src_shape.dims), tuple(dst_shape.dims)
     if is_manual_subgroup(s):
         return _reshape_manual_subgroup(src_shape, dst_shape, s)
@@ -813,9 +863,24 @@ def merge(to_merge: Sharding, dst: Sharding, may_combine: bool) -> tuple[bool, S
     return is_more_specific(dst, to_merge), dst
 
 
+_SUBTILING: dict[tuple[tuple[int, ...], ExactKey, ExactKey], bool] = {}
+
+
 def is_subtiling(shape: ArrayShape, p: Sharding, s: Sharding) -> bool:
     """XLA's IsSubTilingOrEqualSharding: every device's tile under `p` lies inside its tile
-    under `s` (the last tile of a dim may run past the end, as padding)."""
+    under `s` (the last tile of a dim may run past the end, as padding).  Cached by dims and
+    `exact` shardings: propagation asks it of the same pairs at every layer."""
+    key = (tuple(shape.dims), exact(p), exact(s))
+    found = _SUBTILING.get(key)
+    if found is None:
+        found = _is_subtiling(shape, p, s)
+        if len(_SUBTILING) > 10_000:  # a module asks for tens
+            _SUBTILING.clear()
+        _SUBTILING[key] = found
+    return found
+
+
+def _is_subtiling(shape: ArrayShape, p: Sharding, s: Sharding) -> bool:
     if p.kind is ShardingKind.MANUAL or s.kind is ShardingKind.MANUAL:
         return False
     if is_tile_maximal(s):

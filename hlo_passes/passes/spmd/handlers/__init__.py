@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.passes.spmd.partition_context import is_fully_manual
 
 if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
     from hlo_passes.ir.shape import Shape
     from hlo_passes.ir.sharding import Sharding
+    from hlo_passes.passes.spmd.handlers import fallback, structural  # bound by _load_handlers at run time
     from hlo_passes.passes.spmd.partition_context import Emitter, PartitionContext, PValue
 
 class HandlerContext(Protocol):
@@ -94,11 +96,10 @@ _LOADED: list[bool] = []
 
 
 def handler_for(instr: Instruction) -> Handler:
-    # function-local: the handler modules import this package (a cycle at import time)
-    from hlo_passes.passes.spmd.handlers import fallback, structural
-    from hlo_passes.passes.spmd.partition_context import is_fully_manual
-
-    _load_handlers()
+    if not _LOADED:
+        # Once: the handler modules import this package (a cycle at import time).  Loading them
+        # binds them here too (`structural`, `fallback`), as importing a submodule does.
+        _load_handlers()
 
     if is_fully_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
             instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):

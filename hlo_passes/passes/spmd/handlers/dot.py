@@ -34,6 +34,7 @@ import numpy as np
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.cost_model import CostModel, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
@@ -62,6 +63,30 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
     """`lhs_map`/`rhs_map`: operand dim -> space dim (None: must stay untiled); space dims
     0..out_rank-1 are the output dims, `contracting` the summed ones, `untiled` never tiled."""
     lhs, rhs = instr.operands
+    target = p.target(instr)
+    # The choice depends on shardings, shapes and how many twin dots share each operand's
+    # reshard only: kept per run (a model's layers repeat the same dots, and pricing six
+    # candidate tilings is most of a dot's time).
+    sharers = (_twin_dots(p, instr, 0), _twin_dots(p, instr, 1))
+    key = (instr.opcode, su.exact(p.value(lhs).sharding), su.exact(p.value(rhs).sharding), su.exact(target),
+           lhs.shape, rhs.shape, instr.shape, tuple(lhs_map.items()), tuple(rhs_map.items()), out_rank,
+           tuple(contracting), tuple(untiled), sharers)
+    tilings = p.ctx.dot_tilings
+    if key in tilings:
+        best = tilings[key]
+    else:
+        best = tilings[key] = _cheapest_space(p, instr, lhs_map, rhs_map, out_rank, contracting, untiled, sharers)
+    if best is None:
+        return replicate(p, instr, "no consistent tiling of the dot's iteration space")
+    return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+
+
+def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_map: DimMap, out_rank: int,
+                    contracting: Sequence[int], untiled: Sequence[int], sharers: tuple[int, int]) -> TileMap | None:
+    """The iteration-space tiling of least estimated cost among the operands', the result's and
+    their merges (None when none is consistent); `sharers`: how many twin dots share each
+    operand's reshard (`_twin_dots`)."""
+    lhs, rhs = instr.operands
     space_rank = out_rank + len(contracting)
     target = p.target(instr)
     n = p.n
@@ -76,7 +101,6 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
-    sharers = (_twin_dots(p, instr, 0), _twin_dots(p, instr, 1))
     best: TileMap | None = None
     best_cost: Estimate | None = None
     for space in candidates:
@@ -90,9 +114,7 @@ def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, r
         c += partial_sum_cost(instr, space, out_rank, contracting, target, n, model)
         if best_cost is None or c < best_cost:
             best, best_cost = space, c
-    if best is None:
-        return replicate(p, instr, "no consistent tiling of the dot's iteration space")
-    return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
+    return best
 
 
 def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:

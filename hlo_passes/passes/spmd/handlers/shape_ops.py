@@ -26,7 +26,9 @@ from typing import Iterator
 import numpy as np
 
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.cost_model import Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
@@ -73,10 +75,30 @@ def reshape(p: HandlerContext, instr: Instruction) -> PValue:
             return replicate(p, instr, "reshape splits or merges a sharded dimension unevenly")
         x = p.operand_as(instr, 0, to_sharding(found[0]))
         return PValue(_local(p, instr, x, target), target, instr.shape)
-    element = instr.operands[0].shape
+    element, shape = instr.operands[0].array_shape, instr.array_shape
+    key = (su.exact(target), su.exact(op_value.sharding), element, shape)
+    plan = p.ctx.reshape_plans.get(key)
+    if plan is None:
+        plan = p.ctx.reshape_plans[key] = _reshape_plan(p, tm, target, op_value.sharding, element, shape)
+    op_tm, out_tm, uneven = plan
+    if uneven:
+        p.remark(instr, "replicated: reshape splits or merges a sharded dimension unevenly", kind="missed")
+    out = to_sharding(out_tm)
+    x = p.operand_as(instr, 0, to_sharding(op_tm))
+    return p.reshard(PValue(_local(p, instr, x, out), out, instr.shape), target)
+
+
+def _reshape_plan(p: HandlerContext, tm: TileMap, target: Sharding, op_sharding: Sharding, element: ArrayShape,
+                  shape: ArrayShape) -> tuple[TileMap, TileMap, bool]:
+    """(operand map, result map, replicated because a sharded dim splits unevenly) for a reshape
+    from `element` to `shape`: the cheapest candidate (see `reshape`).  It depends on the
+    shardings and shapes only, so the handler keeps it per run (a model has the same reshapes in
+    every layer, and pricing the candidates is most of a reshape's time)."""
+    in_dims, out_dims = tuple(element.dims), tuple(shape.dims)
+    n = p.n
     replicated = TileMap.replicated(len(in_dims), n)
     candidates = [reshape_tile_map(c, out_dims, in_dims) for c in _coarsenings(tm)]
-    candidates.append(tile_map(op_value.sharding, len(in_dims), n))
+    candidates.append(tile_map(op_sharding, len(in_dims), n))
     best: tuple[Estimate, TileMap, TileMap] | None = None
     for want in candidates:
         found = _local_reshape(want, in_dims, out_dims)
@@ -84,21 +106,18 @@ def reshape(p: HandlerContext, instr: Instruction) -> PValue:
             continue
         op_tm, out_tm = found
         model = p.ctx.cost_model
-        price = (cost(op_value.sharding, to_sharding(op_tm), element, n, model)
-                 + cost(to_sharding(out_tm), target, instr.shape, n, model))
+        price = (cost(op_sharding, to_sharding(op_tm), element, n, model)
+                 + cost(to_sharding(out_tm), target, shape, n, model))
         if best is None or price < best[0]:
             best = (price, op_tm, out_tm)
         if price.bytes == 0 and price.seconds == 0:  # nothing moves: no candidate can beat it
             break
-    full = cost(op_value.sharding, Sharding.replicated(), element, n, p.ctx.cost_model)
+    full = cost(op_sharding, Sharding.replicated(), element, n, p.ctx.cost_model)
+    uneven = False
     if best is None or (full < best[0] and tm.num_tiles > 1):
-        if tm.num_tiles > 1:
-            p.remark(instr, "replicated: reshape splits or merges a sharded dimension unevenly", kind="missed")
+        uneven = tm.num_tiles > 1
         best = (full, replicated, TileMap.replicated(len(out_dims), n))
-    _, op_tm, out_tm = best
-    out = to_sharding(out_tm)
-    x = p.operand_as(instr, 0, to_sharding(op_tm))
-    return p.reshard(PValue(_local(p, instr, x, out), out, instr.shape), target)
+    return best[1], best[2], uneven
 
 
 def _local(p: HandlerContext, instr: Instruction, x: Instruction, out: Sharding) -> Instruction:
