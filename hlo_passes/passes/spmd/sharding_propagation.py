@@ -235,6 +235,8 @@ class _Flat:
             self._canonicalize_conditionals(comp)
         for comp in propagated_computations(self.module):
             self._fold_tuples(comp, values)
+            if comp is self.module.entry:
+                self._single_result(comp, values)
             self._tuple_root(comp)
         for flat_instr, orig in self.origin.items():
             if flat_instr.parent is not None and flat_instr.parent.module is self.module:
@@ -323,6 +325,21 @@ class _Flat:
                 comp.remove(instr)
                 dead = True
 
+    def _single_result(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """The import returns an entry whose result is an unannotated one-element tuple as the
+        element itself (a function of one result): the element is then the root, which
+        propagation may only shard as the output flag allows.  (An annotated one keeps a root
+        of its own that holds the annotation.)"""
+        root = comp.root
+        if root.opcode is not Opcode.TUPLE or len(root.operands) != 1 or "sharding" in root.attributes:
+            return
+        comp.root = root.operands[0]
+        orig = self.origin.pop(root, None)
+        if orig is not None:
+            values.setdefault(orig, []).append(root)
+        self.dead_tuples[root] = list(root.operands)
+        comp.remove(root)
+
     def _tuple_root(self, comp: Computation) -> None:
         """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
         that made the value is then an ordinary instruction that may take a sharding, and the
@@ -357,7 +374,10 @@ class _Flat:
             s = instr.sharding if "sharding" in instr.attributes else None
             if s is not None and s.kind is not ShardingKind.TUPLE:
                 gte.sharding = s
-                instr.sharding = su.single(instr.shape, s)
+                if s.kind is ShardingKind.UNKNOWN:  # only a shard group: the element joins it
+                    del instr.attributes["sharding"]
+                else:
+                    instr.sharding = su.single(instr.shape, _without_group(s))  # the group is the element's
             orig = self.origin.pop(instr, None)
             if orig is not None:
                 self.origin[gte] = orig
@@ -1278,6 +1298,9 @@ def _reshaped_by_import(instr: Instruction) -> bool:
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
         return True
     if instr.parent.root is instr and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+        return True
+    if (instr.parent.is_entry and instr.parent.root is instr and instr.opcode is Opcode.TUPLE
+            and len(instr.operands) == 1 and "sharding" not in instr.attributes):
         return True
     return (not instr.users and instr.parent.root is not instr and instr.opcode is not Opcode.PARAMETER
             and not instr.has_side_effect)
