@@ -4,7 +4,8 @@ For each module (HLO files in GSPMD form, a folder of them, or the generated mod
 spmd_models.py), XLA's ShardingPropagation runs inside a compile for the module's device
 count and its result is read from the `after_sharding-propagation` dump; ours runs on the
 same text.  XLA's import renames some instructions (`param0` -> `param0.1`, keeping the old
-name as `op_name` metadata), so instructions are matched by name, else by that op_name, else
+name as `op_name` metadata), so instructions are matched by name (not to an XLA instruction
+whose op_name names another: its own name is then XLA's invention), else by that op_name, else
 by name without XLA's `.N` suffix — always of the same opcode and shape — and compared by
 meaning (Sharding equality: the same device for every tile).  An instruction both leave
 without a sharding is not counted.  Prints per module the agreement and the first
@@ -93,10 +94,12 @@ def match(ours, theirs):
     """Pairs (our instruction, XLA's) of the same opcode and shape (see the module docstring)."""
     by_name, by_op_name, by_stem = {}, {}, {}
     for i in theirs.all_instructions():
-        by_name.setdefault(i.name, []).append(i)
         md = i.metadata
         if md is not None and md.op_name:
             by_op_name.setdefault(md.op_name, []).append(i)
+            if md.op_name != i.name:
+                continue  # renamed by XLA: its name may be another instruction's
+        by_name.setdefault(i.name, []).append(i)
         stem, dot, suffix = i.name.rpartition(".")
         if dot and suffix.isdigit():
             by_stem.setdefault(stem, []).append(i)

@@ -24,7 +24,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-DIMS = (1, 2, 3, 4, 4, 6, 8, 8, 12, 16, 16)
+# Few size-1 dims: the import turns a transpose that moves one into a reshape, an iota along one
+# into a broadcast zero, and so on.
+DIMS = (2, 3, 4, 4, 6, 8, 8, 12, 16, 16, 1)
 UNARY = ("negate", "abs", "exponential", "tanh", "sqrt", "floor", "sine")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum", "divide")
 
@@ -76,6 +78,11 @@ class Program:
         if keep and etype == "f32":
             self.body.values.append(v)
         return v
+
+    def constant(self, hint: str = "constant", etype: str = "f32") -> Value:
+        """A scalar constant of a value no other constant has: the import merges equal constants
+        into one, which would link their users."""
+        return self.emit(hint, (), f"constant({self.counter + 2})", etype=etype, keep=False)
 
     def line(self, text: str) -> None:
         self.body.lines.append(f"  {text}")
@@ -184,7 +191,9 @@ class Program:
     # -------------------------------------------------------------- the text --
     def module_text(self, header: str) -> str:
         r = self.rng
-        results = self.unused()[: r.randint(1, 3)] or [self.body.values[-1]]
+        # every value nothing reads (the import drops dead values, and a variadic reduce's or a
+        # sort's unused results with them)
+        results = self.unused()[:8] or [self.body.values[-1]]
         params = [f"  {v.name} = {v.shape} parameter({i})" + (f", sharding={s}" if s else "")
                   for i, (v, s) in enumerate(self.params)]
         root_sharding = None
@@ -204,6 +213,27 @@ class Program:
 
 def _csv(xs) -> str:
     return ",".join(map(str, xs))
+
+
+def _literal(dims, values) -> str:
+    """The literal text of an array constant of `dims` holding `values` (row-major)."""
+    if not dims:
+        return str(values[0])
+    step = len(values) // dims[0]
+    return "{" + ", ".join(_literal(dims[1:], values[i * step:(i + 1) * step]) for i in range(dims[0])) + "}"
+
+
+def iota(p: "Program", dims, dim: int, etype: str = "f32", sharding: str | None = None) -> Value:
+    """An iota in the form XLA's import leaves it: of rank 1, broadcast to `dims` (the import
+    rewrites a wider iota into that pair, and a length-1 one into a broadcast zero)."""
+    dims = tuple(dims)
+    if dims[dim] == 1:
+        zero = p.constant("zero", etype=etype)
+        return p.emit("broadcast", dims, f"broadcast({zero.name}), dimensions={{}}", etype=etype, sharding=sharding)
+    if len(dims) == 1:
+        return p.emit("iota", dims, "iota(), iota_dimension=0", etype=etype, sharding=sharding)
+    line = p.emit("iota", (dims[dim],), "iota(), iota_dimension=0", etype=etype, keep=False)
+    return p.emit("broadcast", dims, f"broadcast({line.name}), dimensions={{{dim}}}", etype=etype, sharding=sharding)
 
 
 # --------------------------------------------------------------- families --
@@ -240,7 +270,7 @@ def op_broadcast(p: Program) -> None:
     for i in range(out_rank):
         dims.append(next(it) if i in kept else r.choice(DIMS))
     if r.random() < 0.2:  # a scalar broadcast, as constants are
-        c = p.emit("constant", (), f"constant({r.randint(1, 3)})", keep=False)
+        c = p.constant("constant")
         p.emit("broadcast", dims, f"broadcast({c.name}), dimensions={{}}")
         return
     p.emit("broadcast", dims, f"broadcast({x.name}), dimensions={{{_csv(kept)}}}",
@@ -284,7 +314,7 @@ def op_reshape(p: Program) -> None:
             dims = x.dims[:i] + (1,) + x.dims[i:]
     else:  # any other factorization
         dims = _factorizations(total, 4, r)
-    if len(dims) > 5 or math.prod(dims) != total:
+    if len(dims) > 5 or math.prod(dims) != total or tuple(dims) == x.dims:  # the import drops a no-op
         return
     p.emit("reshape", dims, f"reshape({x.name})", sharding=p.maybe_annotation(dims))
 
@@ -292,7 +322,8 @@ def op_reshape(p: Program) -> None:
 def op_transpose(p: Program) -> None:
     x = p.pick(min_rank=2)
     perm = list(range(len(x.dims)))
-    p.rng.shuffle(perm)
+    while perm == sorted(perm):  # the import drops an identity transpose
+        p.rng.shuffle(perm)
     dims = tuple(x.dims[i] for i in perm)
     p.emit("transpose", dims, f"transpose({x.name}), dimensions={{{_csv(perm)}}}",
            sharding=p.maybe_annotation(dims))
@@ -310,7 +341,7 @@ def op_reduce(p: Program) -> None:
     k = r.randint(1, len(x.dims))
     rdims = sorted(r.sample(range(len(x.dims)), k))
     dims = tuple(d for i, d in enumerate(x.dims) if i not in rdims)
-    zero = p.emit("zero", (), "constant(0)", keep=False)
+    zero = p.constant("zero")
     if r.random() < 0.3:  # variadic: a value and its argmax-style partner
         y = p.like(x.dims)
         name = p.helper("r_pair", "r_pair {\n  a0 = f32[] parameter(0)\n  a1 = f32[] parameter(1)\n"
@@ -422,9 +453,11 @@ def op_slice_pad(p: Program) -> None:
             stride = r.choice([1, 1, 2]) if hi - lo > 2 else 1
             spec.append(f"[{lo}:{hi}" + (f":{stride}]" if stride > 1 else "]"))
             dims.append(-(-(hi - lo) // stride))
+        if tuple(dims) == x.dims:  # the import drops a slice of everything
+            return
         p.emit("slice", dims, f"slice({x.name}), slice={{{', '.join(spec)}}}", sharding=p.maybe_annotation(dims))
         return
-    zero = p.emit("zero", (), "constant(0)", keep=False)
+    zero = p.constant("zero")
     cfg, dims = [], []
     for d in x.dims:
         if r.random() < 0.4:
@@ -435,7 +468,7 @@ def op_slice_pad(p: Program) -> None:
         interior = r.choice([0, 0, 1]) if d > 1 else 0
         cfg.append(f"{lo}_{hi}" + (f"_{interior}" if interior else ""))
         dims.append(lo + hi + d + (d - 1) * interior)
-    if min(dims) < 1:
+    if min(dims) < 1 or set(cfg) == {"0_0"}:
         return
     p.emit("pad", dims, f"pad({x.name}, {zero.name}), padding={'x'.join(cfg)}", sharding=p.maybe_annotation(dims))
 
@@ -457,12 +490,15 @@ def op_concatenate(p: Program) -> None:
 
 
 def _index_scalars(p: Program, bounds) -> list[str]:
+    """Start indices: parameters, or values computed from one (all constants would make the
+    import rewrite a dynamic-slice into a slice)."""
     names = []
     for b in bounds:
-        if p.rng.random() < 0.2:
-            names.append(p.parameter((), etype="s32").name)
-        else:
-            names.append(p.emit("i", (), f"constant({p.rng.randint(0, max(b, 0))})", etype="s32").name)
+        i = p.parameter((), etype="s32")
+        if p.rng.random() < 0.3:
+            c = p.constant("c", etype="s32")
+            i = p.emit("i", (), f"minimum({i.name}, {c.name})", etype="s32")
+        names.append(i.name)
     return names
 
 
@@ -492,13 +528,9 @@ def _indices(p: Program, batch: list[int], k: int, vector_dim: int, bounds: list
     if roll < 0.25:
         return p.parameter(tuple(dims), etype="s32")
     if roll < 0.45 and dims:
-        return p.emit("iota", dims, f"iota(), iota_dimension={r.randrange(len(dims))}", etype="s32")
-    n = math.prod(dims)
-    values = [r.randint(0, max(bounds[(i % k)], 0)) for i in range(n)]
-    if not dims:
-        return p.emit("idx", dims, f"constant({values[0]})", etype="s32")
-    c = p.emit("idx", (n,), "constant({" + ", ".join(map(str, values)) + "})", etype="s32")
-    return p.emit("idx", dims, f"reshape({c.name})", etype="s32")
+        return iota(p, dims, r.randrange(len(dims)), etype="s32")
+    values = [r.randint(0, max(bounds[(i % k)], 0)) for i in range(math.prod(dims))]
+    return p.emit("idx", dims, f"constant({_literal(dims, values)})", etype="s32")
 
 
 def op_gather(p: Program) -> None:
@@ -592,21 +624,20 @@ def op_sort(p: Program) -> None:
         p.emit("sort", x.dims, f"sort({x.name}), dimensions={{{d}}}, to_apply={p.comparator(('f32',))}",
                sharding=p.maybe_annotation(x.dims))
         return
-    io = p.emit("iota", x.dims, f"iota(), iota_dimension={d}", etype="s32")
+    io = iota(p, x.dims, d, etype="s32")
     t = p.fresh("sort")
     shapes = f"({x.shape}, s32[{_csv(x.dims)}])"
     p.line(f"{t} = {shapes} sort({x.name}, {io.name}), dimensions={{{d}}}, is_stable=true, "
            f"to_apply={p.comparator(('f32', 's32'))}")
     p.emit("gte", x.dims, f"get-tuple-element({t}), index=0")
-    if r.random() < 0.5:
-        g = p.emit("gte", x.dims, f"get-tuple-element({t}), index=1", etype="s32")
-        p.emit("convert", x.dims, f"convert({g.name})")
+    g = p.emit("gte", x.dims, f"get-tuple-element({t}), index=1", etype="s32")
+    p.emit("convert", x.dims, f"convert({g.name})")  # a result nothing reads is dropped by the import
 
 
 def op_reduce_window(p: Program) -> None:
     r = p.rng
     x = p.pick(min_rank=1)
-    init = p.emit("init", (), "constant(0)", keep=False)
+    init = p.constant("init")
     sizes, strides, pads, dims, base = [], [], [], [], []
     for d in x.dims:
         k = r.randint(1, min(d, 3))
@@ -634,7 +665,7 @@ def op_select_and_scatter(p: Program) -> None:
         sizes.append(k), strides.append(s)
         dims.append((d - k) // s + 1)
     source = p.like(tuple(dims))
-    init = p.emit("init", (), "constant(0)", keep=False)
+    init = p.constant("init")
     ge = p.helper("sel_ge", "sel_ge {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                             "  ROOT c = pred[] compare(a, b), direction=GE\n}\n")
     window = f"size={'x'.join(map(str, sizes))} stride={'x'.join(map(str, strides))}"
@@ -647,10 +678,9 @@ def op_iota_constant(p: Program) -> None:
     x = p.pick(min_rank=1)
     roll = r.random()
     if roll < 0.5:
-        io = p.emit("iota", x.dims, f"iota(), iota_dimension={r.randrange(len(x.dims))}",
-                    sharding=p.maybe_annotation(x.dims))
+        io = iota(p, x.dims, r.randrange(len(x.dims)), sharding=p.maybe_annotation(x.dims))
     elif roll < 0.8:
-        c = p.emit("constant", (), f"constant({r.randint(1, 5)})", keep=False)
+        c = p.constant("constant")
         io = p.emit("broadcast", x.dims, f"broadcast({c.name}), dimensions={{}}")
     else:
         t = p.fresh("rng")
@@ -672,13 +702,15 @@ def _body_ops(p: Program, v: Value, count: int) -> Value:
             v = p.emit(op, v.dims, f"{op}({v.name})", keep=False, sharding=p.maybe_annotation(v.dims))
         elif roll < 0.8:
             op = r.choice(BINARY)
-            v = p.emit(op, v.dims, f"{op}({v.name}, {v.name})", keep=False)
+            c = p.constant("constant")
+            b = p.emit("broadcast", v.dims, f"broadcast({c.name}), dimensions={{}}", keep=False)
+            v = p.emit(op, v.dims, f"{op}({v.name}, {b.name})", keep=False)
         elif len(v.dims) >= 2 and v.dims[0] == v.dims[1]:
             perm = [1, 0] + list(range(2, len(v.dims)))
             v = p.emit("transpose", v.dims, f"transpose({v.name}), dimensions={{{_csv(perm)}}}", keep=False)
         elif v.dims and r.random() < 0.5:
             d = r.randrange(len(v.dims))
-            zero = p.emit("zero", (), "constant(0)", keep=False)
+            zero = p.constant("zero")
             red = p.emit("reduce", v.dims[:d] + v.dims[d + 1:], f"reduce({v.name}, {zero.name}), dimensions={{{d}}}, "
                                                                 f"to_apply={p.reducer()}", keep=False)
             v = p.emit("broadcast", v.dims, f"broadcast({red.name}), dimensions="
@@ -714,7 +746,7 @@ def op_while(p: Program) -> None:
     def body(params):
         t = params[0]
         i = p.emit("i", (), f"get-tuple-element({t.name}), index=0", etype="s32", keep=False)
-        one = p.emit("one", (), "constant(1)", etype="s32", keep=False)
+        one = p.constant("one", etype="s32")
         outs = [p.emit("next", (), f"add({i.name}, {one.name})", etype="s32", keep=False).name]
         for k, v in enumerate(carried):
             e = p.emit("e", v.dims, f"get-tuple-element({t.name}), index={k + 1}", keep=False)
@@ -725,14 +757,14 @@ def op_while(p: Program) -> None:
     def cond(params):
         t = params[0]
         i = p.emit("i", (), f"get-tuple-element({t.name}), index=0", etype="s32", keep=False)
-        n = p.emit("n", (), "constant(3)", etype="s32", keep=False)
+        n = p.constant("n", etype="s32")
         p.line(f"ROOT lt = pred[] compare({i.name}, {n.name}), direction=LT")
         return "pred[]"
 
     body_text, _ = _in_computation(p, body_name, [Value("arg", (), tuple_shape=tshape)], body)
     cond_text, _ = _in_computation(p, cond_name, [Value("arg", (), tuple_shape=tshape)], cond)
     p.computations += [body_text, cond_text]
-    zero = p.emit("zero", (), "constant(0)", etype="s32", keep=False)
+    zero = p.constant("zero", etype="s32")
     init = p.fresh("init")
     p.line(f"{init} = {tshape} tuple({', '.join([zero.name] + [v.name for v in carried])})")
     w = p.fresh("while")

@@ -358,6 +358,8 @@ class _Flat:
 
     def _canonicalize_conditionals(self, comp: Computation) -> None:
         for instr in list(comp.instructions):
+            if instr.opcode is Opcode.CONDITIONAL:
+                self._tuple_branch_operands(instr)
             if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
                 continue
             for branch in instr.called_computations():
@@ -381,6 +383,35 @@ class _Flat:
             orig = self.origin.pop(instr, None)
             if orig is not None:
                 self.origin[gte] = orig
+
+    def _tuple_branch_operands(self, cond: Instruction) -> None:
+        """The import passes each branch the values it reads as one tuple (a branch region
+        captures them; the export gathers them into a tuple operand and a tuple parameter): an
+        array operand is wrapped in a tuple of its own, and the branch reads it back with a
+        get-tuple-element.  The tuple is an ordinary user of the operand, so the operand takes
+        the sharding the conditional gives that tuple (when shapes allow, its own)."""
+        comp = cond.parent
+        for i, branch in enumerate(cond.called_computations()):
+            operand = cond.operands[i + 1]
+            if operand.shape.is_tuple:
+                continue
+            cond.set_operand(i + 1, Builder(comp, before=cond).tuple([operand]))
+            param = branch.parameters[0]
+            users = list(param.users)
+            was_root = branch.root is param
+            param.shape = TupleShape((param.shape,))
+            element = Builder(branch).get_tuple_element(param, 0)
+            for user in users:
+                user.replace_operand(param, element)
+            if was_root:
+                branch.root = element
+            orig = self.origin.pop(param, None)
+            if orig is not None:
+                self.origin[element] = orig
+            s = param.sharding if "sharding" in param.attributes else None
+            if s is not None and s.kind is not ShardingKind.TUPLE:
+                element.sharding = s
+                param.sharding = su.single(param.shape, _without_group(s))
 
     def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
         """Write the walk's shardings onto the module (see the class docstring)."""
@@ -673,6 +704,15 @@ class _Walk:
             return [instr] + [c.root for c in instr.called_computations()]
         if instr.opcode is Opcode.CALL:
             return [instr, instr.called_computations()[0].root]
+        if instr.opcode is Opcode.PARAMETER:
+            # a branch's or callee's parameter and the operand passed to it
+            caller = self.caller.get(instr.parent)
+            if caller is not None and caller.opcode is Opcode.CONDITIONAL:
+                for i, branch in enumerate(caller.called_computations()):
+                    if branch is instr.parent:
+                        return [instr, caller.operands[i + 1]]
+            if caller is not None and caller.opcode is Opcode.CALL:
+                return [instr, caller.operands[instr.parameter_number]]
         return []
 
     def _link_computations(self) -> None:
@@ -721,6 +761,11 @@ class _Walk:
                 done_users.discard(operand)
             for user in (for_users or hlo).users:
                 done_ops.discard(user)
+                if user.opcode in _CONTROL_FLOW:  # the bodies' parameters read the operands
+                    for callee in user.called_computations():
+                        for param in callee.parameters:
+                            if param is not None:
+                                done_ops.discard(param)
             group = self.group_of.get(hlo)
             if group is not None:
                 for m in self.groups[group]:
@@ -801,7 +846,7 @@ class _Walk:
                 return
             s = self.state.get(instr)
             for other in related:
-                if s is not None and self.state.get(other) != s:
+                if s is not None and self.state.get(other) != s and other not in self.provided:
                     self.state[other] = s
                     changed.add(other)
                     self._propagate_related(other, changed)
@@ -812,6 +857,8 @@ class _Walk:
             caller = self.caller.get(instr.parent)
             if caller is not None:
                 to_related(caller)
+                if instr.opcode is Opcode.PARAMETER and caller.opcode in (Opcode.CONDITIONAL, Opcode.CALL):
+                    to_related(instr)  # back to the operand passed in
 
     def _supports(self, instr: Instruction, *, allow_output: bool, allow_params: bool) -> bool:
         return supports_spatial_partitioning(instr, in_called=instr.parent in self.caller,
@@ -888,6 +935,11 @@ class _Walk:
             return False
         improved = False
         for user in instr.users:
+            if user.opcode is Opcode.RNG_BIT_GENERATOR:  # its state is one value: XLA replicates it
+                if cur is not None and su.is_replicated(cur):
+                    return improved
+                self.set_sharding(instr, su.replicated())
+                return True
             found = self.sharding_from_user(instr, user)
             if found is not None and is_custom_call(instr, BARRIER_TO):
                 found = su.replicated()
@@ -1293,7 +1345,8 @@ def _check_device_count(module: Module, n: int) -> None:
 def _reshaped_by_import(instr: Instruction) -> bool:
     """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
     around `instr` before propagating (see _Flat)?"""
-    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and not instr.shape.is_tuple):
+    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and (
+            not instr.shape.is_tuple or any(not o.shape.is_tuple for o in instr.operands[1:]))):
         return True
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
         return True
