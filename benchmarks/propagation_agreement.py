@@ -113,12 +113,19 @@ def match(ours, theirs):
         keys.append((by_stem, instr.name))
         for table, key in keys:
             found = [o for o in table.get(key, ()) if o.opcode is instr.opcode and o.shape.to_hlo(False) == instr.shape.to_hlo(False)
-                     and id(o) not in taken]
+                     and id(o) not in taken and _same_literal(o, instr)]
             if len(found) == 1:
                 taken.add(id(found[0]))
                 pairs.append((instr, found[0]))
                 break
     return pairs
+
+
+def _same_literal(a, b) -> bool:
+    """Constants match only with the same value (XLA names the constants it makes afresh)."""
+    if a.literal is None or b.literal is None:
+        return a.literal is b.literal
+    return "".join(str(a.literal).split()) == "".join(str(b.literal).split())
 
 
 def agreement(text: str, show: int = 0, isolate: bool = False) -> tuple[int, int, list[str]]:

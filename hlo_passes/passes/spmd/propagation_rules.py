@@ -431,20 +431,20 @@ def _sort_forward(ctx, instr):
     return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
 
 
+def _cut_dims(instr: Instruction, operand: Instruction) -> list[int]:
+    """The dims a dynamic-slice (or a dynamic-update-slice's update) does not span whole."""
+    return [i for i in range(instr.shape.rank) if instr.shape.dims[i] != operand.shape.dims[i]]
+
+
 @forward(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
 def _dynamic_slice_forward(ctx, instr):
     """A dynamic-slice takes its operand's sharding (a dynamic-update-slice its update's), with
-    the split dims it cuts replicated — not at level 0, where such a split stops it; a
-    dynamic-update-slice also takes its base operand's sharding whole."""
+    the dims it cuts replicated, from level 0 on; a dynamic-update-slice also takes its base
+    operand's sharding whole."""
     is_ds = instr.opcode is Opcode.DYNAMIC_SLICE
     operand = instr.operands[0] if is_ds else instr.operands[1]
     s = ctx.sharding(operand)
-    cut: list[int] = []
-    if su.is_spatially_partitioned(s) and s.kind is ShardingKind.TILED:
-        cut = [i for i in range(instr.shape.rank)
-               if s.tile_dims[i] > 1 and instr.shape.dims[i] != operand.shape.dims[i]]
-    if ctx.aggressiveness == 0 and cut:
-        return False
+    cut = _cut_dims(instr, operand)
     changed = False
     if su.is_spatially_partitioned(s):
         changed |= ctx.improve(su.replicate_dims(s, cut), instr, aggressive=_single_user(ctx, instr))
@@ -532,8 +532,9 @@ def _concatenate_backward(ctx, instr, user):
 
 @from_user(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
 def _dynamic_slice_backward(ctx, instr, user):
-    """The sliced operand (or a dynamic-update-slice's base and update) takes the slice's
-    sharding as is; the index operands nothing."""
+    """A dynamic-update-slice's base takes its sharding whole; the sliced operand (or the
+    update) with the dims the slice cuts replicated; the index operands only a replicated
+    sharding."""
     if ctx.aggressiveness == 0:
         return None
     s = ctx.sharding(user)
@@ -542,7 +543,9 @@ def _dynamic_slice_backward(ctx, instr, user):
     if user.opcode is Opcode.DYNAMIC_UPDATE_SLICE and instr is user.operands[0]:
         return s
     operand = user.operands[0] if user.opcode is Opcode.DYNAMIC_SLICE else user.operands[1]
-    return s if instr is operand else None
+    if instr is not operand:
+        return None
+    return su.replicate_dims(s, _cut_dims(user, operand))
 
 
 @from_user(Opcode.REDUCE_WINDOW)
