@@ -233,6 +233,7 @@ class _Flat:
             self._inline_calls(comp, values)
         for comp in propagated_computations(self.module):
             self._canonicalize_conditionals(comp)
+            self._import_rewrites(comp)
         for comp in propagated_computations(self.module):
             self._fold_tuples(comp, values)
             if comp is self.module.entry:
@@ -383,6 +384,26 @@ class _Flat:
             orig = self.origin.pop(instr, None)
             if orig is not None:
                 self.origin[gte] = orig
+
+    def _import_rewrites(self, comp: Computation) -> None:
+        """Ops the import (its MLIR canonicalization) writes in another form, which propagation
+        treats otherwise: a transpose that keeps the order of the dims longer than 1 is a
+        reshape, and a dynamic-slice at constant offsets is a slice (offsets clamped)."""
+        for instr in list(comp.instructions):
+            b = Builder(comp, before=instr)
+            if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
+                new = b.reshape(instr.operands[0], instr.shape)
+            elif instr.opcode is Opcode.DYNAMIC_SLICE and (starts := _constant_offsets(instr)) is not None:
+                new = b.slice(instr.operands[0], starts, [st + d for st, d in zip(starts, instr.shape.dims)])
+            else:
+                continue
+            if "sharding" in instr.attributes:
+                new.sharding = instr.sharding
+            comp.replace(instr, new)
+            self.replaced[instr] = new
+            orig = self.origin.pop(instr, None)
+            if orig is not None:
+                self.origin[new] = orig
 
     def _tuple_branch_operands(self, cond: Instruction) -> None:
         """The import passes each branch the values it reads as one tuple (a branch region
@@ -1342,9 +1363,33 @@ def _check_device_count(module: Module, n: int) -> None:
                                    f"program has {n} (num_partitions)")
 
 
+def _moves_only_unit_dims(transpose: Instruction) -> bool:
+    operand = transpose.operands[0].shape
+    kept = [d for d in transpose.dimensions if operand.dims[d] != 1]
+    return kept == sorted(kept)
+
+
+def _constant_offsets(ds: Instruction) -> list[int] | None:
+    """A dynamic-slice's start offsets when all are scalar constants, clamped as XLA clamps them."""
+    starts = []
+    for offset, size, dim in zip(ds.operands[1:], ds.shape.dims, ds.operands[0].shape.dims):
+        if offset.opcode is not Opcode.CONSTANT or offset.shape.rank != 0:
+            return None
+        try:
+            value = int(str(offset.literal))
+        except ValueError:
+            return None
+        starts.append(min(max(value, 0), dim - size))
+    return starts if len(ds.operands) == len(ds.shape.dims) + 1 else None
+
+
 def _reshaped_by_import(instr: Instruction) -> bool:
     """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
     around `instr` before propagating (see _Flat)?"""
+    if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
+        return True
+    if instr.opcode is Opcode.DYNAMIC_SLICE and _constant_offsets(instr) is not None:
+        return True
     if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and (
             not instr.shape.is_tuple or any(not o.shape.is_tuple for o in instr.operands[1:]))):
         return True
