@@ -412,11 +412,13 @@ def sort_dimension(instr: Instruction) -> int:
 
 
 def sort_sharding_movable(s: Sharding, shape: ArrayShape, sort_dim: int) -> bool:
-    """A sharding split on the sort dim can still be used when some other dim is whole and
-    longer than 1: the partitioner moves the split there (XLA's IsSortOperandShardingMovable)."""
-    if shape.rank < 2 or s.kind is not ShardingKind.TILED or s.tile_dims[sort_dim] == 1:
+    """A sharding split on the sort dim can still be used when another dim divides evenly by
+    its own tiles times the sort dim's: the partitioner can move the split there (XLA's
+    GetFirstMergeableDimForSortOperand)."""
+    if shape.rank < 2 or shape.dims[sort_dim] == 1 or s.kind is not ShardingKind.TILED or s.tile_dims[sort_dim] == 1:
         return False
-    return any(d != sort_dim and s.tile_dims[d] == 1 and shape.dims[d] != 1 for d in range(shape.rank))
+    return any(d != sort_dim and shape.dims[d] % (s.tile_dims[sort_dim] * s.tile_dims[d]) == 0
+               for d in range(shape.rank))
 
 
 @forward(Opcode.SORT)

@@ -233,7 +233,7 @@ class _Flat:
             self._inline_calls(comp, values)
         for comp in propagated_computations(self.module):
             self._canonicalize_conditionals(comp)
-            self._import_rewrites(comp)
+            self._import_rewrites(comp, values)
         for comp in propagated_computations(self.module):
             self._fold_tuples(comp, values)
             if comp is self.module.entry:
@@ -385,12 +385,22 @@ class _Flat:
             if orig is not None:
                 self.origin[gte] = orig
 
-    def _import_rewrites(self, comp: Computation) -> None:
-        """Ops the import (its MLIR canonicalization) writes in another form, which propagation
-        treats otherwise: a transpose that keeps the order of the dims longer than 1 is a
-        reshape, and a dynamic-slice at constant offsets is a slice (offsets clamped)."""
+    def _import_rewrites(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """Ops the import (its MLIR canonicalization) drops or writes in another form, which
+        propagation treats otherwise: an identity transpose and a reverse of size-1 dims go
+        (their users read the operand, and they take its sharding back); a transpose that keeps
+        the order of the dims longer than 1 is a reshape; a dynamic-slice at constant offsets is
+        a slice (offsets clamped)."""
         for instr in list(comp.instructions):
             b = Builder(comp, before=instr)
+            if _is_no_op(instr) and comp.root is not instr:
+                instr.replace_all_uses_with(instr.operands[0])
+                self.replaced[instr] = instr.operands[0]
+                orig = self.origin.pop(instr, None)
+                if orig is not None:
+                    values.setdefault(orig, []).append(instr)
+                comp.remove(instr)
+                continue
             if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
                 new = b.reshape(instr.operands[0], instr.shape)
             elif instr.opcode is Opcode.DYNAMIC_SLICE and (starts := _constant_offsets(instr)) is not None:
@@ -1363,6 +1373,13 @@ def _check_device_count(module: Module, n: int) -> None:
                                    f"program has {n} (num_partitions)")
 
 
+def _is_no_op(instr: Instruction) -> bool:
+    """An identity transpose or a reverse of size-1 dims (the import drops them)."""
+    if instr.opcode is Opcode.TRANSPOSE:
+        return list(instr.dimensions) == sorted(instr.dimensions)
+    return instr.opcode is Opcode.REVERSE and all(instr.shape.dims[d] == 1 for d in instr.dimensions)
+
+
 def _moves_only_unit_dims(transpose: Instruction) -> bool:
     operand = transpose.operands[0].shape
     kept = [d for d in transpose.dimensions if operand.dims[d] != 1]
@@ -1387,6 +1404,8 @@ def _reshaped_by_import(instr: Instruction) -> bool:
     """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
     around `instr` before propagating (see _Flat)?"""
     if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
+        return True
+    if _is_no_op(instr):
         return True
     if instr.opcode is Opcode.DYNAMIC_SLICE and _constant_offsets(instr) is not None:
         return True
