@@ -175,6 +175,40 @@ def propagated_computations(module: Module) -> list[Computation]:
     return [c for c in module.computation_post_order() if id(c) in keep]
 
 
+def xla_post_order(comp: Computation) -> list[Instruction]:
+    """The order XLA's MakeInstructionPostOrder visits `comp` in, which decides which of two
+    competing shardings reaches a value first: depth first from each instruction no one uses
+    (the root, unused parameters and side effects), in stored order, operands in order and
+    control predecessors before them.  (Computation.post_order starts from every instruction
+    in stored order instead: a value defined early but read late comes first there.)"""
+    order: list[Instruction] = []
+    state: dict[Instruction, int] = {}
+    for start in comp.instructions:
+        if start.users or start in state:
+            continue
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                if state.get(node) != 2:
+                    state[node] = 2
+                    order.append(node)
+                continue
+            if state.get(node):
+                continue
+            state[node] = 1
+            stack.append((node, True))
+            for op in reversed(node.operands):
+                if op.parent is comp and not state.get(op):
+                    stack.append((op, False))
+            for op in node.control_predecessors or ():
+                if op.parent is comp and not state.get(op):
+                    stack.append((op, False))
+    if len(order) != len(comp.instructions):  # a cycle through control edges: keep every instruction
+        order += [i for i in comp.post_order() if i not in state]
+    return order
+
+
 _UNSPECIFIED = re.compile(r"unspecified_dims\s*=\s*\[([^\]]*)\]")
 
 
@@ -210,6 +244,9 @@ class _Flat:
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
         self.dead_tuples: dict[Instruction, list[Instruction]] = {}
+        # Elements read from an inlined call's result: XLA's CallInliner leaves them reading the
+        # callee's ROOT tuple (the import folded tuples before; nothing folds these).
+        self.call_results: set[Instruction] = set()
         comps = propagated_computations(module)
         needed = any(_reshaped_by_import(i) for c in comps for i in c.instructions)
         if not needed:
@@ -288,6 +325,7 @@ class _Flat:
                 self.aliases.setdefault(root, []).extend(stands_for)
             self.replaced[call] = root
             was_root = comp.root is call
+            self.call_results.update(u for u in call.users if u.opcode is Opcode.GET_TUPLE_ELEMENT)
             call.replace_all_uses_with(root)
             if was_root:
                 comp.root = root
@@ -303,7 +341,7 @@ class _Flat:
         element itself, and values nothing uses disappear (with their annotations)."""
         for instr in comp.post_order():
             if (instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE
-                    and instr.parent is comp):
+                    and instr.parent is comp and instr not in self.call_results):
                 value = instr.operands[0].operands[instr.attr("index")]
                 was_root = comp.root is instr
                 instr.replace_all_uses_with(value)
@@ -388,12 +426,13 @@ class _Flat:
     def _import_rewrites(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
         """Ops the import (its MLIR canonicalization) drops or writes in another form, which
         propagation treats otherwise: an identity transpose and a reverse of size-1 dims go
-        (their users read the operand, and they take its sharding back); a transpose that keeps
+        (their users read the operand, and they take its sharding back; an annotated one stays,
+        as the user's annotation must); a transpose that keeps
         the order of the dims longer than 1 is a reshape; a dynamic-slice at constant offsets is
         a slice (offsets clamped)."""
         for instr in list(comp.instructions):
             b = Builder(comp, before=instr)
-            if _is_no_op(instr) and comp.root is not instr:
+            if _is_no_op(instr) and comp.root is not instr and "sharding" not in instr.attributes:
                 instr.replace_all_uses_with(instr.operands[0])
                 self.replaced[instr] = instr.operands[0]
                 orig = self.origin.pop(instr, None)
@@ -683,7 +722,7 @@ class _Walk:
         """XLA's ProcessShardingInstruction: Sharding custom-calls give their sharding to
         unsharded operands; shard groups are collected (and removed from the shardings)."""
         for comp in self.comps:
-            for instr in reversed(comp.post_order()):
+            for instr in reversed(xla_post_order(comp)):
                 if instr.parent is None:
                     continue
                 s = self.state.get(instr)
@@ -811,7 +850,7 @@ class _Walk:
                 clear_cache(other)
 
         # Propagation sets shardings only; the graph, so each post order, is fixed.
-        orders = {comp: comp.post_order() for comp in self.comps}
+        orders = {comp: xla_post_order(comp) for comp in self.comps}
         for _ in range(10000):
             changed = False
             for comp in self.comps:
