@@ -113,12 +113,25 @@ def match(ours, theirs):
         keys.append((by_stem, instr.name))
         for table, key in keys:
             found = [o for o in table.get(key, ()) if o.opcode is instr.opcode and o.shape.to_hlo(False) == instr.shape.to_hlo(False)
-                     and id(o) not in taken and _same_literal(o, instr)]
+                     and id(o) not in taken and _same_literal(o, instr)
+                     and (table is by_op_name or _same_operands(o, instr))]
             if len(found) == 1:
                 taken.add(id(found[0]))
                 pairs.append((instr, found[0]))
                 break
     return pairs
+
+
+def _same_operands(theirs, ours) -> bool:
+    """A match by name reads the same values: each XLA operand that names its origin (op_name)
+    names our operand (XLA gives the instructions it makes names ours may have too)."""
+    if len(theirs.operands) != len(ours.operands):
+        return False
+    for t, o in zip(theirs.operands, ours.operands):
+        md = t.metadata
+        if md is not None and md.op_name and md.op_name != o.name:
+            return False
+    return True
 
 
 def _same_literal(a, b) -> bool:

@@ -682,7 +682,14 @@ class _Walk:
             self._overlay = outer
 
     # ----------------------------------------------------------------- run --
+    def _users(self, instr: Instruction) -> list[Instruction]:
+        """`instr`'s users in the order XLA lists them, which decides between users that offer
+        incompatible shardings at the same level: XLA's import builds the module in post order
+        (xla_post_order), so a user comes in the order of its place there."""
+        return sorted(instr.users, key=lambda u: self.position.get(u, 0))
+
     def run(self) -> None:
+        self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
         self._load()
         self._process_annotations()
         self._link_computations()
@@ -990,7 +997,7 @@ class _Walk:
         if cur is not None and su.is_manual(cur):
             return False
         if cur is None or su.is_tile_maximal(cur):
-            for user in instr.users:
+            for user in self._users(instr):
                 us = self.state.get(user)
                 if us is None or is_custom_call(user, FULL_TO_SHARD):
                     continue
@@ -1004,7 +1011,7 @@ class _Walk:
         if not self._supports(instr, allow_output=False, allow_params=self.allow_params):
             return False
         improved = False
-        for user in instr.users:
+        for user in self._users(instr):
             if user.opcode is Opcode.RNG_BIT_GENERATOR:  # its state is one value: XLA replicates it
                 if cur is not None and su.is_replicated(cur):
                     return improved
@@ -1131,7 +1138,7 @@ class _Walk:
         if conv is False:
             return False
         changed = False
-        for user in list((conv or annotation).users):
+        for user in self._users(conv or annotation):
             us = self.state.get(user)
             if us is None or us.kind is not ShardingKind.TILED:
                 continue
