@@ -149,7 +149,7 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
     if op in _SPATIAL:
         return True
     if op in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER):
-        return instr.channel_id is None
+        return True  # with a channel too (XLA's current rule)
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
