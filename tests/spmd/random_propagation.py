@@ -160,7 +160,7 @@ class Program:
 
     def maybe_annotation(self, dims) -> str | None:
         """A sharding for a new intermediate value, while the module has few."""
-        if self.annotations < self.max_annotations and self.rng.random() < 0.12:
+        if self.annotations < self.max_annotations and self.rng.random() < 0.2:
             self.annotations += 1
             return self.sharding(dims)
         return None
@@ -860,11 +860,36 @@ def op_custom_call(p: Program) -> None:
             config = f', backend_config="unspecified_dims=[{_csv(open_dims)}]"'
         p.annotations += 1
         p.emit("constraint", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"{config}', sharding=s)
-    elif roll < 0.8:
+    elif roll < 0.7:
         out = x.dims if r.random() < 0.6 else tuple(r.choice(DIMS) for _ in range(len(x.dims)))
         p.emit("custom", out, f'custom-call({x.name}), custom_call_target="my_op"')
+    elif roll < 0.85:
+        target = r.choice(["ResizeNearest", "Cholesky", "ResizeBilinearGrad"])
+        p.emit("passthrough", x.dims, f'custom-call({x.name}), custom_call_target="{target}"')
+    else:  # a barrier keeps a sharding from crossing one way
+        target = r.choice(["ShardBarrierFrom", "ShardBarrierTo"])
+        p.emit("barrier", x.dims, f'custom-call({x.name}), custom_call_target="{target}"')
+
+
+def op_collective(p: Program) -> None:
+    """Collectives over every device: all-reduce with and without a channel, all-gather."""
+    r = p.rng
+    x = p.pick(min_rank=1)
+    everyone = "{{" + ",".join(map(str, range(p.devices))) + "}}"
+    roll = r.random()
+    if roll < 0.4:
+        p.emit("all-reduce", x.dims, f"all-reduce({x.name}), replica_groups={{}}, to_apply={p.reducer()}")
+    elif roll < 0.75:
+        p.counter += 1
+        p.emit("all-reduce", x.dims, f"all-reduce({x.name}), channel_id={p.counter}, replica_groups={everyone}, "
+                                     f"use_global_device_ids=true, to_apply={p.reducer()}")
     else:
-        p.emit("resize", x.dims, f'custom-call({x.name}), custom_call_target="ResizeNearest"')
+        d = r.randrange(len(x.dims))
+        dims = list(x.dims)
+        dims[d] *= p.devices
+        p.counter += 1
+        p.emit("all-gather", dims, f"all-gather({x.name}), channel_id={p.counter}, replica_groups={everyone}, "
+                                   f"use_global_device_ids=true, dimensions={{{d}}}")
 
 
 def op_shard_group(p: Program) -> None:
@@ -896,7 +921,7 @@ FAMILIES = {
     "gather": op_gather, "scatter": op_scatter, "sort": op_sort, "reduce-window": op_reduce_window,
     "select-and-scatter": op_select_and_scatter, "iota-constant": op_iota_constant, "while": op_while,
     "conditional": op_conditional, "call": op_call, "tuple": op_tuple, "custom-call": op_custom_call,
-    "shard-group": op_shard_group,
+    "shard-group": op_shard_group, "collective": op_collective,
 }
 
 
@@ -913,7 +938,7 @@ def _flag(rng: random.Random, count: int) -> str | None:
 
 def build(rng: random.Random, *, families: tuple[str, ...] | None = None, length: int | None = None) -> str:
     p = Program(devices=rng.choice((2, 4, 4, 8, 8, 8)), rng=rng)
-    p.max_annotations = rng.choice((1, 1, 2, 3))
+    p.max_annotations = rng.choice((1, 2, 2, 3, 4))
     for _ in range(rng.randint(1, 2)):
         p.parameter(tuple(rng.choice(DIMS) for _ in range(rng.randint(1, 3))))
     names = list(families or FAMILIES)

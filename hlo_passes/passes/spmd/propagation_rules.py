@@ -83,6 +83,20 @@ def is_elementwise(instr: Instruction) -> bool:
             or op in (Opcode.MAP, Opcode.RNG))
 
 
+_LAYOUT_BOUND_COLLECTIVES = frozenset({
+    Opcode.ALL_GATHER, Opcode.ALL_REDUCE, Opcode.ALL_TO_ALL, Opcode.REDUCE_SCATTER, Opcode.RAGGED_ALL_TO_ALL,
+    Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_BROADCAST})
+
+
+def has_side_effect(instr: Instruction) -> bool:
+    """XLA's HasSideEffect, which decides whether an op propagation cannot shard still turns
+    replicated with a replicated operand: a collective only when it constrains its layout
+    (the IR's own `has_side_effect`, which keeps DCE and CSE off every collective, is wider)."""
+    if instr.opcode in _LAYOUT_BOUND_COLLECTIVES:
+        return bool(instr.attr("constrain_layout", False))
+    return instr.has_side_effect
+
+
 def is_custom_call(instr: Instruction, *targets: str) -> bool:
     return instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in targets
 

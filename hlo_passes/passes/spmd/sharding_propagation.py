@@ -68,8 +68,8 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
-                                                      SHARDING, forward_rule, is_custom_call, passes_at_level,
-                                                      supports_spatial_partitioning, user_rule)
+                                                      SHARDING, forward_rule, has_side_effect, is_custom_call,
+                                                      passes_at_level, supports_spatial_partitioning, user_rule)
 from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
@@ -979,7 +979,7 @@ class _Walk:
                 return True
         if not self._supports(instr, allow_output=self.allow_output, allow_params=False):
             if (instr.shape.is_tuple or not instr.operands or instr.parent.root is instr
-                    or instr.has_side_effect):
+                    or has_side_effect(instr)):
                 return False
             for op in instr.operands:
                 s = self.state.get(op)
