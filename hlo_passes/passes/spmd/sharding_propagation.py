@@ -427,7 +427,8 @@ class _Flat:
         """Ops the import (its MLIR canonicalization) drops or writes in another form, which
         propagation treats otherwise: an identity transpose and a reverse of size-1 dims go
         (their users read the operand, and they take its sharding back; an annotated one stays,
-        as the user's annotation must); a transpose that keeps
+        as the user's annotation must); a broadcast of a broadcast is one broadcast of the
+        inner operand; a transpose that keeps
         the order of the dims longer than 1 is a reshape; a dynamic-slice at constant offsets is
         a slice (offsets clamped)."""
         for instr in list(comp.instructions):
@@ -442,6 +443,9 @@ class _Flat:
                 continue
             if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
                 new = b.reshape(instr.operands[0], instr.shape)
+            elif instr.opcode is Opcode.BROADCAST and instr.operands[0].opcode is Opcode.BROADCAST:
+                inner = instr.operands[0]
+                new = b.broadcast(inner.operands[0], instr.shape, [instr.dimensions[d] for d in inner.dimensions])
             elif instr.opcode is Opcode.DYNAMIC_SLICE and (starts := _constant_offsets(instr)) is not None:
                 new = b.slice(instr.operands[0], starts, [st + d for st, d in zip(starts, instr.shape.dims)])
             else:
@@ -1452,6 +1456,8 @@ def _reshaped_by_import(instr: Instruction) -> bool:
     if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
         return True
     if _is_no_op(instr):
+        return True
+    if instr.opcode is Opcode.BROADCAST and instr.operands[0].opcode is Opcode.BROADCAST:
         return True
     if instr.opcode is Opcode.DYNAMIC_SLICE and _constant_offsets(instr) is not None:
         return True
