@@ -13,6 +13,7 @@
 """
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +35,18 @@ GOLDEN = REPO / "golden" / "sharding-propagation"
 CASES = sorted(p for p in GOLDEN.glob("*.hlo") if not p.name.endswith(".expected.hlo"))
 
 
-def _agreement_module():
-    spec = importlib.util.spec_from_file_location("propagation_agreement",
-                                                  REPO / "benchmarks" / "propagation_agreement.py")
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    if name in sys.modules:
+        return sys.modules[name]
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
+
+
+def _agreement_module():
+    return _benchmark("propagation_agreement")
 
 
 def propagate(text: str, **options):
@@ -68,6 +75,19 @@ def test_golden_case_agrees_with_xla(path):
     agree, total, lines = _agreement_module().agreement(text, show=20, isolate="manual" in text)
     assert total > 0
     assert agree == total, f"{path.name}: {agree}/{total} agree\n" + "\n".join(lines)
+
+
+def test_random_modules_agree_with_xla():
+    """The differential fuzzer (benchmarks/fuzz_propagation.py, `make fuzz-propagation`) on 20
+    fixed seeds: random modules with few annotations over every op family, propagated by us and
+    by XLA (in a worker process).  Measured 2026-11-26: 232 of 233 instructions (the one left
+    is an order-dependent conflict); before the fuzzer's fixes 211 of 233 (90.6%)."""
+    fuzz = _benchmark("fuzz_propagation")
+    report = fuzz.run(range(20))
+    totals = report.totals()
+    assert report.modules >= 18, report.failed
+    assert report.agreement() >= 0.97, (f"{totals['agree'] + totals['reorder']}/{sum(totals.values())}\n"
+                                         + "\n".join(line for lines in report.rules.values() for line in lines if line))
 
 
 def test_oracle_sees_a_disagreement():
