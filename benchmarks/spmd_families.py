@@ -1,10 +1,13 @@
 """spmd-partition beside XLA's partitioner, one small module per op family.
 
 `benchmarks/spmd_families/*.hlo` are hand-written sharded modules, one per handler family the
-partitioner issue names (grouped and depthwise convolutions and their kernel gradients, sort
-and top-k along the sharded dim, gather/scatter with passthrough, batch and index-parallel
-dims, variadic scatter, dynamic-update-slice into sharded dims, slices from the middle of a
-dim, pad with partial replication, concatenate, reshape merges, iota along a tiled dim).  Per
+partitioner issues name (grouped and depthwise convolutions and their kernel gradients, a
+grouped convolution whose tiles split groups, sort and top-k along the sharded dim,
+gather/scatter with passthrough, batch and index-parallel dims, tables tiled by vocabulary and
+embedding, take-along-axis, variadic scatter, dynamic-update-slice into sharded dims, slices
+from the middle of a dim, pad with partial replication, concatenate, reshape merges, iota along
+a tiled dim, cholesky, triangular-solve, an RFFT and a LAPACK call on batch tiles, a variadic
+reduce-window).  Per
 module: collective bytes (what each device sends in), XLA-counted FLOPs of the per-device
 module, ours beside XLA's, whether ours verified against the unpartitioned module, and the
 fallbacks our pass reported.

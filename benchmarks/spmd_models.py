@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +44,7 @@ from hlo_passes import parse_module, print_module  # noqa: E402
 from hlo_passes.passes.spmd.cost_model import CostModel, module_estimate  # noqa: E402
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner  # noqa: E402
 from hlo_passes.runtime import verify_equivalent  # noqa: E402
+from hlo_passes.runtime.lowered import with_propagation_flags  # noqa: E402
 from hlo_passes.runtime.xla_backend import cost_analysis  # noqa: E402
 from hlo_passes.stats import module_stats  # noqa: E402
 
@@ -194,10 +194,7 @@ def xla_partition(fn, args) -> tuple[str, str]:
     with tempfile.TemporaryDirectory() as d:
         compiled = lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning"})
         dumped = sorted(Path(d).glob("*after_spmd-partitioning*.txt"))
-        header = compiled.as_text().split("\n", 1)[0]
-        flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
-        first, rest = text.split("\n", 1)
-        return ", ".join([first] + flags) + "\n" + rest, dumped[-1].read_text()
+        return with_propagation_flags(text, compiled.as_text().split("\n", 1)[0]), dumped[-1].read_text()
 
 
 def measure(text: str, model: CostModel) -> tuple[int, float, float]:

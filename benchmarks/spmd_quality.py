@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from hlo_passes import parse_module, print_module  # noqa: E402
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner  # noqa: E402
 from hlo_passes.runtime import VerificationError, verify_equivalent  # noqa: E402
+from hlo_passes.runtime.lowered import with_propagation_flags  # noqa: E402
 from hlo_passes.stats import module_stats  # noqa: E402
 
 ABBREV = {"all-reduce": "AR", "all-gather": "AG", "reduce-scatter": "RS", "all-to-all": "A2A",
@@ -95,10 +95,7 @@ def lowered_as_compiled(folder: Path, program: str, form: str = "shardy") -> str
     compiled = folder / f"{program}.compiled.hlo"
     if not compiled.exists():
         return text
-    header = compiled.read_text().split("\n", 1)[0]
-    flags = re.findall(r"allow_spmd_sharding_propagation_to_(?:parameters|output)=\{[^}]*\}", header)
-    first, rest = text.split("\n", 1)
-    return ", ".join([first] + [f for f in flags if f.split("=")[0] not in first]) + "\n" + rest
+    return with_propagation_flags(text, compiled.read_text().split("\n", 1)[0])
 
 
 def main(argv: list[str] | None = None) -> int:

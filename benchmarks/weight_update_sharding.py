@@ -128,6 +128,7 @@ def flax_rows(names: list[str]) -> None:
     from hlo_passes.passes.pipeline import parse_pipeline, set_option_everywhere
     from hlo_passes.passes.spmd.cost_model import DEFAULT, module_estimate
     from hlo_passes.runtime import verify_equivalent
+    from hlo_passes.runtime.lowered import lowered_as_compiled
     from hlo_passes.runtime.xla_backend import cost_analysis
 
     print("| model | pipeline | pass remarks | collectives | bytes sent/device | wire bytes/device | "
@@ -135,7 +136,7 @@ def flax_rows(names: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         fn, fargs = flax_models.MODELS[name]()
-        lowered = fn.lower(*fargs).as_text(dialect="hlo")
+        lowered = lowered_as_compiled(fn.lower(*fargs))  # the flags JAX compiles with (outputs left sharded)
         held_leaves = len(jax.tree.leaves(fargs[:2]))  # every model's step takes (weights, opt state, batch...)
         for label, passes in FLAX_PIPELINES:
             module = parse_module(lowered)

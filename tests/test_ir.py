@@ -1,6 +1,8 @@
 """IR invariants: use-def chains stay exact through every mutation, names stay
 unique, erasing a used instruction is an error, clones are independent."""
 
+from pathlib import Path
+
 import pytest
 
 from hlo_passes import parse_module, print_module
@@ -155,6 +157,83 @@ ENTRY e {
     assert copy.names.unique("n") != "n"  # the copy's name table knows its names
 
 
+def _structure(module) -> list:
+    """Everything a module holds, by name (object identity only for the immutable values a
+    clone shares: attribute slots, shapes), in every order the IR keeps: instructions, users,
+    operands, control edges, parameters, computations."""
+    def names(instrs):
+        return [i.name for i in instrs]
+
+    out: list = [module.name, list(module.attributes.items()), module.tables, module.style,
+                 module.parsed_entry_signature, module.entry.name if module.entry else None]
+    for comp in module.computations:
+        assert comp.module is module
+        out.append((comp.name, comp.is_entry, list(comp.attributes.items()), comp.print_signature, comp.span,
+                    names(comp.parameters), comp.root.name if comp.root else None))
+        for i in comp.instructions:
+            assert i.parent is comp
+            out.append((i.name, i.opcode, id(i.shape), names(i.operands), names(i.users),
+                        [(k, id(v)) for k, v in i.attributes.items()],
+                        {k: [c.name for c in (v if isinstance(v, tuple) else (v,))] for k, v in i.called.items()},
+                        i.literal, i.parameter_number, i.span, names(i.control_predecessors),
+                        names(i.control_successors)))
+    return out
+
+
+def test_restoring_a_snapshot_gives_what_a_clone_gives():
+    """`Module.snapshot` keeps a module compactly for rollback; restoring it must build what a
+    `clone()` taken at the same time holds, in every order the IR keeps (users included),
+    also for a module with insertions still pending and erased instructions."""
+    from hlo_passes.ir.instruction import Instruction
+
+    text = """HloModule m, entry_computation_layout={(f32[8]{0})->(f32[8]{0}, f32[])}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] negate(p), metadata={op_name="x" source_file="m.py" source_line=3}
+  e = f32[8] exponential(p)
+  z = f32[] constant(0)
+  r = f32[] reduce(n, z), dimensions={0}, to_apply=add
+  s = f32[8] add(n, e), sharding={devices=[2]0,1}
+  ROOT t = (f32[8], f32[]) tuple(s, r), control-predecessors={r}
+}
+"""
+    module = parse_module(text, "m.hlo")
+    entry = module.entry
+    n, e, s = entry.find("n"), entry.find("e"), entry.find("s")
+    entry.add(Instruction(Opcode.ABS, n.shape, [n], name="before_s"), before=s)
+    entry.add(Instruction(Opcode.SIN, n.shape, [e], name="after_n"), after=n)
+    s.replace_operand(e, entry.find("after_n"))
+    entry.add(Instruction(Opcode.COS, n.shape, [p := entry.find("p")], name="gone"), after=p)
+    entry.remove(entry.find("gone"))
+    s.add_control_predecessor(n)  # pending insertions are not folded before the snapshot
+    expected = _structure(module.clone())
+    snapshot = module.snapshot()
+    before = print_module(module)
+    entry.root = entry.add(Instruction(Opcode.TUPLE, entry.root.shape, entry.root.operands, name="t2"))
+    entry.find("r").set_attr("dimensions", (0,))
+    module.computations[0].root.opcode = Opcode.MULTIPLY
+    holder = module
+    module.restore(snapshot)
+    assert module is holder
+    assert _structure(module) == expected
+    assert print_module(module) == before
+
+
+@pytest.mark.parametrize("case", sorted((Path(__file__).parent.parent / "golden" / "corpus").glob("*/*.hlo")),
+                         ids=lambda p: p.name)
+def test_restoring_a_snapshot_of_a_corpus_program_gives_what_a_clone_gives(case):
+    module = parse_module(case.read_text(), str(case))
+    expected = _structure(module.clone())
+    snapshot = module.snapshot()
+    module.restore(snapshot)
+    assert _structure(module) == expected
+
+
 def test_replace_moves_users_root_and_control_edges_both_ways():
     from hlo_passes import parse_module
     from hlo_passes.ir.instruction import Instruction
@@ -219,3 +298,46 @@ def test_insertion_order_matches_a_plain_list_under_random_edits():
                 assert comp.instructions == reference, seed
         assert comp.instructions == reference, seed
         assert all(i in comp for i in reference)
+
+
+CONTROL_FLOW = """HloModule cf
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+neg {
+  x = f32[4] parameter(0)
+  ROOT n = f32[4] negate(x)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  k = s32[] parameter(1)
+  z = f32[] constant(0)
+  r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+  c = f32[4] conditional(k, p, p), branch_computations={neg, neg}
+  ROOT t = (f32[], f32[4]) tuple(r, c)
+}
+"""
+
+
+def test_typed_views_of_shapes_and_called_computations():
+    # What passes read instead of narrowing `shape` and `called` themselves: the array shape where
+    # an op has one, the one computation under a key, a conditional's branches in either spelling.
+    m = parse_module(CONTROL_FLOW)
+    e = m.entry
+    assert e.find("p").array_shape.dims == (4,)
+    with pytest.raises(TypeError, match="t: expected an array shape, got \\(f32\\[\\], f32\\[4\\]\\)"):
+        e.root.array_shape
+    assert e.find("r").called_computation("to_apply") is m.computation("add")
+    neg = m.computation("neg")
+    assert e.find("c").branch_computations == (neg, neg)
+    with pytest.raises(TypeError, match="c: branch_computations names 2 computations, expected one"):
+        e.find("c").called_computation("branch_computations")
+    predicated = parse_module(CONTROL_FLOW.replace("k = s32[] parameter(1)", "k = pred[] parameter(1)").replace(
+        "branch_computations={neg, neg}", "true_computation=neg, false_computation=neg"))
+    pneg = predicated.computation("neg")
+    assert predicated.entry.find("c").branch_computations == (pneg, pneg)

@@ -257,3 +257,39 @@ def test_a_crashing_pass_is_named(test_passes):
         manager.run(parse_module(MODULE))
     assert "while running pass 2 of 3: crash" in info.value.__notes__
     assert [r.name for r in manager.records] == ["dce"]
+
+
+class EditThenCrash(ModulePass):
+    """Edits the module (a new root, a control edge, an erased instruction), then raises."""
+
+    name = "edit-then-crash"
+    summary = "test pass"
+
+    def run(self, module):
+        NegateRoot().run(module)
+        comp = module.entry
+        comp.root.add_control_predecessor(comp.parameters[0])
+        raise RuntimeError("boom after editing")
+
+
+def test_rollback_undoes_a_pass_that_raises_or_breaks_the_module_and_goes_on(test_passes, monkeypatch):
+    monkeypatch.setitem(registry._REGISTRY, EditThenCrash.name, EditThenCrash)
+    module = parse_module(MODULE)
+    holder = module
+    manager = PassManager.from_pipeline("negate-root,edit-then-crash,break-shape,negate-root", verify_each=True,
+                                        on_failure="rollback")
+    assert manager.run(module) is True
+    assert module is holder  # restored in place: callers keep their object
+    assert print_module(module) == print_module(parse_module(MODULE.replace(
+        "  ROOT r = f32[4] add(p, q)", "  r = f32[4] add(p, q)\n  neg = f32[4] negate(r)\n"
+                                       "  ROOT neg.1 = f32[4] negate(neg)")))
+    assert [(r.name, r.changed) for r in manager.records] == [
+        ("negate-root", True), ("edit-then-crash", False), ("break-shape", False), ("negate-root", True)]
+    missed = [r.format() for r in manager.remarks if r.kind == "missed"]
+    assert missed[0] == ("edit-then-crash: missed: edit-then-crash failed (raised RuntimeError: boom after "
+                         "editing); its changes were undone")
+    assert missed[1].startswith("break-shape: missed: break-shape failed (the structural verifier rejects")
+    # the restored module is whole: its instructions belong to it, names stay unique
+    for comp in module.computations:
+        assert comp.module is module and all(i.parent is comp for i in comp.instructions)
+    assert module.names.unique("neg") == "neg.2"

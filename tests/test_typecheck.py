@@ -1,6 +1,6 @@
 """The type checker CI runs: mypy over `hlo_passes/` with the configuration in pyproject.toml
-(strict for `ir/`, `parse/` and the pass framework; the rest checked with its errors ignored
-until each module is turned on).  Same as `make typecheck`."""
+(strict for `ir/`, `parse/`, the pass framework and `passes/spmd/`; the rest checked with its
+errors ignored until each module is turned on).  Same as `make typecheck`."""
 
 import importlib.util
 import subprocess

@@ -1,7 +1,7 @@
 """The HLO IR: modules, computations, instructions and the values they carry."""
 
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, FrontendAttributes, OpMetadata,
-                                      PaddingConfig, SliceSpec, Window, WindowDimension)
+                                      PaddingConfig, ShapeList, SliceSpec, Window, WindowDimension)
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import DebugTables, Module
@@ -16,5 +16,5 @@ __all__ = [
     "Attr", "ArrayShape", "Computation", "ConvDimensionLabels", "DebugTables", "FrontendAttributes",
     "IRError", "Instruction", "IotaDevices", "Layout", "Module", "OpMetadata", "Opcode",
     "PaddingConfig", "PrimitiveType", "ReplicaGroups", "Shape", "Sharding", "ShardingKind",
-    "SliceSpec", "SourceSpan", "SubgroupKind", "TupleShape", "Window", "WindowDimension", "scalar",
+    "ShapeList", "SliceSpec", "SourceSpan", "SubgroupKind", "TupleShape", "Window", "WindowDimension", "scalar",
 ]

@@ -247,6 +247,17 @@ class OpMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ShapeList:
+    """`operand_layout_constraints={f32[4,8]{0,1}, s32[4]{0}}`: one shape (with its layout) per
+    operand of a custom-call."""
+
+    shapes: tuple[Any, ...]  # Shape values (ir/shape.py, which this module does not import)
+
+    def to_hlo(self) -> str:
+        return "{" + ", ".join(s.to_hlo() for s in self.shapes) + "}"
+
+
+@dataclass(frozen=True, slots=True)
 class FrontendAttributes:
     """`frontend_attributes={key="value", ...}`; non-string values are kept as their text."""
 

@@ -61,6 +61,9 @@ class Builder:
         """A scalar constant."""
         if element_type is PRED:
             text = "true" if value else "false"
+        elif element_type.is_complex:  # written (real, imag)
+            c = complex(value)
+            text = f"({float(c.real)!r}, {float(c.imag)!r})"
         elif element_type.is_float:
             text = repr(float(value)).replace("inf", "inf")
         else:

@@ -19,48 +19,57 @@ class IRError(Exception):
     """A structural misuse of the IR (erasing a used instruction, a foreign operand, ...)."""
 
 
+class _Insertions:
+    """Instructions inserted next to others and not yet folded into a computation's order
+    (see `Computation._fold_insertions`).  A computation holds one only while some are
+    pending: most never do (a model has thousands of small reducer computations)."""
+
+    __slots__ = ("before", "after", "pending", "removed")
+
+    def __init__(self) -> None:
+        self.before: dict[Instruction, list[Instruction]] = {}
+        self.after: dict[Instruction, list[Instruction]] = {}
+        self.pending: set[Instruction] = set()
+        self.removed: set[Instruction] = set()  # erased while insertions next to them were pending
+
+
 class Computation:
     def __init__(self, name: str, *, is_entry: bool = False):
         self.name = name
         self.is_entry = is_entry
         # Instruction order.  Inserting before or after an instruction is recorded next to it
-        # and folded into the order when the order is next read: a pass that inserts
-        # thousands of instructions in the middle (inlining, partitioning) pays once, not once
-        # per instruction.
+        # (`_insertions`) and folded into the order when the order is next read: a pass that
+        # inserts thousands of instructions in the middle (inlining, partitioning) pays once,
+        # not once per instruction.
         self._order: dict[Instruction, None] = {}
-        self._before: dict[Instruction, list[Instruction]] = {}
-        self._after: dict[Instruction, list[Instruction]] = {}
-        self._pending: set[Instruction] = set()
-        self._removed: set[Instruction] = set()  # erased while insertions next to them were pending
+        self._insertions: _Insertions | None = None
         self.parameters: list[Instruction] = []
         self.root: Instruction | None = None
         self.module: Module | None = None
         self.attributes: dict[str, Attr] = {}  # e.g. execution_thread
         self.print_signature = True
-        self._additions: list[list[Instruction]] = []  # open `recording_additions` logs
+        self._additions: tuple[list[Instruction], ...] = ()  # open `recording_additions` logs
         self.span: SourceSpan | None = None  # where the text named it; None when a pass made it
 
     @property
     def _instructions(self) -> dict[Instruction, None]:
         """The instructions in order (an insertion-ordered dict used as an ordered set)."""
-        if self._pending or self._removed:
+        if self._insertions is not None:
             self._fold_insertions()
         return self._order
 
     @_instructions.setter
     def _instructions(self, order: dict[Instruction, None]) -> None:
         self._order = order
-        self._before.clear()
-        self._after.clear()
-        self._pending.clear()
-        self._removed.clear()
+        self._insertions = None
 
     def _fold_insertions(self) -> None:
         """Put every pending instruction at its place: the ones inserted before an instruction
         come right before it (in insertion order), the ones inserted after it right after it
         (the latest first), recursively for insertions next to pending ones."""
         out: dict[Instruction, None] = {}
-        before, after, removed = self._before, self._after, self._removed
+        pending = cast(_Insertions, self._insertions)
+        before, after, removed = pending.before, pending.after, pending.removed
         for first in self._order:
             if first not in before and first not in after:
                 if first not in removed:
@@ -77,10 +86,7 @@ class Computation:
                 stack.append((True, x))
                 stack.extend((False, b) for b in reversed(before.get(x, ())))
         self._order = out
-        before.clear()
-        after.clear()
-        self._pending.clear()
-        removed.clear()
+        self._insertions = None
 
     @property
     def instructions(self) -> list[Instruction]:
@@ -90,10 +96,23 @@ class Computation:
         return iter(list(self._instructions))
 
     def __len__(self) -> int:
-        return len(self._order) + len(self._pending) - len(self._removed)
+        pending = self._insertions
+        if pending is None:
+            return len(self._order)
+        return len(self._order) + len(pending.pending) - len(pending.removed)
 
     def __contains__(self, instr: Instruction) -> bool:
-        return (instr in self._order or instr in self._pending) and instr not in self._removed
+        pending = self._insertions
+        if pending is None:
+            return instr in self._order
+        return (instr in self._order or instr in pending.pending) and instr not in pending.removed
+
+    def _unordered(self) -> Iterator[Instruction]:
+        """Every instruction held, pending insertions (and their erased anchors) included, in
+        no particular order and without folding (`Module.discard`)."""
+        yield from self._order
+        if self._insertions is not None:
+            yield from self._insertions.pending
 
     def _copy_body_from(self, other: "Computation", comp_map: dict[Computation, Computation]) -> None:
         """Fill this (empty) computation with copies of `other`'s instructions, in order, calling
@@ -130,19 +149,22 @@ class Computation:
         if self.module is not None:
             instr.name = self.module.names.unique(name_hint or instr.name)
         instr.parent = self
-        if instr in self._removed:  # added again: its old place must go first
-            self._fold_insertions()
+        if self._insertions is not None and instr in self._insertions.removed:
+            self._fold_insertions()  # added again: its old place must go first
         if before is None and after is None:
             self._order[instr] = None  # after everything, pending insertions included
         else:
             anchor = cast(Instruction, before if before is not None else after)
             if anchor not in self:
                 raise IRError(f"cannot insert {instr.name} next to {anchor.name}: it is not in {self.name}")
+            pending = self._insertions
+            if pending is None:
+                pending = self._insertions = _Insertions()
             if before is not None:
-                self._before.setdefault(anchor, []).append(instr)
+                pending.before.setdefault(anchor, []).append(instr)
             else:
-                self._after.setdefault(anchor, []).insert(0, instr)
-            self._pending.add(instr)
+                pending.after.setdefault(anchor, []).insert(0, instr)
+            pending.pending.add(instr)
         if instr.opcode is Opcode.PARAMETER:
             self._register_parameter(instr)
         for log in self._additions:
@@ -156,11 +178,11 @@ class Computation:
         instead of diffing the whole computation before and after: per rewrite, the cost is
         what it added, not the computation's size."""
         log: list[Instruction] = []
-        self._additions.append(log)
+        self._additions = (*self._additions, log)
         try:
             yield log
         finally:
-            self._additions = [open_log for open_log in self._additions if open_log is not log]
+            self._additions = tuple(open_log for open_log in self._additions if open_log is not log)
 
     def _register_parameter(self, instr: Instruction) -> None:
         n = cast(int, instr.parameter_number)  # a parameter has its number
@@ -180,8 +202,9 @@ class Computation:
         if instr.control_successors:
             raise IRError(f"cannot erase {instr.name}: it is a control predecessor")
         instr.drop_operands()
-        if instr in self._pending or instr in self._before or instr in self._after:
-            self._removed.add(instr)  # a tombstone: what was inserted next to it keeps its place
+        pending = self._insertions
+        if pending is not None and (instr in pending.pending or instr in pending.before or instr in pending.after):
+            pending.removed.add(instr)  # a tombstone: what was inserted next to it keeps its place
         else:
             del self._order[instr]
         if instr.opcode is Opcode.PARAMETER:

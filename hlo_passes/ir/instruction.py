@@ -7,11 +7,12 @@ sides, so `users` is always exact.
 
 A big module holds hundreds of thousands of instructions, most of them with one
 user, no called computation and no control edges, so those are stored compactly:
-`users` is a read-only view over a single user or an ordered set, and `called`,
+`users` is a read-only view over a single user, a tuple of a few (an ordered set costs
+four times as much) or, past `FEW_USERS`, an ordered set (a dict), and `called`,
 `control_predecessors` and `control_successors` are shared empty immutables
 until something is put in them (`called` is replaced by assigning a new dict;
 control edges change through `add_control_predecessor`).  The source span the parser gives
-each instruction is kept as a plain tuple until it is first read (`span`).
+each instruction is kept packed in one int (ir/source.py) until it is first read (`span`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
-from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, GatherDimensions, OpMetadata,
-                                      ScatterDimensions, Window, WindowDimension, reader_for)
+from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, FrontendAttributes, GatherDimensions,
+                                      OpMetadata, ScatterDimensions, ShapeList, Window, WindowDimension, reader_for)
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.ir.source import SourceSpan, SpanFields
+from hlo_passes.ir.source import SourceSpan, SpanFields, unpack_span
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,6 +44,11 @@ CALLED_COMPUTATION_KEYS = (
     "false_computation", "called_computations", "select", "scatter", "comparator",
 )
 
+# Users are kept in a tuple up to this many (adding or removing one copies it), in an
+# ordered set (dict) beyond: most instructions have a few users, a constant or a parameter
+# may have thousands.
+FEW_USERS = 8
+
 # What an instruction holds where it calls nothing / has no control edges; never mutated.
 NO_CALLS: Mapping[str, Any] = MappingProxyType({})
 NO_CONTROL_EDGES: tuple[()] = ()
@@ -51,19 +57,19 @@ NO_CONTROL_EDGES: tuple[()] = ()
 class Instruction:
     __slots__ = (
         "name", "opcode", "shape", "operands", "_users", "attributes", "called", "parent",
-        "control_predecessors", "control_successors", "literal", "parameter_number", "_span", "__weakref__",
+        "control_predecessors", "control_successors", "literal", "parameter_number", "_span",
     )
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
                  *, name: str = "", attributes: dict[str, Attr] | None = None,
                  called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
                  literal: str | None = None, parameter_number: int | None = None,
-                 span: SpanFields | None = None):
+                 span: SpanFields | SourceSpan | None = None):
         self.name = name or opcode.value
         self.opcode = opcode
         self.shape = shape
-        # None, the only user, or an ordered set (dict) of users: see `users`.
-        self._users: Instruction | dict[Instruction, None] | None = None
+        # None, the only user, a tuple of a few, or an ordered set (dict) of users: see `users`.
+        self._users: Instruction | tuple[Instruction, ...] | dict[Instruction, None] | None = None
         self.attributes: dict[str, Attr] = dict(attributes) if attributes else {}
         self.called: Mapping[str, Computation | tuple[Computation, ...]] = dict(called) if called else NO_CALLS
         self.parent: Computation | None = None
@@ -82,6 +88,8 @@ class Instruction:
         users = self._users
         if users is None:
             return ()
+        if type(users) is tuple:
+            return users
         if type(users) is dict:
             return users.keys()
         return (cast(Instruction, users),)
@@ -90,15 +98,22 @@ class Instruction:
         users = self._users
         if users is None:
             self._users = user
+        elif type(users) is tuple:
+            if user not in users:  # (instructions compare by identity)
+                self._users = _with_user(users, user)
         elif type(users) is dict:
             users[user] = None
         elif users is not user:
-            self._users = {cast(Instruction, users): None, user: None}
+            self._users = (cast(Instruction, users), user)
 
     def _remove_user(self, user: "Instruction") -> None:
         users = self._users
         if users is user:
             self._users = None
+        elif type(users) is tuple:
+            if user in users:
+                rest = tuple(u for u in users if u is not user)
+                self._users = rest if len(rest) > 1 else rest[0]
         elif type(users) is dict:
             users.pop(user, None)
 
@@ -109,10 +124,13 @@ class Instruction:
             users = op._users
             if users is None:
                 op._users = self
+            elif type(users) is tuple:
+                if self not in users:
+                    op._users = _with_user(users, self)
             elif type(users) is dict:
                 users[self] = None
             elif users is not self:
-                op._users = {cast(Instruction, users): None, self: None}
+                op._users = (cast(Instruction, users), self)
 
     def append_operand(self, operand: "Instruction") -> None:
         self.operands.append(operand)
@@ -167,12 +185,22 @@ class Instruction:
         """Where the text defined this instruction (see ir/source.py); None when a pass made it."""
         where = self._span
         if where is not None and type(where) is not SourceSpan:  # as the parser stored it
-            where = self._span = SourceSpan._make(where)
+            where = self._span = unpack_span(where)
         return where
 
     @span.setter
     def span(self, value: SourceSpan | None) -> None:
         self._span = value
+
+    # --------------------------------------------------------------- shape --
+    @property
+    def array_shape(self) -> ArrayShape:
+        """`shape`, where the code reading it needs an array (its dims, rank, element type):
+        every op but the tuple-shaped ones.  A TypeError names the instruction otherwise."""
+        shape = self.shape
+        if not isinstance(shape, ArrayShape):
+            raise TypeError(f"{self.name}: expected an array shape, got {shape.to_hlo()}")
+        return shape
 
     # ---------------------------------------------------------- attributes --
     def attr(self, key: str, default: Any = None) -> Any:
@@ -245,6 +273,17 @@ class Instruction:
         groups = self.attr("replica_groups")
         return cast(ReplicaGroups, groups) if groups is not None else ReplicaGroups.explicit(())
 
+    @property
+    def frontend_attributes(self) -> FrontendAttributes:
+        """`frontend_attributes={...}`; empty when absent."""
+        return cast(FrontendAttributes, self.attr("frontend_attributes") or FrontendAttributes())
+
+    @property
+    def operand_layout_constraints(self) -> tuple[Shape, ...] | None:
+        """A custom-call's `operand_layout_constraints={...}`: one shape per operand; None when absent."""
+        found = self.attr("operand_layout_constraints")
+        return None if found is None else cast(ShapeList, found).shapes
+
     def set_attr(self, key: str, value: Any) -> None:
         self.attributes[key] = Attr(value=value)
 
@@ -274,6 +313,22 @@ class Instruction:
         for value in self.called.values():
             result.extend(value if isinstance(value, tuple) else (value,))
         return result
+
+    def called_computation(self, key: str) -> "Computation":
+        """The one computation called under `key` (`to_apply`, `body`, `condition`, ...)."""
+        comp = self.called[key]
+        if isinstance(comp, tuple):
+            raise TypeError(f"{self.name}: {key} names {len(comp)} computations, expected one")
+        return comp
+
+    @property
+    def branch_computations(self) -> tuple["Computation", ...]:
+        """A conditional's branches: `branch_computations={...}`, or (true, false) for the
+        predicated form."""
+        if "branch_computations" in self.called:
+            comps = self.called["branch_computations"]
+            return comps if isinstance(comps, tuple) else (comps,)
+        return self.called_computation("true_computation"), self.called_computation("false_computation")
 
     def literal_value(self) -> "np.ndarray":
         """The constant's values as a numpy array (constants only)."""
@@ -309,3 +364,10 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"<{self.opcode.value} %{self.name}: {self.shape.to_hlo(False)}>"
+
+
+def _with_user(users: tuple[Instruction, ...], user: Instruction) -> "tuple[Instruction, ...] | dict[Instruction, None]":
+    """`users` and then `user`: a tuple while they are few, an ordered set past FEW_USERS."""
+    if len(users) < FEW_USERS:
+        return (*users, user)
+    return dict.fromkeys((*users, user))

@@ -11,6 +11,7 @@ from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import NO_CALLS, NO_CONTROL_EDGES, Instruction
 from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.snapshot import ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
@@ -238,13 +239,7 @@ class Module:
                 gc.enable()
 
     def _clone(self) -> "Module":
-        copy = Module(self.name)
-        copy.attributes = dict(self.attributes)
-        copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
-                                  {k: dict(v) for k, v in self.tables.file_locations.items()},
-                                  {k: dict(v) for k, v in self.tables.stack_frames.items()})
-        copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
-        copy.parsed_entry_signature = self.parsed_entry_signature
+        copy = self._header_copy()
         comp_map: dict[Computation, Computation] = {}
         for comp in self.computations:
             new = Computation(comp.name, is_entry=comp.is_entry)
@@ -260,13 +255,32 @@ class Module:
         copy.take_names_of_parsed_instructions()
         return copy
 
+    def _header_copy(self) -> "Module":
+        """A module with this one's name, attributes, debug tables and print style, and no
+        computations."""
+        copy = Module(self.name)
+        copy.attributes = dict(self.attributes)
+        copy.tables = DebugTables(dict(self.tables.file_names), dict(self.tables.function_names),
+                                  {k: dict(v) for k, v in self.tables.file_locations.items()},
+                                  {k: dict(v) for k, v in self.tables.stack_frames.items()})
+        copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
+        copy.parsed_entry_signature = self.parsed_entry_signature
+        return copy
+
+    def snapshot(self) -> ModuleSnapshot:
+        """What `restore` needs to put the module back as it is now: like a `clone()`, but
+        kept compactly (a quarter of the memory, see ir/snapshot.py) and not a module until it
+        is restored.  A rollback snapshot."""
+        return ModuleSnapshot(self._header_copy(), self.computations, self.entry)
+
     def discard(self) -> None:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
         whose pass succeeded), so that reference counting frees it at once.  Left to the cyclic
         collector, a whole-module snapshot stays alive until the next full collection, which
-        `clone` holds off while it copies: two snapshots would be alive at once."""
+        `clone` holds off while it copies: two snapshots would be alive at once.  (A module a
+        pass has worked on may hold insertions not yet folded into the order: those too.)"""
         for comp in self.computations:
-            for instr in comp._order:
+            for instr in comp._unordered():
                 instr.operands = []
                 instr._users = None
                 instr.control_predecessors = NO_CONTROL_EDGES
@@ -280,10 +294,19 @@ class Module:
         self.computations = []
         self.entry = None
 
-    def restore(self, snapshot: "Module") -> None:
-        """Become `snapshot` (a clone taken earlier), in place: callers keep holding this object.
-        `snapshot` must not be used afterwards."""
-        self.__dict__.update(snapshot.__dict__)
+    def restore(self, snapshot: ModuleSnapshot) -> None:
+        """Become the module `snapshot` was taken of, as it was then, in place (callers keep
+        holding this object), in new computation and instruction objects: what a `clone()`
+        taken at the time would be.  `snapshot` must not be used afterwards."""
+        enabled = gc.isenabled()
+        gc.disable()  # as in `clone`: building makes no garbage
+        try:
+            restored = snapshot.build()
+            restored.take_names_of_parsed_instructions()
+        finally:
+            if enabled:
+                gc.enable()
+        self.__dict__.update(restored.__dict__)
         for comp in self.computations:
             comp.module = self
 

@@ -86,13 +86,13 @@ class ArrayShape(Shape):
         dims = tuple(int(d) for d in dims)
         layout = self.layout if self.layout is not None and len(dims) == self.rank else (
             Layout.default_for_rank(len(dims)) if self.layout is not None else None)
-        return ArrayShape(self.element_type, dims, (), layout)
+        return interned(ArrayShape(self.element_type, dims, (), layout))
 
     def with_element_type(self, element_type: PrimitiveType) -> "ArrayShape":
-        return replace(self, element_type=element_type)
+        return interned(replace(self, element_type=element_type))
 
     def without_layout(self) -> "ArrayShape":
-        return replace(self, layout=None)
+        return interned(replace(self, layout=None))
 
     def _dim_text(self, i: int) -> str:
         if self.unbounded and self.unbounded[i]:
@@ -127,6 +127,25 @@ class TupleShape(Shape):
 
     def to_hlo(self, with_layout: bool = True) -> str:
         return "(" + ", ".join(e.to_hlo(with_layout) for e in self.elements) + ")"
+
+
+# Shapes that passes derive (`with_dims` ...), one object per value.  A partitioned module
+# has a per-device shape for every instruction but only tens of distinct ones; without this
+# each would hold its own copy (with its dims tuple and printed text), about 200 bytes an
+# instruction.  A value cache: what it returns equals what it is given.  Bounded, because a
+# long-lived process (the test suite, a server) sees many modules' shapes.
+_INTERNED: dict[ArrayShape, ArrayShape] = {}
+_INTERNED_LIMIT = 1 << 16
+
+
+def interned(shape: ArrayShape) -> ArrayShape:
+    """The shared object equal to `shape` (`shape` itself the first time)."""
+    found = _INTERNED.get(shape)
+    if found is None:
+        if len(_INTERNED) >= _INTERNED_LIMIT:
+            _INTERNED.clear()
+        found = _INTERNED[shape] = shape
+    return found
 
 
 def scalar(element_type: PrimitiveType) -> ArrayShape:

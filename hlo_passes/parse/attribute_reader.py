@@ -17,12 +17,14 @@ import lark
 from lark import Token
 
 from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata, PaddingConfig,
-                                      SliceSpec, Window, WindowDimension, register_readers)
+                                      ShapeList, SliceSpec, Window, WindowDimension, register_readers)
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
 from hlo_passes.parse import grammar
 from hlo_passes.parse.limits import MAX_DEVICES, parse_int64
+from hlo_passes.parse.opcode_attributes import split_top_level
+from hlo_passes.parse.shapes import parse_shape
 
 if TYPE_CHECKING:
     import numpy as np
@@ -458,6 +460,14 @@ def _read_string(raw: str) -> str:
     return raw
 
 
+def _read_shape_list(raw: str) -> ShapeList:
+    """`{f32[4,8]{0,1}, s32[4]{0}}`: shapes with layouts (custom-call layout constraints)."""
+    body = raw.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        raise AttributeError_(f"expected {{shape, ...}}, got '{raw}'")
+    return ShapeList(tuple(parse_shape(part.strip()) for part in split_top_level(body[1:-1]) if part.strip()))
+
+
 def _read_bool_list(raw: str) -> tuple[bool, ...]:
     """`{true,false}` (one flag per entry parameter or output leaf) or a single `true`."""
     body = raw[1:-1] if raw.startswith("{") and raw.endswith("}") else raw
@@ -528,6 +538,7 @@ READERS: dict[str, Callable[[str], Any]] = {
     "allow_spmd_sharding_propagation_to_parameters": _read_bool_list,
     "allow_spmd_sharding_propagation_to_output": _read_bool_list,
     "parameter_replication": _read_bool_list,
+    "operand_layout_constraints": _read_shape_list,
     **{k: _read_int_list for k in _INT_LIST_KEYS},
     **{k: _read_int for k in _INT_KEYS},
     **{k: _read_bool for k in _BOOL_KEYS},

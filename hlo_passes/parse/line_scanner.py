@@ -224,7 +224,7 @@ class LineScanner:
                 continue
             if stripped.startswith("//"):
                 continue
-            b.line, b.line_start = number, start  # where the builder's spans of this line's tokens count from
+            b.set_line(number, start)  # where the builder's spans of this line's tokens count from
             if current is not None:
                 if stripped.startswith("}"):
                     if not records:  # no instruction: the grammar says what it expected
@@ -427,5 +427,5 @@ class LineScanner:
                                  original[close + 1:].rstrip("\r\n"))
         opcode_tok = Token("NAME", opcode, offset + opcode_pos)
         name_tok = Token("NAME", m.group(2), offset + m.start(2))
-        span = (self.b.filename, self.b.line, m.start(2) + 1)  # the builder's span_of(name_tok), made here
+        span = self.b.span_on_line(m.start(2) + 1)  # the builder's span_of(name_tok), without the token
         return self.b.add_instruction(name_tok, m.group(1) is not None, shape, opcode_tok, operands, attrs, span)

@@ -42,7 +42,7 @@ from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
-from hlo_passes.ir.source import SourceSpan, SpanFields
+from hlo_passes.ir.source import COLUMN_LIMIT, SourceSpan, SpanFields, file_base, line_base, unpack_span
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME, PrimitiveType
 from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the readers the IR reads attributes with
 from hlo_passes.parse import grammar
@@ -92,6 +92,10 @@ class ModuleBuilder(ShapeBuilder):
         self.line_offset = 0
         self.line = 1
         self.line_start = 0
+        # Packed spans (ir/source.py): what every span of this file, and of the scanner's
+        # line (`set_line`), starts from.
+        self.file_base = file_base(filename)
+        self.line_base = line_base(self.file_base, 1)
         # Memos of the shared caches below, for this parse (a dict look-up costs less than a call).
         self.plans: dict[str, _Plan] = {}
         self.checked: set[tuple[Callable[[str], None], str]] = set()
@@ -120,13 +124,25 @@ class ModuleBuilder(ShapeBuilder):
         self.nested_built: dict[int, Instruction] = {}
 
     # ---------------------------------------------------------------- spans --
+    def set_line(self, number: int, start: int) -> None:
+        """The scanner reads line `number`, which starts at offset `start`."""
+        self.line, self.line_start = number, start
+        self.line_base = line_base(self.file_base, number)
+
+    def span_on_line(self, column: int) -> SpanFields:
+        """The span of `column` on the scanner's line, packed."""
+        base = self.line_base
+        return base | column if base is not None and column < COLUMN_LIMIT else (self.filename, self.line, column)
+
     def span_of(self, tok: TokenLike) -> SpanFields:
-        """Where `tok` is in the file (a SourceSpan's fields): the scanner's tokens are on the
-        line being scanned, lark's know their line and column."""
+        """Where `tok` is in the file, packed: the scanner's tokens are on the line being
+        scanned, lark's know their line and column."""
         if type(tok) is ScannedToken:
-            return self.filename, self.line, tok.start_pos - self.line_start + 1
+            return self.span_on_line(tok.start_pos - self.line_start + 1)
         lark_tok = cast(Token, tok)
-        return self.filename, self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column)
+        line, column = self.line_offset + cast(int, lark_tok.line), cast(int, lark_tok.column)
+        base = line_base(self.file_base, line)
+        return base | column if base is not None and column < COLUMN_LIMIT else (self.filename, line, column)
 
     # ------------------------------------------------------------- literals --
     def literal_scalar(self, c: list[Any]) -> TextRange:
@@ -256,11 +272,11 @@ class ModuleBuilder(ShapeBuilder):
                 else:
                     raise SemanticError(f"{opcode.value} expects a literal", _positioned(op))
             return literal
-        out = []
-        for op in operands:
+        out: list[Any] = [None] * len(operands)  # sized exactly: it becomes the operand list
+        for i, op in enumerate(operands):
             kind = type(op)
             if kind is Instruction:
-                out.append(op)
+                out[i] = op
             elif kind is TypedOperand:
                 declared, ref = op
                 target = ref if type(ref) is Instruction else self._resolve(ref)
@@ -268,14 +284,14 @@ class ModuleBuilder(ShapeBuilder):
                     raise SemanticError(f"the declared operand shape {declared.to_hlo()} is not compatible with the "
                                         f"shape of the operand instruction {target.shape.to_hlo()} ('{target.name}')",
                                         _positioned(ref))
-                out.append(target)
+                out[i] = target
             elif kind is NestedOperand:
                 built = self.nested_built.pop(id(op), None)
-                out.append(built if built is not None else self._build_nested(op))
+                out[i] = built if built is not None else self._build_nested(op)
             elif kind is TextRange:
                 raise SemanticError(f"{opcode.value} expects operand names, got a literal", pos=op.start)
             else:  # a name: a lark Token, or the line scanner's Token or str
-                out.append(self._resolve(op))
+                out[i] = self._resolve(op)
         return out
 
     def _build_nested(self, top: NestedOperand) -> Instruction:
@@ -674,7 +690,7 @@ class ModuleBuilder(ShapeBuilder):
             raise SemanticError(f"computation '{name}' has no instructions", name_tok)
         comp = Computation(name, is_entry=is_entry)
         comp.print_signature = signature is not None
-        comp.span = SourceSpan._make(span)
+        comp.span = unpack_span(span)
         roots = [r for r in records if r.is_root]
         if len(roots) > 1:
             raise SemanticError(f"computation '{name}' has more than one ROOT", span=roots[1].instr.span)

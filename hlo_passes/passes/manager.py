@@ -12,9 +12,11 @@ Policies, for the callers that need them:
 * `on_failure="raise"` (default): a pass that raises gets a note naming it (and its index in
   the pipeline); a pass whose output the verifier rejects raises PassFailed with the
   verifier's errors, each showing the offending instruction with a few lines of context.
-* `on_failure="rollback"`: the module is cloned before each pass; a pass that raises, or
-  whose output the verifier or an invariant rejects, is undone and reported as a `missed`
-  remark, and the pipeline goes on (collective-fusion runs its sub-passes this way).
+* `on_failure="rollback"`: a snapshot of the module is taken before each pass
+  (`Module.snapshot`: what a clone would hold, kept compactly); a pass that raises, or whose
+  output the verifier or an invariant rejects, is undone (the module is restored from it)
+  and reported as a `missed` remark, and the pipeline goes on (collective-fusion runs its
+  sub-passes this way).
 * `invariants`: checks run after every pass that changed the module (the jax.jit hook: the
   entry signature JAX fixed must not change); a failed one is treated like a verifier error.
 * `after_each(index, pass, module, changed)`: an observer (dumps, numerical bisection).
@@ -85,7 +87,7 @@ class PassManager:
         for i, p in enumerate(self.passes):
             if self.dump is not None:
                 self.dump(i, p, module, "before")
-            snapshot = module.clone() if self.on_failure == "rollback" else None
+            snapshot = module.snapshot() if self.on_failure == "rollback" else None
             start, cpu_start = time.perf_counter(), time.process_time()
             seen = len(p.remarks)
             problem: PassFailed | str | None
@@ -114,8 +116,7 @@ class PassManager:
                 why = problem.args[0].removeprefix(f"pass {p.name}: ") if isinstance(problem, PassFailed) else problem
                 self.remarks.append(Remark(p.name, f"{p.name} failed ({why}); its changes were undone",
                                            kind="missed"))
-            elif snapshot is not None:
-                snapshot.discard()
+            snapshot = None  # (not kept while the next pass takes its own)
             if self.after_each is not None:
                 self.after_each(i, p, module, changed)
             changed_any |= changed

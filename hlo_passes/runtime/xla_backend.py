@@ -393,6 +393,7 @@ def pass_dump(text: str, pass_name: str, *, num_partitions: int, shardy: bool = 
 
 def _compile(text: str, options: CompileOptions, debug: dict) -> Executable:
     api = _api()
+    _ensure_lapack(text)
     devs = devices(options.num_devices, options.platform)
     xc = api.xc
     hlo = xc.hlo.hlo_module_from_text(text)
@@ -417,6 +418,24 @@ def _compile(text: str, options: CompileOptions, debug: dict) -> Executable:
     backend = api.xla_bridge.get_backend(options.platform)
     loaded = backend.compile_and_load(stablehlo, xc.DeviceList(tuple(devs)), compile_options)
     return Executable(loaded, devs, options)
+
+
+_lapack_ready: list[bool] = []
+
+
+def _ensure_lapack(text: str) -> None:
+    """JAX fills jaxlib's table of LAPACK routines the first time it lowers a linear-algebra op.
+    A module that calls the LAPACK custom-calls (`lapack_spotrf_ffi`, ...) before that — one read
+    from a dump — would crash the process at run time, so the table is filled first."""
+    if _lapack_ready or 'custom_call_target="lapack_' not in text:
+        return
+    try:
+        from jaxlib import lapack
+
+        lapack._lapack.initialize()
+    except (ImportError, AttributeError) as e:
+        raise BackendUnavailable(f"cannot initialise jaxlib's LAPACK routines ({e}); hlo-passes needs {PINNED}") from e
+    _lapack_ready.append(True)
 
 
 def clear_cache() -> None:

@@ -75,6 +75,32 @@ def test_users_view_follows_every_edit():
         p.users[0] = c  # read-only: edges change through the instruction's methods
 
 
+def test_users_stay_in_order_as_they_grow_past_a_few_and_shrink():
+    """A few users are kept in a tuple, many in an ordered set: the view is the same."""
+    from hlo_passes.ir.instruction import FEW_USERS
+
+    n = FEW_USERS + 4
+    lines = [f"  v{k} = f32[4] negate(p)" for k in range(n)]
+    m = parse_module("HloModule m\n\nENTRY e {\n  p = f32[4] parameter(0)\n" + "\n".join(lines)
+                     + f"\n  ROOT t = tuple({', '.join(f'v{k}' for k in range(n))})\n}}\n")
+    e = m.entry
+    p = e.find("p")
+    assert _names(p.users) == [f"v{k}" for k in range(n)]
+    for k in (0, 5, n - 1):
+        e.find("t").replace_operand(e.find(f"v{k}"), p)
+        e.remove(e.find(f"v{k}"))
+    expected = [f"v{k}" for k in range(n) if k not in (0, 5, n - 1)] + ["t"]
+    assert _names(p.users) == expected
+    q = e.find("v1")
+    for k in range(2, n - 1):  # v1 (used by t) gains users one by one, past FEW_USERS
+        if k != 5:
+            e.find(f"v{k}").replace_operand(p, q)
+    assert _names(q.users) == ["t"] + [f"v{k}" for k in range(2, n - 1) if k != 5]
+    assert len(q.users) > FEW_USERS
+    with pytest.raises((TypeError, AttributeError)):
+        q.users[0] = p  # type: ignore[index]  # read-only in every form
+
+
 def test_empty_called_and_control_edges_are_shared_and_read_only():
     m = parse_module(TEXT)
     a, b, c = (m.entry.find(n) for n in "abc")

@@ -12,7 +12,8 @@ Prints one line per failing seed and a summary.  Outcomes:
     WRONG        it computes something else (a wrong program: the worst outcome)
     CRASH        spmd-partition raised
     MALFORMED    its output fails the structural verifier or XLA's parser
-    skipped      XLA cannot run the original itself (not our bug)
+    skipped      XLA cannot run the original itself, or XLA:CPU refuses to run the partitioned
+                 program for a known fault of its own (XLA_CPU_FAULTS; not our bug)
 
 A failing seed reproduces with `--start SEED --seeds 1 --show`.
 """
@@ -38,6 +39,14 @@ from hlo_passes.runtime import execute_module  # noqa: E402
 from hlo_passes.runtime.xla_backend import canonical_text  # noqa: E402
 from hlo_passes.verifier import verify_module  # noqa: E402
 from tests.spmd.random_hlo import module_from_seed  # noqa: E402
+
+
+# Runtime errors of XLA:CPU that a valid program meets (the partitioned program is not wrong; it
+# cannot be run here).  XLA:CPU's layout assignment leaves an FFT's layout free, and an
+# all-gather along an inner dim asks for that dim major: an FFT whose result (or operand) is
+# gathered that way gets a column-major layout its FFT kernel then refuses.  Unpartitioned code
+# gathered before the FFT (the replicating fallback) meets it as often.
+XLA_CPU_FAULTS = ("LayoutUtil::IsMonotonicWithDim0Major(input_shape_.layout())",)
 
 
 @dataclass
@@ -77,7 +86,10 @@ def judge_text(text: str, seed: int = -1) -> Outcome:
     try:
         report = verify_equivalent(text, out)
     except Exception as e:
-        return Outcome(seed, "CRASH", f"verify: {type(e).__name__}: {str(e).splitlines()[0][:300]}", text, out)
+        first = str(e).splitlines()[0]
+        if any(fault in first for fault in XLA_CPU_FAULTS):
+            return Outcome(seed, "skipped", f"XLA:CPU cannot run the partitioned program: {first[:200]}", text, out)
+        return Outcome(seed, "CRASH", f"verify: {type(e).__name__}: {first[:300]}", text, out)
     if not report.ok:
         return Outcome(seed, "WRONG", report.format()[:800], text, out)
     return Outcome(seed, "ok")

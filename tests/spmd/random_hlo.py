@@ -2,8 +2,9 @@
 
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
-dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window,
-convolution, sort, gather, scatter, partially manual shard_map regions), random shapes (size-1 and uneven dims included), and
+dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
+(variadic too), convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially
+manual shard_map regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -57,6 +58,7 @@ class Program:
     values: list[Value] = field(default_factory=list)
     reducers: set[str] = field(default_factory=set)
     comparators: int = 0
+    computations: dict[str, str] = field(default_factory=dict)  # other called computations, by name
     counter: int = 0
     sparse: bool = False  # few annotations (see the module docstring)
     manual_mesh: tuple[tuple[int, int], int] | None = None  # shard_map regions: (mesh shape, manual axis)
@@ -134,6 +136,7 @@ class Program:
         for op, etype in sorted(self.reducers):
             comps.append(f"{self.reducer(op, etype)} {{\n  a = {etype}[] parameter(0)\n  b = {etype}[] parameter(1)\n"
                          f"  ROOT c = {etype}[] {op}(a, b)\n}}\n")
+        comps.extend(self.computations[name] for name in sorted(self.computations))
         for i in range(self.comparators):
             comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                          f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
@@ -407,6 +410,68 @@ def op_reduce_window(p: Program) -> None:
                                   f"to_apply={p.reducer(op)}", sharding=p.maybe_sharding(dims))
 
 
+VARIADIC_REDUCERS = {
+    # a sum and a max at once: known reductions, so halos may cover padded windows
+    "sum_max": ("f32", "0", "-inf", """sum_max {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  s = f32[] add(a0, b0)
+  m = f32[] maximum(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(s, m)
+}
+"""),
+    # an argmax over (value, position): a select reducer with no identity
+    "argmax": ("s32", "-inf", "0", """argmax {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  ge = pred[] compare(av, bv), direction=GE
+  v = f32[] select(ge, av, bv)
+  i = s32[] select(ge, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""),
+}
+
+
+def op_variadic_reduce_window(p: Program) -> None:
+    """A reduce-window over two operands: a sum and a max of two values, or an argmax of a value
+    and its positions along a random dim."""
+    x = p.pick()
+    if not x.dims:
+        return
+    name = p.rng.choice(sorted(VARIADIC_REDUCERS))
+    etype, init0, init1, text = VARIADIC_REDUCERS[name]
+    p.computations[name] = text
+    if etype == "f32":
+        y = p.rng.choice([v for v in p.values if v.dims == x.dims])
+    else:
+        y = p.emit("pos", x.dims, f"iota(), iota_dimension={p.rng.randrange(len(x.dims))}", etype="s32",
+                   sharding=p.maybe_sharding(x.dims))
+    sizes, strides, pads, dims = [], [], [], []
+    for d in x.dims:
+        k = p.rng.randint(1, min(d, 3))
+        s = p.rng.randint(1, 2)
+        lo, hi = (p.rng.randint(0, k - 1), p.rng.randint(0, k - 1)) if k > 1 else (0, 0)
+        sizes.append(k), strides.append(s), pads.append(f"{lo}_{hi}")
+        dims.append((d + lo + hi - k) // s + 1)
+    window = f"size={'x'.join(map(str, sizes))} stride={'x'.join(map(str, strides))} pad={'x'.join(pads)}"
+    shape = ",".join(map(str, dims))
+    r = Value(p.fresh("rw"), tuple(dims))
+    s = p.maybe_sharding(dims)
+    attr = f", sharding={{{s}, {s}}}" if s else ""
+    p.lines.append(f"  {r.name} = (f32[{shape}], {etype}[{shape}]) reduce-window({x.name}, {y.name}, "
+                   f"f32[] constant({init0}), {etype}[] constant({init1})), window={{{window}}}, "
+                   f"to_apply={name}{attr}")
+    p.emit("first", dims, f"get-tuple-element({r.name}), index=0")
+    second = p.emit("second", dims, f"get-tuple-element({r.name}), index=1", etype=etype)
+    if etype == "s32":  # positions back to a value later ops may read
+        p.emit("position", dims, f"convert({second.name})")
+
+
 def op_convolution(p: Program) -> None:
     x = p.pick(3)
     if len(x.dims) != 3:
@@ -414,7 +479,11 @@ def op_convolution(p: Program) -> None:
     b, w, f = x.dims  # batch, spatial, feature (b0f)
     k = p.rng.randint(1, min(w, 3))
     out_f = p.rng.choice([1, 2, 4])
-    kernel = p.parameter((k, f, out_f))
+    divisors = [g for g in range(2, f + 1) if f % g == 0]
+    groups = p.rng.choice(divisors) if divisors and p.rng.random() < 0.3 else 1  # grouped, depthwise
+    if groups > 1:
+        out_f = groups * p.rng.choice([1, 2])
+    kernel = p.parameter((k, f // groups, out_f))
     lo = p.rng.randint(0, k - 1) if k > 1 else 0
     hi = p.rng.randint(0, k - 1) if k > 1 else 0
     stride = p.rng.choice([1, 1, 2])
@@ -423,7 +492,9 @@ def op_convolution(p: Program) -> None:
         return
     dims = (b, ow, out_f)
     p.emit("convolution", dims, f"convolution({x.name}, {kernel.name}), window={{size={k} stride={stride} "
-                                f"pad={lo}_{hi}}}, dim_labels=b0f_0io->b0f", sharding=p.maybe_sharding(dims))
+                                f"pad={lo}_{hi}}}, dim_labels=b0f_0io->b0f"
+                                + (f", feature_group_count={groups}" if groups > 1 else ""),
+           sharding=p.maybe_sharding(dims))
 
 
 def op_sort(p: Program) -> None:
@@ -442,7 +513,9 @@ def op_gather(p: Program) -> None:
         return
     rows, cols = x.dims
     count = p.rng.randint(1, 6)
-    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randrange(rows)}}}" for _ in range(count))
+    # now and then ids out of range: a gather clamps them into the table
+    low, high = (-2, rows + 2) if p.rng.random() < 0.3 else (0, rows - 1)
+    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randint(low, high)}}}" for _ in range(count))
                  + "})", etype="s32")
     p.emit("gather", (count, cols), f"gather({x.name}, {idx.name}), offset_dims={{1}}, collapsed_slice_dims={{0}}, "
                                     f"start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,{cols}}}",
@@ -461,6 +534,100 @@ def op_scatter(p: Program) -> None:
     p.emit("scatter", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{1}}, "
                               f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, "
                               f"to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
+
+
+def _dominant_matrices(p: Program, dims: tuple[int, ...], scale: int) -> Value:
+    """A fresh parameter of `dims` (last two equal) plus `scale` on the diagonal: inputs lie in
+    [-1, 1), so it is positive definite by its lower triangle and well conditioned."""
+    x = p.parameter(dims)
+    s = p.maybe_sharding(dims)
+    i0 = p.emit("row", dims, f"iota(), iota_dimension={len(dims) - 2}", etype="s32", sharding=s)
+    i1 = p.emit("col", dims, f"iota(), iota_dimension={len(dims) - 1}", etype="s32", sharding=s)
+    eq = p.emit("diag", dims, f"compare({i0.name}, {i1.name}), direction=EQ", etype="pred", sharding=s)
+    big = p.emit("big", dims, f"broadcast(f32[] constant({scale})), dimensions={{}}", sharding=s)
+    zero = p.emit("zero", dims, "broadcast(f32[] constant(0)), dimensions={}", sharding=s)
+    d = p.emit("d", dims, f"select({eq.name}, {big.name}, {zero.name})", sharding=s)
+    for v in (big, zero, d):
+        p.values.remove(v)
+    return p.emit("spd", dims, f"add({x.name}, {d.name})", sharding=s)
+
+
+def _matrix_dims(p: Program) -> tuple[int, ...]:
+    m = p.rng.choice((2, 3, 4, 6, 8))
+    batch = tuple(p.rng.choice(DIMS) for _ in range(p.rng.randint(0, 2)))
+    return batch + (m, m)
+
+
+def op_cholesky(p: Program) -> None:
+    dims = _matrix_dims(p)
+    a = _dominant_matrices(p, dims, 2 * dims[-1])
+    lower = p.rng.choice(("true", "false"))
+    p.emit("cholesky", dims, f"cholesky({a.name}), lower={lower}", sharding=p.maybe_sharding(dims))
+
+
+def op_triangular_solve(p: Program) -> None:
+    dims = _matrix_dims(p)
+    a = _dominant_matrices(p, dims, 2 * dims[-1])
+    r = p.rng
+    k = r.choice((1, 2, 3, 5))
+    left = r.random() < 0.5
+    bdims = dims[:-2] + ((dims[-1], k) if left else (k, dims[-1]))
+    b = next((v for v in p.values if v.dims == bdims), None) or p.parameter(bdims)
+    p.emit("solve", bdims, f"triangular-solve({a.name}, {b.name}), left_side={'true' if left else 'false'}, "
+                           f"lower={r.choice(('true', 'false'))}, transpose_a={r.choice(('NO_TRANSPOSE', 'TRANSPOSE'))}",
+           sharding=p.maybe_sharding(bdims))
+
+
+def op_fft(p: Program) -> None:
+    """A real FFT over the last one or two dims, then back (IRFFT) or its magnitudes.  A value of
+    rank 2 or more keeps a batch dim: XLA:CPU (the oracle) may give a multi-dim FFT over every
+    dim of its operand a column-major layout its FFT kernel then refuses (a RET_CHECK)."""
+    x = p.pick()
+    if not x.dims:
+        return
+    count = 1 if len(x.dims) <= 2 else p.rng.randint(1, 2)
+    lengths = x.dims[-count:]
+    half = x.dims[:-1] + (x.dims[-1] // 2 + 1,)
+    length = ",".join(map(str, lengths))
+    f = p.emit("rfft", half, f"fft({x.name}), fft_type=RFFT, fft_length={{{length}}}", etype="c64",
+               sharding=p.maybe_sharding(half))
+    if p.rng.random() < 0.5:
+        p.emit("irfft", x.dims, f"fft({f.name}), fft_type=IRFFT, fft_length={{{length}}}",
+               sharding=p.maybe_sharding(x.dims))
+    else:
+        p.emit("magnitude", half, f"abs({f.name})", sharding=p.maybe_sharding(half))
+
+
+def _nested(values, dims) -> str:
+    """A literal's text for a row-major list of values of shape `dims`."""
+    if not dims:
+        return str(values[0])
+    step = math.prod(dims[1:])
+    return "{" + ", ".join(_nested(values[i * step:(i + 1) * step], dims[1:]) for i in range(dims[0])) + "}"
+
+
+def op_take_along(p: Program) -> None:
+    """take_along_axis over the last dim (explicit batching dims: every row takes one of its
+    own elements), or its gradient: a scatter-add into those elements."""
+    x = p.pick()
+    if not 2 <= len(x.dims) <= 3:
+        return
+    r = len(x.dims)
+    batch = x.dims[:-1]
+    ids = [p.rng.randrange(x.dims[-1]) for _ in range(math.prod(batch))]
+    idx = p.emit("labels", batch + (1,), f"constant({_nested(ids, batch + (1,))})", etype="s32")
+    bd = ",".join(map(str, range(r - 1)))
+    if p.rng.random() < 0.5:
+        p.emit("take", batch, f"gather({x.name}, {idx.name}), offset_dims={{}}, collapsed_slice_dims={{{r - 1}}}, "
+                              f"start_index_map={{{r - 1}}}, operand_batching_dims={{{bd}}}, "
+                              f"start_indices_batching_dims={{{bd}}}, index_vector_dim={r - 1}, "
+                              f"slice_sizes={{{','.join(['1'] * r)}}}", sharding=p.maybe_sharding(batch))
+        return
+    upd = next((v for v in p.values if v.dims == batch), None) or p.parameter(batch)
+    p.emit("put", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{}}, "
+                          f"inserted_window_dims={{{r - 1}}}, scatter_dims_to_operand_dims={{{r - 1}}}, "
+                          f"input_batching_dims={{{bd}}}, scatter_indices_batching_dims={{{bd}}}, "
+                          f"index_vector_dim={r - 1}, to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
 
 
 def op_annotate(p: Program) -> None:
@@ -578,6 +745,8 @@ OPS = {
     "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
     "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
+    "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
+    "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
 }
 
 

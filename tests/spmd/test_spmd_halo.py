@@ -324,6 +324,12 @@ ENTRY main {{
     # 6 groups over 8 devices: only 2 tiles fit whole groups; still correct
     (2, 12, 2, 12, 2, "b01f_01io->b01f", "feature_group_count=6",
      "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", None),
+    # 6 groups, channels over 4 and batch over 2: the 4 channel tiles merge into 2 tiles of 3
+    # groups (an all-gather within pairs), the batch stays split — each device convolves a
+    # quarter (this gathered everything and convolved it whole, as XLA does)
+    (8, 12, 2, 12, 8, "b01f_01io->b01f", "feature_group_count=6",
+     "{devices=[2,1,1,4]<=[8]}", "{devices=[1,1,1,4,2]<=[8] last_tile_dim_replicate}",
+     "{devices=[2,1,1,4]<=[8]}", 2),
     # the depthwise kernel gradient: batch groups over the channel dim
     (16, 8, 8, 16, 3, "f01b_i01o->01bf", "batch_group_count=16",
      "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", "{devices=[1,1,1,8]<=[8]}", 0),
@@ -439,3 +445,55 @@ ENTRY main {
 """
     out = _check(text, expect={"all-gather": 0, "all-reduce": 1})
     assert "f32[4,6,10] parameter(0)" in out
+
+
+VARIADIC_RW = """HloModule rwv
+{reducer}
+ENTRY main {{
+  x = f32[4,{n},16] parameter(0), sharding={{devices=[1,8,1]<=[8]}}
+  {second}
+  ROOT r = (f32[4,{o},16], {etype}[4,{o},16]) reduce-window(x, y, {inits}), window={{size=1x{k}x1 {win}}}, to_apply=red, sharding={{{{devices=[1,8,1]<=[8]}}, {{devices=[1,8,1]<=[8]}}}}
+}}
+"""
+SUM_MAX = """red {
+  a0 = f32[] parameter(0)
+  a1 = f32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = f32[] parameter(3)
+  s = f32[] add(a0, b0)
+  m = f32[] maximum(a1, b1)
+  ROOT t = (f32[], f32[]) tuple(s, m)
+}"""
+ARGMAX = """red {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  ge = pred[] compare(av, bv), direction=GE
+  v = f32[] select(ge, av, bv)
+  i = s32[] select(ge, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}"""
+
+
+@pytest.mark.parametrize("reducer,etype,n,k,win,o,gathers", [
+    # a sum and a max at once over padded windows: every operand's halo, padding rows filled
+    # with each reduction's identity (XLA skips them)
+    (SUM_MAX, "f32", 32, 3, "stride=1x2x1 pad=0_0x1_0x0_0", 16, 0),
+    # an argmax (select reducer, no identity) whose windows read real rows only: halos, no mask
+    (ARGMAX, "s32", 34, 3, "", 32, 0),
+    # the same argmax over padded windows: no value may stand for the padding, so the windowed
+    # dim is not kept tiled (its tiling moves to the free last dim: all-to-alls, no gather)
+    (ARGMAX, "s32", 32, 3, "pad=0_0x1_1x0_0", 32, 0),
+])
+def test_variadic_reduce_window_exchanges_every_operand_halo(reducer, etype, n, k, win, o, gathers):
+    second = (f"y = f32[4,{n},16] parameter(1), sharding={{devices=[1,8,1]<=[8]}}" if etype == "f32" else
+              f"y = s32[4,{n},16] iota(), iota_dimension=1, sharding={{devices=[1,8,1]<=[8]}}")
+    inits = ("f32[] constant(0), f32[] constant(-inf)" if etype == "f32"
+             else "f32[] constant(-inf), s32[] constant(0)")
+    text = VARIADIC_RW.format(reducer=reducer, second=second, etype=etype, n=n, k=k, win=win, o=o, inits=inits)
+    out = _check(text, expect={"all-gather": gathers})
+    if "pad=0_0x1_1" in win:
+        assert " all-to-all(" in out and " collective-permute(" not in out
+    else:
+        assert " collective-permute(" in out and " all-to-all(" not in out

@@ -2,7 +2,9 @@
 weight-update-sharding tests (the .hlo files beside this script are its output, so the tests
 need neither Flax nor Optax).
 
-    .venv/bin/pip install optax && .venv/bin/python tests/weight_update_sharding/make_programs.py
+    .venv/bin/pip install optax && .venv/bin/python tests/weight_update_sharding/make_programs.py [OPT...]
+
+(with optimizer names, only those programs are written).
 
 Each program is an MLP 16-32-10 step (weights 16x32 and 32x10, biases 32 and 10: the 10s do
 not divide by 8) in two forms:
@@ -15,13 +17,18 @@ not divide by 8) in two forms:
 
 and `<opt>` one of the Optax updates the pass must read: SGD with momentum and Nesterov,
 AdamW with a learning-rate schedule on the step counter and a weight-decay mask, AdamW and
-LAMB after clip_by_global_norm (LAMB's norms are `jnp.linalg.norm`: calls), and Adafactor
-(factored second moments: row and column means, not elementwise).
+LAMB after clip_by_global_norm (LAMB's norms are `jnp.linalg.norm`: calls), Adafactor
+(factored second moments: row and column means, not elementwise; and with momentum, a first
+moment of the weight's shape), `apply_every` (gradients
+accumulated in state, emitted every 4th step) and `MultiSteps` around Adam (the same; its
+`lax.cond` on "skip this update" folds away with the default predicate, and stays a
+`conditional` around the whole update with `skip_not_finite`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -48,6 +55,11 @@ def optimizers():
         "adamw_clip": optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=1e-2)),
         "lamb_clip": optax.chain(optax.clip_by_global_norm(1.0), optax.lamb(1e-3, weight_decay=1e-2)),
         "adafactor": optax.adafactor(1e-2, min_dim_size_to_factor=8),
+        "adafactor_momentum": optax.adafactor(1e-2, min_dim_size_to_factor=8, momentum=0.9),
+        "apply_every": optax.chain(optax.apply_every(4), optax.sgd(0.1, momentum=0.9)),
+        "multisteps": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4),
+        "multisteps_skip": optax.MultiSteps(optax.adam(1e-3), every_k_schedule=4,
+                                            should_skip_update_fn=optax.skip_not_finite),
     }
 
 
@@ -94,14 +106,16 @@ def programs():
         yield f"shard_map_{name}", jax.jit(step).lower(spec(params), spec(state), x, y)
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
     HERE.mkdir(exist_ok=True)
     jax.config.update("jax_use_shardy_partitioner", False)
     for name, lowered in programs():
+        if only and not any(name.endswith(f"_{o}") for o in only):
+            continue
         text = lowered.as_text(dialect="hlo")
         (HERE / f"{name}.hlo").write_text(text)
         print(f"{name}: {len(text):,} characters")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -25,6 +25,8 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL)
+# Per instruction of a body (in post order): its sharding and the ids of the bodies it calls.
+_BodyKey = tuple[tuple[Sharding | None, tuple[int, ...]], ...]
 
 
 class CallSiteCopies:
@@ -57,7 +59,7 @@ class CallSiteCopies:
                         copy = module.clone_computation(callee, suffix="site")
                         self.copies.setdefault(callee, []).append(copy)
                         self.site[copy] = instr
-                        instr.called["to_apply"] = copy
+                        instr.called = dict(instr.called, to_apply=copy)
                         callee = copy
                     called_by_call.add(id(callee))
                     if id(callee) not in seen:
@@ -82,13 +84,14 @@ class CallSiteCopies:
             copies = self.copies.get(original)
             if not copies:
                 continue
-            representatives: dict[tuple, Computation] = {}
+            representatives: dict[_BodyKey, Computation] = {}
             for comp in (original, *copies):
                 key = self._key(comp, canonical)
                 first = representatives.setdefault(key, comp)
                 if first is comp:
                     continue
-                self.site[comp].called["to_apply"] = first
+                site = self.site[comp]
+                site.called = dict(site.called, to_apply=first)
                 canonical[id(comp)] = first
                 going.append(comp)
             if len(representatives) > 1:
@@ -97,7 +100,7 @@ class CallSiteCopies:
         return kept
 
     @staticmethod
-    def _key(comp: Computation, canonical: dict[int, Computation]) -> tuple:
+    def _key(comp: Computation, canonical: dict[int, Computation]) -> "_BodyKey":
         """What must agree for two copies of one body to be one: per instruction (copies share
         their structure and post order), its sharding and the bodies it calls."""
 

@@ -42,9 +42,16 @@ per-instruction strategies, Alpa-style) needs exactly `instruction` + `reshard` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
+
+if TYPE_CHECKING:
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.instruction import Instruction
+    from hlo_passes.ir.module import Module
 
 GIB = 1 << 30
 
@@ -149,10 +156,9 @@ ZERO = Estimate()
 class CostModel:
     profile: HardwareProfile
     allow_more_memory: bool = False
-    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
-    def for_profile(cls, name: str, **kwargs) -> "CostModel":
+    def for_profile(cls, name: str, **kwargs: bool) -> "CostModel":
         try:
             return cls(PROFILES[name], **kwargs)
         except KeyError:
@@ -208,7 +214,7 @@ _COLLECTIVE_KIND = {
 }
 
 
-def instruction_estimate(instr, module, model: CostModel = DEFAULT) -> Estimate:
+def instruction_estimate(instr: "Instruction", module: "Module", model: CostModel = DEFAULT) -> Estimate:
     """One instruction's share of `module_estimate`: a collective by its wire volume, any other
     array-shaped op bound by its FLOPs or the bytes it touches (result and operands), nothing for
     parameters, constants, tuples and bitcasts.  Called computations are not included."""
@@ -230,20 +236,20 @@ def instruction_estimate(instr, module, model: CostModel = DEFAULT) -> Estimate:
         buffer = max(result, operands)
         return model.collective(kind, buffer, group)
     if op in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.BITCAST) \
-            or not instr.shape.is_array:
+            or not isinstance(instr.shape, ArrayShape):
         return ZERO
     touched = instr.shape.byte_size() + sum(o.shape.byte_size() for o in instr.operands if o.shape.is_array)
     etype = instr.shape.element_type if instr.shape.element_type.is_array else None
     return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
 
 
-def module_estimate(module, model: CostModel = DEFAULT) -> Estimate:
+def module_estimate(module: "Module", model: CostModel = DEFAULT) -> Estimate:
     """The estimated step time of a per-device module: every kernel bound by its FLOPs or the
     bytes it touches, every collective by its wire volume (plus latency in `step_seconds`).
     Call, fusion and while bodies count once per call site (trip counts are unknown)."""
     from hlo_passes.ir.opcode import Opcode
 
-    def walk(comp, stack) -> Estimate:
+    def walk(comp: "Computation", stack: set["Computation"]) -> Estimate:
         total = ZERO
         stack.add(comp)
         for instr in comp.instructions:
@@ -255,6 +261,7 @@ def module_estimate(module, model: CostModel = DEFAULT) -> Estimate:
         stack.discard(comp)
         return total
 
+    assert module.entry is not None, "a module to estimate has an entry computation"
     return walk(module.entry, set())
 
 __all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "instruction_estimate",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence, TypedDict
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.partition_context import Emitter, groups_varying
+from hlo_passes.passes.spmd.partition_context import DeviceGroups, Emitter, groups_varying
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
@@ -54,14 +55,16 @@ class WindowRows:
     local: WindowDimension     # the window of the local op over those rows
 
 
-def window_rows(w: WindowDimension, tiles: int, out_first, out_count: int, win_first, win_count: int
-                ) -> WindowRows | None:
+def window_rows(w: WindowDimension, tiles: int, out_first: Sequence[int], out_count: int,
+                win_first: Sequence[int], win_count: int) -> WindowRows | None:
     """Rows read when tile t computes outputs [out_first[t], +out_count) over window positions
     [win_first[t], +win_count) of window `w`; None when the tiles' rows do not line up with
     the base dilation the same way (the local op would need per-device padding)."""
     s, rd, ld, pl = w.stride, w.rhs_dilation, w.lhs_dilation, w.padding_low
     span = (out_count - 1) * s + (win_count - 1) * rd  # padded coords one tile's window covers
-    starts, phase, width = [], None, None
+    starts: list[int] = []
+    phase: int | None = None
+    width: int | None = None
     for t in range(tiles):
         base = out_first[t] * s + win_first[t] * rd - pl  # first padded coord, from input row 0
         lo, hi = -(-base // ld), (base + span) // ld
@@ -70,7 +73,7 @@ def window_rows(w: WindowDimension, tiles: int, out_first, out_count: int, win_f
         elif (phase, width) != (lo * ld - base, hi - lo + 1):
             return None
         starts.append(lo)
-    if width is None or width < 1:
+    if phase is None or width is None or width < 1:
         return None
     high = span - phase - (width - 1) * ld
     local = WindowDimension(win_count, s, phase, high, ld, rd, w.reversal)
@@ -119,6 +122,15 @@ class Halo:
         return sum(t.rows for t in self.transfers if t.remote)
 
 
+class _Step(TypedDict):
+    """A collective-permute being packed by `interval_transfers`."""
+
+    local: bool
+    senders: set[int]
+    receivers: set[int]
+    pieces: list[tuple[int, int, int, int]]  # (dst tile, src tile, first global row, rows)
+
+
 @dataclass(frozen=True)
 class Transfer:
     """One step of an interval exchange: tile `dst` takes up to `rows` rows from tile `src` for
@@ -146,15 +158,15 @@ def interval_transfers(h: "Halo") -> tuple[Transfer, ...]:
     if found is not None:
         return found
     width, local, size = h.rows.width, h.local, h.size
-    pieces = []  # (dst tile, src tile, first global row, rows)
+    pieces: list[tuple[int, int, int, int]] = []  # (dst tile, src tile, first global row, rows)
     for t, lo in enumerate(h.rows.starts):
         need_lo, need_hi = max(lo, 0), min(lo + width, size)
         for src in range(h.tiles):
             a, b = max(need_lo, src * local), min(need_hi, (src + 1) * local, size)
             if a < b:
                 pieces.append((t, src, a, b - a))
-    steps: list[dict] = []  # {"local": bool, "senders": set, "receivers": set, "pieces": list}
-    last_step = {}
+    steps: list[_Step] = []
+    last_step: dict[int, int] = {}
     for t, src, a, n in sorted(pieces, key=lambda p: (p[2] - h.rows.starts[p[0]], p[0])):
         is_local = src == t
         first = last_step.get(t, -1) + 1
@@ -168,7 +180,7 @@ def interval_transfers(h: "Halo") -> tuple[Transfer, ...]:
                 step["pieces"].append((t, src, a, n))
                 last_step[t] = i
                 break
-    transfers = []
+    transfers: list[Transfer] = []
     for step in steps:
         src_start, dst_start = [0] * h.tiles, [width] * h.tiles
         for t, src, a, _ in step["pieces"]:
@@ -183,7 +195,8 @@ def interval_transfers(h: "Halo") -> tuple[Transfer, ...]:
 _TRANSFERS: dict["Halo", tuple[Transfer, ...]] = {}
 
 
-def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool, active=None) -> Halo:
+def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool,
+         active: Sequence[bool] | None = None) -> Halo:
     """The exchange for a dim of `size` rows in `tiles` tiles; `zero_padding`: the op pads with
     zero (what the collective-permute delivers where there is no neighbour); `active`: the tiles
     whose results are not all padding (default: every tile) — only they need their rows."""
@@ -203,11 +216,11 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
     read `fill` (a scalar; None: zero).  Neighbours' edge rows concatenated around the own tile,
     or — when that would move more — only the rows each window needs (`interval_transfers`)."""
     if halo.interval_rows < halo.left + halo.right:
-        return _masked(em, _exchange_intervals(em, x, tm, halo), tm, halo, fill, x.shape.element_type)
+        return _masked(em, _exchange_intervals(em, x, tm, halo), tm, halo, fill, x.array_shape.element_type)
     k, local, tiles = halo.dim, halo.local, halo.tiles
     b = em.b()
     groups = _as_lists(groups_varying(tm, [k]))
-    parts = []
+    parts: list[Instruction] = []
     for m in range(-(-halo.left // local), 0, -1):  # farthest left neighbour first
         rows = min(local, halo.left - (m - 1) * local)
         parts.append(_from_neighbour(em, x, k, local - rows, rows, groups, -m, tiles))
@@ -217,12 +230,12 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
         parts.append(_from_neighbour(em, x, k, 0, rows, groups, m, tiles))
     ext = b.concatenate(parts, k) if len(parts) > 1 else x
     coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
-    dims = list(ext.shape.dims)
+    dims = list(ext.array_shape.dims)
     dims[k] = halo.rows.width
     offsets = [np.zeros(em.n, np.int64) for _ in dims]
     offsets[k] = np.asarray(halo.offsets, np.int64)[coord]
     window = em.local_slice(ext, offsets, tuple(dims))
-    return _masked(em, window, tm, halo, fill, x.shape.element_type)
+    return _masked(em, window, tm, halo, fill, x.array_shape.element_type)
 
 
 def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) -> Instruction:
@@ -236,14 +249,14 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     groups = _as_lists(groups_varying(tm, [k]))
     coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
     transfers = halo.transfers
-    dims = list(x.shape.dims)
+    dims = list(x.array_shape.dims)
     # dynamic-slice and dynamic-update-slice clamp their offsets: the source is padded by what
     # the longest message reads past its end, the window by the scratch rows pieces land in
     overflow = max(0, max(t.src_start[src] + t.rows - dims[k] for t in transfers for src, _ in t.pairs))
     padded = em.pad_to(x, tuple(d + overflow if i == k else d for i, d in enumerate(dims)))
     spare = max(t.dst_start[c] + t.rows for t in transfers for c in range(halo.tiles)) - width
     buf_dims = tuple(width + max(0, spare) if i == k else d for i, d in enumerate(dims))
-    buf = em.broadcast_scalar(0, x.shape.element_type, buf_dims)
+    buf = em.broadcast_scalar(0, x.array_shape.element_type, buf_dims)
     zero = b.constant(0)
     for t in transfers:
         piece_dims = tuple(t.rows if i == k else d for i, d in enumerate(dims))
@@ -256,7 +269,8 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     return b.slice(buf, [0] * len(dims), [width if i == k else d for i, d in enumerate(dims)])
 
 
-def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill, etype) -> Instruction:
+def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill: Instruction | None,
+            etype: PrimitiveType) -> Instruction:
     """Rows of the window outside the array [0, size) set to `fill` (None: zero) when they matter.
     Only the first and last rows of a window can lie outside: just those are masked (a select
     over the whole window would cost as much as the op it feeds)."""
@@ -269,8 +283,8 @@ def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill, ety
     b = em.b()
     if head + tail >= width:
         return _mask_rows(em, window, tm, halo, fill, etype, 0)
-    dims = list(window.shape.dims)
-    pieces = []
+    dims = list(window.array_shape.dims)
+    pieces: list[Instruction] = []
     for lo, hi, masked in ((0, head, True), (head, width - tail, False), (width - tail, width, True)):
         if hi <= lo:
             continue
@@ -280,43 +294,45 @@ def _masked(em: Emitter, window: Instruction, tm: TileMap, halo: Halo, fill, ety
     return b.concatenate(pieces, k) if len(pieces) > 1 else pieces[0]
 
 
-def _mask_rows(em: Emitter, part: Instruction, tm: TileMap, halo: Halo, fill, etype, first: int) -> Instruction:
+def _mask_rows(em: Emitter, part: Instruction, tm: TileMap, halo: Halo, fill: Instruction | None,
+               etype: PrimitiveType, first: int) -> Instruction:
     """`part` (rows first.. of the window) with rows outside the array set to `fill`."""
     k = halo.dim
     b = em.b()
     coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
-    dims = list(part.shape.dims)
+    dims = list(part.array_shape.dims)
     rows = ArrayShape(PrimitiveType.S32, (dims[k],))
     pos = b.add(b.iota(rows, 0), b.broadcast(em.device_scalar(np.asarray(halo.rows.starts, np.int64)[coord] + first), rows))
     low = b.compare(pos, b.broadcast(b.constant(0), rows), "GE")
     high = b.compare(pos, b.broadcast(b.constant(halo.size), rows), "LT")
     inside = b.op(Opcode.AND, low.shape, [low, high])
     inside = b.broadcast(inside, ArrayShape(PrimitiveType.PRED, tuple(dims)), [k])
-    pad = b.broadcast(fill if fill is not None else b.constant(0, etype), part.shape)
+    pad = b.broadcast(fill if fill is not None else b.constant(0, etype), part.array_shape)
     return b.select(inside, part, pad)
 
 
-def _from_neighbour(em: Emitter, x, k: int, start: int, rows: int, groups, shift: int, tiles: int):
+def _from_neighbour(em: Emitter, x: Instruction, k: int, start: int, rows: int, groups: list[list[int]], shift: int,
+                    tiles: int) -> Instruction:
     """Rows [start, start+rows) of the tile `shift` positions away along dim k (zeros where
     there is none)."""
-    dims = list(x.shape.dims)
+    dims = list(x.array_shape.dims)
     dims[k] = rows
     pairs = [(g[t + shift], g[t]) for g in groups for t in range(tiles) if 0 <= t + shift < tiles]
     if not pairs:
-        return em.broadcast_scalar(0, x.shape.element_type, tuple(dims))
+        return em.broadcast_scalar(0, x.array_shape.element_type, tuple(dims))
     starts = [0] * len(dims)
     starts[k] = start
     piece = em.b().slice(x, starts, [s + d for s, d in zip(starts, dims)])
     return em.collective_permute(piece, pairs)
 
 
-def row_bytes(local_dims, dim: int, element_bytes: int) -> int:
+def row_bytes(local_dims: Sequence[int], dim: int, element_bytes: int) -> int:
     return math.prod(d for i, d in enumerate(local_dims) if i != dim) * element_bytes
 
 
 __all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_rows"]
 
 
-def _as_lists(groups) -> list:
+def _as_lists(groups: DeviceGroups) -> list[list[int]]:
     """Device groups as lists of ints: a halo's permute pairs are read off them per device."""
     return groups.tolist() if isinstance(groups, np.ndarray) else [list(g) for g in groups]

@@ -21,11 +21,13 @@ tile coordinates of some dimensions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Sequence, TypeAlias, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel
+from hlo_passes.ir.attributes import Attr, PaddingConfig
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.reduction import Reduction
 from hlo_passes.ir.computation import Computation
@@ -35,7 +37,7 @@ from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.ir.types import PrimitiveType
-from hlo_passes.passes.spmd.tile_map import TileMap, stable_order
+from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap, stable_order
 
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
@@ -43,6 +45,10 @@ if TYPE_CHECKING:
 
 S32 = PrimitiveType.S32
 PRED = PrimitiveType.PRED
+
+# Collective groups as `groups_varying` makes them: a [num_groups, group_size] array, or lists
+# where the groups differ in size.
+DeviceGroups: TypeAlias = npt.NDArray[np.int64] | Sequence[Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,13 @@ def is_partially_manual(sharding: Sharding | None) -> bool:
     are automatic and partitioned like any tiling, within each manual group."""
     return (sharding is not None and sharding.kind is ShardingKind.TILED
             and SubgroupKind.MANUAL in sharding.subgroups)
+
+
+def root_of(comp: Computation) -> Instruction:
+    """`comp.root`: every computation the partitioner reads or writes has one."""
+    root = comp.root
+    assert root is not None, f"{comp.name} has no root"
+    return root
 
 
 def collective_pairs(instr: Instruction, n: int) -> list[tuple[int, int]]:
@@ -131,11 +144,15 @@ def to_sharding(tm: TileMap) -> Sharding:
     return s
 
 
+@overload
+def local_shape(shape: ArrayShape, sharding: Sharding) -> ArrayShape: ...
+@overload
+def local_shape(shape: Shape, sharding: Sharding) -> Shape: ...
 def local_shape(shape: Shape, sharding: Sharding) -> Shape:
     """Per-device shape: ceil(dim / tiles) on tiled dims."""
-    if shape.is_tuple:
+    if isinstance(shape, TupleShape):
         return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
-    if sharding.kind is not ShardingKind.TILED or shape.rank == 0:
+    if not isinstance(shape, ArrayShape) or sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
     return shape.with_dims(sharding.tile_shape(shape.dims))
 
@@ -148,7 +165,7 @@ def same_placement(a: TileMap, b: TileMap) -> bool:
     return a.dims == b.dims and np.array_equal(a.coords, b.coords)
 
 
-def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
+def groups_varying(tm: TileMap, dims: Iterable[int]) -> Int64Array | list[tuple[int, ...]]:
     """Device groups that differ only in the tile coordinates of `dims`: one holder of each
     coordinate combination per group, ordered row-major by those coordinates (the j-th holder
     of each combination, by device id, forms the j-th group); the groups sorted.  A
@@ -172,6 +189,7 @@ def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     order = stable_order(cell, num_keys * num_subs)  # by key, then coordinates, then device id
     counts = np.bincount(cell, minlength=num_keys * num_subs)
     replicas = int(counts[0]) if counts.size else 0
+    groups: Int64Array | list[tuple[int, ...]]
     if replicas and counts.size == num_keys * num_subs and np.all(counts == replicas):
         # every (key, combination) cell has the same holders: group j of a key takes the j-th
         # holder of each combination
@@ -184,8 +202,8 @@ def groups_varying(tm: TileMap, dims) -> np.ndarray | list[tuple[int, ...]]:
     return groups[np.argsort(groups[:, 0], kind="stable")] if groups.size else groups
 
 
-def _groups_of_unequal_cells(order: np.ndarray, key_sorted: np.ndarray,
-                             sub_sorted: np.ndarray) -> np.ndarray | list[tuple[int, ...]]:
+def _groups_of_unequal_cells(order: Int64Array, key_sorted: Int64Array,
+                             sub_sorted: Int64Array) -> Int64Array | list[tuple[int, ...]]:
     """groups_varying where some coordinate combinations have more holders than others (a map
     no sharding spells): per key, the j-th holder of each combination present."""
     groups: list[tuple[int, ...]] = []
@@ -242,8 +260,8 @@ class Emitter:
         self.ctx = ctx
         self.comp = comp
         self._pid: Instruction | None = None
-        self._tables: dict[tuple, Instruction] = {}
-        self.metadata = None  # metadata of the op being partitioned, copied onto what we emit
+        self._tables: dict[tuple[bytes, PrimitiveType], Instruction] = {}
+        self.metadata: Attr | None = None  # metadata of the op being partitioned, copied onto what we emit
 
     @property
     def n(self) -> int:
@@ -271,7 +289,7 @@ class Emitter:
             self._pid = self.b().partition_id()
         return self._pid
 
-    def device_scalar(self, values, element_type: PrimitiveType = S32) -> Instruction:
+    def device_scalar(self, values: npt.ArrayLike, element_type: PrimitiveType = S32) -> Instruction:
         """A scalar holding values[partition-id] (a constant when all devices agree).  `values`
         is a table of one integer per device, best a numpy array computed from a TileMap's
         coordinates (`tm.coords[:, k] * size`); one table instruction per distinct table."""
@@ -290,21 +308,21 @@ class Emitter:
         self._tables[key] = out
         return out
 
-    def constant(self, value, element_type: PrimitiveType) -> Instruction:
+    def constant(self, value: float, element_type: PrimitiveType) -> Instruction:
         return self.b().constant(value, element_type)
 
-    def broadcast_scalar(self, value, element_type: PrimitiveType, dims: tuple[int, ...]) -> Instruction:
+    def broadcast_scalar(self, value: float, element_type: PrimitiveType, dims: tuple[int, ...]) -> Instruction:
         b = self.b()
         return b.broadcast(b.constant(value, element_type), ArrayShape(element_type, dims))
 
     # ------------------------------------------------------------ slicing --
-    def local_slice(self, x: Instruction, offsets, sizes: tuple[int, ...]) -> Instruction:
+    def local_slice(self, x: Instruction, offsets: Sequence[npt.ArrayLike], sizes: tuple[int, ...]) -> Instruction:
         """Per device d, x[offsets[k][d] : +sizes[k]] along every dim k (`offsets[k]` a table of
         one offset per device)."""
         tables = [np.asarray(o, dtype=np.int64).reshape(-1) for o in offsets]
         if all(_uniform(t) for t in tables):
             starts = [int(t[0]) for t in tables]
-            if tuple(sizes) == tuple(x.shape.dims) and not any(starts):
+            if tuple(sizes) == tuple(x.array_shape.dims) and not any(starts):
                 return x
             return self.b().slice(x, starts, [s + z for s, z in zip(starts, sizes)])
         idx = [self.device_scalar(t) for t in tables]
@@ -312,25 +330,24 @@ class Emitter:
 
     def slice_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
         """Static prefix slice to `dims` (drops padding)."""
-        if tuple(x.shape.dims) == tuple(dims):
+        if tuple(x.array_shape.dims) == tuple(dims):
             return x
         return self.b().slice(x, [0] * len(dims), list(dims))
 
     def pad_to(self, x: Instruction, dims: tuple[int, ...]) -> Instruction:
         """Zero-pad at the high end up to `dims`."""
-        if tuple(x.shape.dims) == tuple(dims):
+        shape = x.array_shape
+        if tuple(shape.dims) == tuple(dims):
             return x
-        from hlo_passes.ir.attributes import PaddingConfig
-
-        zero = self.b().constant(0 if x.shape.element_type is not PRED else False, x.shape.element_type)
-        cfg = PaddingConfig(tuple((0, t - s, 0) for s, t in zip(x.shape.dims, dims)))
+        zero = self.b().constant(0 if shape.element_type is not PRED else False, shape.element_type)
+        cfg = PaddingConfig(tuple((0, t - s, 0) for s, t in zip(shape.dims, dims)))
         return self.b().pad(x, zero, cfg)
 
     # ---------------------------------------------------------- masking --
-    def valid_mask(self, tm: TileMap, global_dims: tuple[int, ...], dims) -> Instruction | None:
+    def valid_mask(self, tm: TileMap, global_dims: tuple[int, ...], dims: Iterable[int]) -> Instruction | None:
         """pred[local shape]: true where the element lies inside the global array, for `dims`."""
         local = tm_local_dims(tm, global_dims)
-        mask = None
+        mask: Instruction | None = None
         b = self.b()
         for k in dims:
             if tm.dims[k] == 1 or global_dims[k] % tm.dims[k] == 0:
@@ -343,47 +360,48 @@ class Emitter:
             mask = m if mask is None else b.op(Opcode.AND, m.shape, [mask, m])
         return mask
 
-    def mask_padding(self, x: Instruction, tm: TileMap, global_dims: tuple[int, ...], dims, fill) -> Instruction:
+    def mask_padding(self, x: Instruction, tm: TileMap, global_dims: tuple[int, ...], dims: Iterable[int],
+                     fill: float) -> Instruction:
         """`x` with padded elements along `dims` set to `fill`."""
         mask = self.valid_mask(tm, global_dims, dims)
         if mask is None:
             return x
-        etype = x.shape.element_type
-        return self.b().select(mask, x, self.broadcast_scalar(fill, etype, tuple(x.shape.dims)))
+        etype = x.array_shape.element_type
+        return self.b().select(mask, x, self.broadcast_scalar(fill, etype, tuple(x.array_shape.dims)))
 
     # ------------------------------------------------------- collectives --
-    def all_reduce(self, x: Instruction, groups, opcode: Opcode) -> Instruction:
+    def all_reduce(self, x: Instruction, groups: DeviceGroups, opcode: Opcode) -> Instruction:
         if _singletons(groups):
             return x
-        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
+        red = Reduction(opcode, x.array_shape.element_type).computation(self.ctx.module)
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
-    def reduce_scatter(self, x: Instruction, dim: int, groups, opcode: Opcode) -> Instruction:
-        red = Reduction(opcode, x.shape.element_type).computation(self.ctx.module)
+    def reduce_scatter(self, x: Instruction, dim: int, groups: DeviceGroups, opcode: Opcode) -> Instruction:
+        red = Reduction(opcode, x.array_shape.element_type).computation(self.ctx.module)
         return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,
                                        channel_id=self.ctx.channel_id(), use_global_device_ids=True)
 
-    def all_gather(self, x: Instruction, dim: int, groups) -> Instruction:
+    def all_gather(self, x: Instruction, dim: int, groups: DeviceGroups) -> Instruction:
         if _singletons(groups):
             return x
         return self.b().all_gather(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
-    def all_to_all(self, x: Instruction, dim: int, groups) -> Instruction:
+    def all_to_all(self, x: Instruction, dim: int, groups: DeviceGroups) -> Instruction:
         return self.b().all_to_all(x, dim, ReplicaGroups.of(groups), channel_id=self.ctx.channel_id())
 
-    def collective_permute(self, x: Instruction, pairs) -> Instruction:
+    def collective_permute(self, x: Instruction, pairs: Sequence[tuple[int, int]]) -> Instruction:
         return self.b().collective_permute(x, pairs, channel_id=self.ctx.channel_id())
 
 
-def _uniform(table: np.ndarray) -> bool:
+def _uniform(table: Int64Array) -> bool:
     """Every device has the same entry (a table of none is not uniform)."""
     return bool(table.size) and bool(np.all(table == table[0]))
 
 
-def _singletons(groups) -> bool:
+def _singletons(groups: DeviceGroups) -> bool:
     """Every group one device: the collective would move nothing."""
     if isinstance(groups, np.ndarray):
-        return groups.shape[1] == 1
+        return bool(groups.shape[1] == 1)
     return all(len(g) == 1 for g in groups)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hlo_passes.ir.attributes import ConvDimensionLabels, Window, WindowDimension
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, is_spatial
+from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, PropagationContext, is_spatial, known_sharding
 
 
 @dataclass(frozen=True)
@@ -60,17 +61,17 @@ def dot_dims(dot: Instruction) -> DotDims:
     for l, r in zip(dd.lhs_contracting, dd.rhs_contracting):
         out.contracting.append(DimNums(l, r, -1))
     nb = len(dd.lhs_batch)
-    for i in range(dot.operands[0].shape.rank):
+    for i in range(dot.operands[0].array_shape.rank):
         if i not in dd.lhs_batch and i not in dd.lhs_contracting:
             out.lhs_non_contracting.append(DimNums(i, -1, nb + len(out.lhs_non_contracting)))
     nl = len(out.lhs_non_contracting)
-    for i in range(dot.operands[1].shape.rank):
+    for i in range(dot.operands[1].array_shape.rank):
         if i not in dd.rhs_batch and i not in dd.rhs_contracting:
             out.rhs_non_contracting.append(DimNums(-1, i, nb + nl + len(out.rhs_non_contracting)))
     return out
 
 
-def _spatial_is_batch(w, lhs_size: int) -> bool:
+def _spatial_is_batch(w: WindowDimension, lhs_size: int) -> bool:
     """XLA's encodings of a dot's batch dim as a convolution window."""
     if (lhs_size == w.size == w.lhs_dilation
             and ((max(1, lhs_size - 1) == w.stride and w.rhs_dilation == 1)
@@ -83,13 +84,13 @@ def _spatial_is_batch(w, lhs_size: int) -> bool:
 
 def conv_dims(conv: Instruction) -> DotDims:
     """A convolution read as a dot (XLA's ParseConvolutionDimsInfo)."""
-    labels = conv.conv_labels
+    labels = _labels(conv)
     out = DotDims()
     out.lhs_non_contracting.append(DimNums(labels.input_batch, -1, labels.output_batch))
     out.rhs_non_contracting.append(DimNums(-1, labels.kernel_output_feature, labels.output_feature))
     out.contracting.append(DimNums(labels.input_feature, labels.kernel_input_feature, -1))
-    window = conv.window
-    lhs_shape, rhs_shape = conv.operands[0].shape, conv.operands[1].shape
+    window = _window(conv)
+    lhs_shape, rhs_shape = conv.operands[0].array_shape, conv.operands[1].array_shape
     for i, (l, r, o) in enumerate(zip(labels.input_spatial, labels.kernel_spatial, labels.output_spatial)):
         ls, rs = lhs_shape.dims[l], rhs_shape.dims[r]
         w = window.dimensions[i]
@@ -112,27 +113,27 @@ def conv_dims(conv: Instruction) -> DotDims:
     return out
 
 
-def _from_operand(ctx, instr: Instruction, dims: DotDims, side: int) -> Sharding:
+def _from_operand(ctx: PropagationContext, instr: Instruction, dims: DotDims, side: int) -> Sharding | None:
     """The result sharding operand `side` proposes: its contracting dims replicated, its batch
     and non-contracting dims moved to the result's."""
     operand = instr.operands[side]
-    s = ctx.sharding(operand)
+    s = known_sharding(ctx, operand)
     if su.is_tile_maximal(s):
         return s
     contracting = [_side(d, side) for d in dims.contracting]
     contracting += [_side(d, side) for d in dims.non_contracting(1 - side) if _side(d, side) >= 0]
     rep = su.replicate_dims(s, contracting)
-    out_to_op = [-1] * instr.shape.rank
-    op_to_out = [-1] * operand.shape.rank
+    out_to_op = [-1] * instr.array_shape.rank
+    op_to_out = [-1] * operand.array_shape.rank
     for d in dims.batch + dims.non_contracting(side):
         out_to_op[d.output] = _side(d, side)
         op_to_out[_side(d, side)] = d.output
     return su.transpose_collapsed(rep, op_to_out, out_to_op)
 
 
-def infer_dot_from_operands(ctx, instr: Instruction, dims: DotDims) -> bool:
+def infer_dot_from_operands(ctx: PropagationContext, instr: Instruction, dims: DotDims) -> bool:
     """XLA's InferDotShardingFromOperands (see the module docstring)."""
-    proposals = [None, None]
+    proposals: list[Sharding | None] = [None, None]
     for side in (0, 1):
         if is_spatial(ctx, instr.operands[side]):
             proposal = _from_operand(ctx, instr, dims, side)
@@ -142,14 +143,16 @@ def infer_dot_from_operands(ctx, instr: Instruction, dims: DotDims) -> bool:
     if a is None and b is None:
         return False
     if b is None or a is None:
-        ctx.set_sharding(instr, a if b is None else b)
+        one = a if b is None else b
+        assert one is not None  # (not both None: see above)
+        ctx.set_sharding(instr, one)
         return True
     order = [a, b]
     decided = False
     ahead = ctx.lookahead_user_sharding(instr)
     if ahead is not None:
-        a_fits = su.is_subtiling(instr.shape, ahead, a)
-        b_fits = su.is_subtiling(instr.shape, ahead, b)
+        a_fits = su.is_subtiling(instr.array_shape, ahead, a)
+        b_fits = su.is_subtiling(instr.array_shape, ahead, b)
         if a_fits and not b_fits:
             decided = True
         elif b_fits and not a_fits:
@@ -162,24 +165,24 @@ def infer_dot_from_operands(ctx, instr: Instruction, dims: DotDims) -> bool:
     return True
 
 
-def operand_from_dot_user(ctx, user: Instruction, dims: DotDims, side: int) -> Sharding:
+def operand_from_dot_user(ctx: PropagationContext, user: Instruction, dims: DotDims, side: int) -> Sharding | None:
     """XLA's InferDotOperandSharding: operand `side` of the dot `user`."""
     operand, other = user.operands[side], user.operands[1 - side]
     out_rep = [d.output for d in dims.non_contracting(1 - side)]
     other_rep = [_side(d, 1 - side) for d in dims.non_contracting(1 - side)]
     out_rep += [d.output for d in dims.contracting if d.output >= 0]
     other_rep += [_side(d, 1 - side) for d in dims.non_contracting(side) if _side(d, 1 - side) >= 0]
-    out_s = su.replicate_dims(ctx.sharding(user), out_rep)
-    out_to_op = [-1] * user.shape.rank
-    op_to_out = [-1] * operand.shape.rank
+    out_s = su.replicate_dims(known_sharding(ctx, user), out_rep)
+    out_to_op = [-1] * user.array_shape.rank
+    op_to_out = [-1] * operand.array_shape.rank
     for d in dims.batch + dims.non_contracting(side):
         out_to_op[d.output] = _side(d, side)
         op_to_out[_side(d, side)] = d.output
     sharding = su.transpose_collapsed(out_s, out_to_op, op_to_out)
     if is_spatial(ctx, other):
-        other_s = su.replicate_dims(ctx.sharding(other), other_rep)
-        other_to_op = [-1] * other.shape.rank
-        op_to_other = [-1] * operand.shape.rank
+        other_s = su.replicate_dims(known_sharding(ctx, other), other_rep)
+        other_to_op = [-1] * other.array_shape.rank
+        op_to_other = [-1] * operand.array_shape.rank
         for d in dims.batch + dims.contracting:
             other_to_op[_side(d, 1 - side)] = _side(d, side)
             op_to_other[_side(d, side)] = _side(d, 1 - side)
@@ -193,21 +196,21 @@ def operand_from_dot_user(ctx, user: Instruction, dims: DotDims, side: int) -> S
     return sharding
 
 
-def _dot_forward(ctx, instr):
+def _dot_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     return infer_dot_from_operands(ctx, instr, dot_dims(instr))
 
 
-def _dot_backward(ctx, instr, user):
+def _dot_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     return operand_from_dot_user(ctx, user, dot_dims(user), user.operands.index(instr))
 
 
 def kernel_is_small(conv: Instruction) -> bool:
     """Smaller than the output along every spatial dim: then the output is split like the input."""
-    labels = conv.conv_labels
-    rhs = conv.operands[1].shape
+    labels = _labels(conv)
+    rhs = conv.operands[1].array_shape
     kprod = oprod = 1
     for i, (k, o) in enumerate(zip(labels.kernel_spatial, labels.output_spatial)):
-        kd, od = rhs.dims[k], conv.shape.dims[o]
+        kd, od = rhs.dims[k], conv.array_shape.dims[o]
         kprod *= kd
         oprod *= od
         if kd >= od and (i < 2 or kd > 3 or kprod >= oprod):
@@ -215,12 +218,12 @@ def kernel_is_small(conv: Instruction) -> bool:
     return True
 
 
-def _conv_forward(ctx, instr):
+def _conv_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """As a dot when its spatial dims are trivial or unsplit; else like the input (small kernel,
     input feature unsplit) or split on the batch dim only (large kernel: a backward conv)."""
     dims = conv_dims(instr)
 
-    def spatial_parts(operand, side):
+    def spatial_parts(operand: Instruction, side: int) -> int:
         s = ctx.sharding(operand)
         if s is None or su.is_tile_maximal(s) or s.kind.value != "tiled":
             return 1
@@ -235,14 +238,14 @@ def _conv_forward(ctx, instr):
         return infer_dot_from_operands(ctx, instr, dims)
     if not is_spatial(ctx, lhs):
         return False
-    s = ctx.sharding(lhs)
+    s = known_sharding(ctx, lhs)
     if su.is_tile_maximal(s):
         return ctx.improve(s, instr)
-    labels = instr.conv_labels
+    labels = _labels(instr)
     if kernel_is_small(instr):
         if s.tile_dims[labels.input_feature] > 1:
             return False
-        out_to_lhs = [0] * instr.shape.rank
+        out_to_lhs = [0] * instr.array_shape.rank
         out_to_lhs[labels.output_batch] = labels.input_batch
         out_to_lhs[labels.output_feature] = labels.input_feature
         for o, i in zip(labels.output_spatial, labels.input_spatial):
@@ -251,11 +254,23 @@ def _conv_forward(ctx, instr):
     return ctx.improve(su.replicate_all_except(s, [labels.input_batch]), instr)
 
 
-def _conv_backward(ctx, instr, user):
+def _conv_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     dims = conv_dims(user)
     if dims.conv_spatial:
         return None
     return operand_from_dot_user(ctx, user, dims, user.operands.index(instr))
+
+
+def _labels(conv: Instruction) -> ConvDimensionLabels:
+    labels = conv.conv_labels
+    assert labels is not None, f"{conv.name}: a convolution has dim_labels"
+    return labels
+
+
+def _window(conv: Instruction) -> Window:
+    window = conv.window
+    assert window is not None, f"{conv.name}: a convolution has a window"
+    return window
 
 
 FORWARD[Opcode.DOT] = _dot_forward

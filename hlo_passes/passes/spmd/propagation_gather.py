@@ -16,15 +16,17 @@ XLA's hlo_sharding_util does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, is_spatial
+from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, PropagationContext, is_spatial, known_sharding
 
 
 @dataclass
@@ -40,11 +42,11 @@ class Connected:
         self.indices += other.indices
         self.output += other.output
 
-    def fill_output(self, index_vector_dim: int, window_dims) -> None:
+    def fill_output(self, index_vector_dim: int, window_dims: Sequence[int]) -> None:
         """The result dim of each indices dim: batch dims in order, skipping window dims."""
         if not self.indices:
             return
-        mapping = {}
+        mapping: dict[int, int] = {}
         out = 0
         idx = 0
         while idx <= max(self.indices):
@@ -63,8 +65,9 @@ def iota_dimension(instr: Instruction) -> int | None:
     """The dim along which `instr` counts 0, 1, 2, ... (an iota, an s32 constant that is one,
     or a broadcast of one), else None (XLA's GetDimensionForIota)."""
     if instr.opcode is Opcode.IOTA:
-        return instr.attr("iota_dimension", 0)
-    if instr.shape.element_type is not PrimitiveType.S32:
+        dim: int = instr.attr("iota_dimension", 0)
+        return dim
+    if instr.array_shape.element_type is not PrimitiveType.S32:
         return None
     if instr.opcode is Opcode.CONSTANT:
         try:
@@ -85,8 +88,9 @@ def iota_dimension(instr: Instruction) -> int | None:
     return None
 
 
-def implicit_parallel_dims(operand: Instruction, indices: Instruction, slice_sizes, index_vector_dim: int,
-                           index_map, indices_batching_dims, window_dims) -> Connected | None:
+def implicit_parallel_dims(operand: Instruction, indices: Instruction, slice_sizes: Sequence[int],
+                           index_vector_dim: int, index_map: Sequence[int], indices_batching_dims: Sequence[int],
+                           window_dims: Sequence[int]) -> Connected | None:
     """Operand dims indexed by an iota of some indices dim (XLA's GetGatherScatterBatchParallelDims)."""
     parallel_in = [-1] * len(index_map)
     source = indices
@@ -97,7 +101,7 @@ def implicit_parallel_dims(operand: Instruction, indices: Instruction, slice_siz
     if source.opcode is Opcode.CONCATENATE and source.dimensions[0] == index_vector_dim:
         done = 0
         for op in source.operands:
-            count = op.shape.dims[index_vector_dim] if op.shape.rank > index_vector_dim else 1
+            count = op.array_shape.dims[index_vector_dim] if op.array_shape.rank > index_vector_dim else 1
             dim = iota_dimension(op)
             if dim is not None and dim != index_vector_dim:
                 for j in range(count):
@@ -107,7 +111,7 @@ def implicit_parallel_dims(operand: Instruction, indices: Instruction, slice_siz
     else:
         dim = iota_dimension(source)
         if dim is not None and dim != index_vector_dim:
-            count = source.shape.dims[index_vector_dim] if source.shape.rank > index_vector_dim else 1
+            count = source.array_shape.dims[index_vector_dim] if source.array_shape.rank > index_vector_dim else 1
             parallel_in = [dim] * count
     result = Connected()
     for i, ind_dim in enumerate(parallel_in):
@@ -117,7 +121,7 @@ def implicit_parallel_dims(operand: Instruction, indices: Instruction, slice_siz
         if ind_dim in result.indices:
             return None
         if slice_sizes[op_dim] == 1 and ind_dim not in indices_batching_dims:
-            if operand.shape.dims[op_dim] != source.shape.dims[ind_dim]:
+            if operand.array_shape.dims[op_dim] != source.array_shape.dims[ind_dim]:
                 return None
             result.indices.append(ind_dim)
             result.operand.append(op_dim)
@@ -142,7 +146,8 @@ def gather_parallel_dims(gather: Instruction, explicit: bool = True) -> Connecte
     return result if result.operand else None
 
 
-def _index_output_dims(indices_rank: int, index_vector_dim: int, output_rank: int, window_dims) -> Connected:
+def _index_output_dims(indices_rank: int, index_vector_dim: int, output_rank: int,
+                       window_dims: Sequence[int]) -> Connected:
     """Indices dims (all but index_vector_dim) <-> the result's non-window dims, in order."""
     out = Connected()
     idx = 0
@@ -157,7 +162,8 @@ def _index_output_dims(indices_rank: int, index_vector_dim: int, output_rank: in
     return out
 
 
-def _passthrough(operand_shape, collapsed, batching, window_dims, slice_sizes) -> Connected:
+def _passthrough(operand_shape: ArrayShape, collapsed: Sequence[int], batching: Sequence[int],
+                 window_dims: Sequence[int], slice_sizes: Sequence[int]) -> Connected:
     """Operand dims sliced whole <-> their window dims."""
     out = Connected()
     skipped = 0
@@ -176,7 +182,8 @@ def _nontrivial(s: Sharding | None) -> Sharding | None:
     return None if s is None or su.is_tile_maximal(s) else s
 
 
-def _explicit_batch_dims(operand_dims, indices_dims, index_vector_dim: int, window_dims) -> Connected | None:
+def _explicit_batch_dims(operand_dims: Sequence[int], indices_dims: Sequence[int], index_vector_dim: int,
+                         window_dims: Sequence[int]) -> Connected | None:
     if not operand_dims:
         return None
     result = Connected(list(operand_dims), list(indices_dims))
@@ -184,32 +191,36 @@ def _explicit_batch_dims(operand_dims, indices_dims, index_vector_dim: int, wind
     return result
 
 
-def _gather_forward(ctx, instr):
+def _gather_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order (the first sharding a gather takes settles which later ones can refine
     it): explicit batching dims, the indices' batch dims, the dims an iota index walks in
     step, then the operand's dims sliced whole."""
     gd = instr.gather_dimensions
     operand, indices = instr.operands
-    rank = instr.shape.rank
+    rank = instr.array_shape.rank
     changed = False
     explicit = _explicit_batch_dims(gd.operand_batching_dims, gd.start_indices_batching_dims, gd.index_vector_dim,
                                     gd.offset_dims)
     parallel = gather_parallel_dims(instr, explicit=False)
     if explicit is not None and is_spatial(ctx, operand):
-        changed |= ctx.improve(su.along_dims(ctx.sharding(operand), explicit.operand, explicit.output, rank), instr)
+        changed |= ctx.improve(su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank),
+                               instr)
     if explicit is not None and is_spatial(ctx, indices):
-        changed |= ctx.improve(su.along_dims(ctx.sharding(indices), explicit.indices, explicit.output, rank), instr)
+        changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank),
+                               instr)
     if is_spatial(ctx, indices):
-        conn = _index_output_dims(indices.shape.rank, gd.index_vector_dim, rank, gd.offset_dims)
-        changed |= ctx.improve(su.along_dims(ctx.sharding(indices), conn.indices, conn.output, rank), instr)
+        conn = _index_output_dims(indices.array_shape.rank, gd.index_vector_dim, rank, gd.offset_dims)
+        changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank), instr)
     if parallel is not None:
         if is_spatial(ctx, operand):
-            changed |= ctx.improve(su.along_dims(ctx.sharding(operand), parallel.operand, parallel.output, rank), instr)
+            changed |= ctx.improve(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.output, rank),
+                                   instr)
         if is_spatial(ctx, indices):
-            changed |= ctx.improve(su.along_dims(ctx.sharding(indices), parallel.indices, parallel.output, rank), instr)
+            changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank),
+                                   instr)
     if is_spatial(ctx, operand):
-        s = su.replicate_dims(ctx.sharding(operand), parallel.operand if parallel else ())
-        conn = _passthrough(operand.shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
+        s = su.replicate_dims(known_sharding(ctx, operand), parallel.operand if parallel else ())
+        conn = _passthrough(operand.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
                             gd.slice_sizes)
         if s.kind.value == "tiled":
             out = _nontrivial(su.along_dims(s, conn.operand, conn.output, rank))
@@ -231,27 +242,28 @@ def _prefer_parallel(parallel: Sharding | None, passthrough: Sharding | None) ->
     return merged if better else parallel
 
 
-def _gather_backward(ctx, instr, user):
+def _gather_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     gd = user.gather_dimensions
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     if instr is user.operands[1]:
         if su.is_tile_maximal(s) or su.is_manual(s):
             return s
-        conn = _index_output_dims(instr.shape.rank, gd.index_vector_dim, user.shape.rank, gd.offset_dims)
-        return su.along_dims(s, conn.output, conn.indices, instr.shape.rank)
+        conn = _index_output_dims(instr.array_shape.rank, gd.index_vector_dim, user.array_shape.rank, gd.offset_dims)
+        return su.along_dims(s, conn.output, conn.indices, instr.array_shape.rank)
     if su.is_tile_maximal(s) or su.is_manual(s):
         return s
-    rank = instr.shape.rank
+    rank = instr.array_shape.rank
     parallel_dims = gather_parallel_dims(user)
     parallel = (su.along_dims(s, parallel_dims.output, parallel_dims.operand, rank)
                 if parallel_dims is not None else None)
-    conn = _passthrough(instr.shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims, gd.slice_sizes)
+    conn = _passthrough(instr.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
+                        gd.slice_sizes)
     passthrough = _nontrivial(su.along_dims(s, conn.output, conn.operand, rank))
     return _prefer_parallel(parallel, passthrough)
 
 
 # ---------------------------------------------------------------- scatter --
-def _scatter_parts(scatter: Instruction):
+def _scatter_parts(scatter: Instruction) -> tuple[int, list[Instruction], Instruction, list[Instruction]]:
     n = (len(scatter.operands) - 1) // 2
     return n, scatter.operands[:n], scatter.operands[n], scatter.operands[n + 1:]
 
@@ -259,7 +271,7 @@ def _scatter_parts(scatter: Instruction):
 def _scatter_slice_sizes(scatter: Instruction) -> list[int]:
     sd = scatter.scatter_dimensions
     _, inputs, _, updates = _scatter_parts(scatter)
-    operand, update = inputs[0].shape, updates[0].shape
+    operand, update = inputs[0].array_shape, updates[0].array_shape
     sizes = [1] * operand.rank
     k = 0
     for i in range(operand.rank):
@@ -286,32 +298,32 @@ def scatter_parallel_dims(scatter: Instruction, explicit: bool = True) -> Connec
     return result if result.operand else None
 
 
-def _scatter_parallel(ctx, instr, parallel: Connected) -> bool:
+def _scatter_parallel(ctx: PropagationContext, instr: Instruction, parallel: Connected) -> bool:
     """The results' parallel dims from the operands', the indices' and the updates' ones."""
     n, inputs, indices, updates = _scatter_parts(instr)
-    rank = inputs[0].shape.rank
+    rank = inputs[0].array_shape.rank
     changed = False
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            changed |= ctx.improve_sub(su.along_dims(ctx.sharding(operand), parallel.operand, parallel.operand,
-                                                     rank), instr, i)
+            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand,
+                                                     parallel.operand, rank), instr, i)
     if is_spatial(ctx, indices):
-        s = su.along_dims(ctx.sharding(indices), parallel.indices, parallel.operand, rank)
+        s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
         for i in range(n):
             changed |= ctx.improve_sub(s, instr, i)
     for i, update in enumerate(updates):
         if is_spatial(ctx, update):
-            changed |= ctx.improve_sub(su.along_dims(ctx.sharding(update), parallel.output, parallel.operand,
+            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand,
                                                      rank), instr, i)
     return changed
 
 
-def _scatter_forward(ctx, instr):
+def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order: explicit batching dims, the operands whole, the dims an iota index walks
     in step, then the updates' window dims."""
     sd = instr.scatter_dimensions
     n, inputs, indices, updates = _scatter_parts(instr)
-    rank = inputs[0].shape.rank
+    rank = inputs[0].array_shape.rank
     changed = False
     explicit = _explicit_batch_dims(sd.input_batching_dims, sd.scatter_indices_batching_dims, sd.index_vector_dim,
                                     sd.update_window_dims)
@@ -319,17 +331,18 @@ def _scatter_forward(ctx, instr):
         changed |= _scatter_parallel(ctx, instr, explicit)
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            changed |= ctx.improve_sub(ctx.sharding(operand), instr, i)
+            changed |= ctx.improve_sub(known_sharding(ctx, operand), instr, i)
     if not is_spatial(ctx, indices) and not any(is_spatial(ctx, u) for u in updates):
         return changed
     parallel = scatter_parallel_dims(instr, explicit=False)
     if parallel is not None:
         changed |= _scatter_parallel(ctx, instr, parallel)
-    conn = _passthrough(inputs[0].shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
+    conn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
                         _scatter_slice_sizes(instr))
     for i, update in enumerate(updates):
         if is_spatial(ctx, update):
-            s = ctx.sharding(update)
+            s = known_sharding(ctx, update)
+            out: Sharding | None
             if su.is_tile_maximal(s) or su.is_manual(s):
                 out = s
             else:
@@ -339,38 +352,38 @@ def _scatter_forward(ctx, instr):
     return changed
 
 
-def _scatter_backward(ctx, instr, user):
+def _scatter_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     sd = user.scatter_dimensions
     n, inputs, indices, updates = _scatter_parts(user)
-    us = ctx.sharding(user)
+    us = known_sharding(ctx, user)
     if instr in inputs:
         return su.sub_sharding(user.shape, us, inputs.index(instr)) if user.shape.is_tuple else us
-    update_rank = updates[0].shape.rank
-    conn = _index_output_dims(indices.shape.rank, sd.index_vector_dim, update_rank, sd.update_window_dims)
+    update_rank = updates[0].array_shape.rank
+    conn = _index_output_dims(indices.array_shape.rank, sd.index_vector_dim, update_rank, sd.update_window_dims)
     if instr is indices:
-        found = []
+        found: list[Sharding] = []
         for u in updates:
             s = ctx.sharding(u)
-            if su.is_spatially_partitioned(s):
+            if s is not None and su.is_spatially_partitioned(s):
                 found.append(s if su.is_tile_maximal(s) or su.is_manual(s)
-                             else su.along_dims(s, conn.output, conn.indices, indices.shape.rank))
+                             else su.along_dims(s, conn.output, conn.indices, indices.array_shape.rank))
         return su.find_common(found) if found else None
     k = updates.index(instr)
     from_indices = su.replicated()
     if is_spatial(ctx, indices):
-        s = ctx.sharding(indices)
+        s = known_sharding(ctx, indices)
         from_indices = s if su.is_tile_maximal(s) or su.is_manual(s) else su.along_dims(
             s, conn.indices, conn.output, update_rank)
     out_s = su.sub_sharding(user.shape, us, k) if user.shape.is_tuple else us
-    from_output = None
+    from_output: Sharding | None = None
     if su.is_tile_maximal(out_s) or su.is_manual(out_s):
         from_output = out_s
     else:
         parallel_dims = scatter_parallel_dims(user)
         parallel = (su.along_dims(out_s, parallel_dims.operand, parallel_dims.output, update_rank)
                     if parallel_dims is not None else None)
-        pconn = _passthrough(inputs[0].shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
-                             _scatter_slice_sizes(user))
+        pconn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims,
+                             sd.update_window_dims, _scatter_slice_sizes(user))
         passthrough = _nontrivial(su.along_dims(out_s, pconn.operand, pconn.output, update_rank))
         from_output = _prefer_parallel(parallel, passthrough)
     if from_output is not None:

@@ -33,9 +33,10 @@ from typing import Callable, Optional, Protocol
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
-from hlo_passes.ir.shape import ArrayShape, Shape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.batch_dims import infer_from_operands, is_batch_partitionable_custom_call
 
 Leaves = list[Optional[Sharding]]
 
@@ -115,13 +116,22 @@ def same_dims(a: Shape, b: Shape) -> bool:
     """XLA's ShapeUtil::CompatibleIgnoringElementType."""
     if a.is_tuple != b.is_tuple:
         return False
-    if a.is_tuple:
+    if isinstance(a, TupleShape) and isinstance(b, TupleShape):
         return len(a.elements) == len(b.elements) and all(same_dims(x, y) for x, y in zip(a.elements, b.elements))
-    return tuple(a.dims) == tuple(b.dims)
+    return isinstance(a, ArrayShape) and isinstance(b, ArrayShape) and tuple(a.dims) == tuple(b.dims)
 
 
 def is_spatial(ctx: PropagationContext, instr: Instruction) -> bool:
     return su.is_spatially_partitioned(ctx.sharding(instr))
+
+
+def known_sharding(ctx: PropagationContext, instr: Instruction) -> Sharding:
+    """`ctx.sharding(instr)` where the caller knows there is one: an operand `is_spatial`
+    accepted, the user a from-user rule is asked about (`_Walk.sharding_from_user` asks only
+    users with a spatial sharding)."""
+    s = ctx.sharding(instr)
+    assert s is not None, f"{instr.name} has no sharding"
+    return s
 
 
 # Ops propagation crosses at aggressiveness 0 (besides elementwise ones and Sharding calls).
@@ -155,6 +165,7 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
     """XLA's SupportSpatialPartitioning: may `instr` receive a propagated sharding at all.
     `in_called`: its computation is a while body / branch / call body linked to a caller."""
     comp = instr.parent
+    assert comp is not None, f"{instr.name} is in no computation"
     if comp.root is instr and not in_called and not (comp.is_entry and allow_output):
         return False  # the root of a computation no caller links (a reducer, a condition)
     if is_elementwise(instr):
@@ -167,7 +178,8 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
-        return is_custom_call(instr, BARRIER_FROM, BARRIER_TO) or is_passthrough_custom_call(instr)
+        return (is_custom_call(instr, BARRIER_FROM, BARRIER_TO) or is_passthrough_custom_call(instr)
+                or is_batch_partitionable_custom_call(instr))
     return False
 
 
@@ -188,10 +200,11 @@ def representative_operand(ctx: PropagationContext, instr: Instruction) -> Instr
     if op in _FIRST_OPERAND:
         return instr.operands[0] if ctx.sharding(instr.operands[0]) is not None else None
     if op in _ANY_OPERAND:
-        best, best_s = None, None
+        best: Instruction | None = None
+        best_s: Sharding | None = None
         for operand in instr.operands:
             s = ctx.sharding(operand)
-            if s is not None and (best is None or _comparable(s, best_s) and su.is_more_specific(s, best_s)):
+            if s is not None and (best_s is None or _comparable(s, best_s) and su.is_more_specific(s, best_s)):
                 best, best_s = operand, s
         return best
     if op is Opcode.CUSTOM_CALL and is_passthrough_custom_call(instr):
@@ -208,7 +221,7 @@ ForwardRule = Callable[[PropagationContext, Instruction], bool]
 FORWARD: dict[Opcode, ForwardRule] = {}
 
 
-def forward(*opcodes: Opcode):
+def forward(*opcodes: Opcode) -> Callable[[ForwardRule], ForwardRule]:
     def register(fn: ForwardRule) -> ForwardRule:
         for op in opcodes:
             FORWARD[op] = fn
@@ -222,11 +235,11 @@ def _single_user(ctx: PropagationContext, instr: Instruction) -> bool:
 
 
 @forward(Opcode.GET_TUPLE_ELEMENT)
-def _gte_forward(ctx, instr):
+def _gte_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = instr.operands[0]
     if not is_spatial(ctx, operand):
         return False
-    s = su.sub_sharding(operand.shape, ctx.sharding(operand), instr.attr("index"))
+    s = su.sub_sharding(operand.shape, known_sharding(ctx, operand), instr.attr("index"))
     if su.is_manual(s):
         ctx.set_sharding(instr, s)
         return True
@@ -234,14 +247,15 @@ def _gte_forward(ctx, instr):
 
 
 @forward(Opcode.TUPLE)
-def _tuple_forward(ctx, instr):
+def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """Each element takes its operand's sharding when that is more specific than what the
     tuple has (a tuple without a sharding counts as replicated)."""
     if not any(is_spatial(ctx, o) for o in instr.operands):
         return False
     current = ctx.sharding(instr)
     had = current is not None
-    leaves = su.leaves_of(current, instr.shape) if had else [su.replicated()] * len(instr.shape.leaves())
+    leaves = (su.leaves_of(current, instr.shape) if current is not None
+              else [su.replicated()] * len(instr.shape.leaves()))
     index = 0
     for operand in instr.operands:
         s = ctx.sharding(operand)
@@ -263,7 +277,7 @@ def _maybe_tuple(instr: Instruction, s: Sharding) -> Sharding:
 
 
 @forward(Opcode.REDUCE)
-def _reduce_forward(ctx, instr):
+def _reduce_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """Reduced dims drop out; their devices become replicas (variadic reduces share one sharding)."""
     n = len(instr.operands) // 2
     dims = instr.dimensions
@@ -272,7 +286,7 @@ def _reduce_forward(ctx, instr):
     for operand in instr.operands[:n]:
         if not is_spatial(ctx, operand):
             continue
-        s = ctx.sharding(operand)
+        s = known_sharding(ctx, operand)
         if su.is_replicated(s):
             changed |= ctx.improve(_maybe_tuple(instr, su.replicate_all_data_dims(s)), instr, aggressive=aggressive)
             continue
@@ -285,32 +299,33 @@ def _reduce_forward(ctx, instr):
 
 
 @forward(Opcode.BROADCAST)
-def _broadcast_forward(ctx, instr):
+def _broadcast_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """Only at the highest level: a broadcast's result usually wants its users' sharding, and
     taking its operand's early would force a reshard after it."""
     if ctx.aggressiveness < 3:
         return False
     operand = instr.operands[0]
     s = ctx.sharding(operand)
-    if not is_spatial(ctx, operand) or su.is_replicated(s) or s.kind is not ShardingKind.TILED:
+    if s is None or not is_spatial(ctx, operand) or su.is_replicated(s) or s.kind is not ShardingKind.TILED:
         return False
     dims = instr.dimensions
-    tiles = [s.tile_dims[dims.index(i)] if i in dims else 1 for i in range(instr.shape.rank)]
+    tiles = [s.tile_dims[dims.index(i)] if i in dims else 1 for i in range(instr.array_shape.rank)]
     tiles += list(s.tile_dims[s.data_rank:])
     new = su.same_kind_subgroup(s, su.arr(s).reshape(tiles))
     return ctx.improve(new, instr, aggressive=_single_user(ctx, instr))
 
 
-def _concat_operand_passes_early(ctx, operand: Instruction) -> bool:
+def _concat_operand_passes_early(ctx: PropagationContext, operand: Instruction) -> bool:
     """XLA lets a concatenate take a sharding at level 0 only for stacked parameters
     (reshape of a parameter or tuple element, already tiled)."""
     s = ctx.sharding(operand)
-    return (su.is_spatially_partitioned(s) and su.num_tiles(s) > 1 and operand.opcode is Opcode.RESHAPE
+    return (s is not None and su.is_spatially_partitioned(s) and su.num_tiles(s) > 1
+            and operand.opcode is Opcode.RESHAPE
             and operand.operands[0].opcode in (Opcode.PARAMETER, Opcode.GET_TUPLE_ELEMENT))
 
 
 @forward(Opcode.CONCATENATE)
-def _concatenate_forward(ctx, instr):
+def _concatenate_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = representative_operand(ctx, instr)
     if operand is None or not is_spatial(ctx, operand):
         return False
@@ -318,18 +333,18 @@ def _concatenate_forward(ctx, instr):
         for o in instr.operands:
             if not _concat_operand_passes_early(ctx, o):
                 return False
-            s = ctx.sharding(o)
+            s = known_sharding(ctx, o)  # (each passes early: spatially partitioned)
             if any(s.tile_dims[d] > 1 for d in instr.dimensions):
                 return False
-    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+    return ctx.improve(known_sharding(ctx, operand), instr, aggressive=_single_user(ctx, instr))
 
 
 @forward(Opcode.TRANSPOSE)
-def _transpose_forward(ctx, instr):
+def _transpose_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = instr.operands[0]
     if not is_spatial(ctx, operand):
         return False
-    return ctx.improve(su.transpose(ctx.sharding(operand), instr.dimensions), instr,
+    return ctx.improve(su.transpose(known_sharding(ctx, operand), instr.dimensions), instr,
                        aggressive=_single_user(ctx, instr))
 
 
@@ -344,12 +359,12 @@ def wide_window_dims(instr: Instruction, operand: Instruction) -> list[int]:
     window = instr.window
     if window is None:
         return []
-    dims = operand.shape.dims
+    dims = operand.array_shape.dims
     return [d for d, w in enumerate(window.dimensions)
             if w.size > 1 and 2 * ((w.size - 1) * w.rhs_dilation + 1) > dims[d]]
 
 
-def _windowed(ctx, instr: Instruction, operand: Instruction, s: Sharding) -> Sharding:
+def _windowed(ctx: PropagationContext, instr: Instruction, operand: Instruction, s: Sharding) -> Sharding:
     wide = [d for d in wide_window_dims(instr, operand) if s.kind is ShardingKind.TILED and s.tile_dims[d] > 1]
     if not wide:
         return s
@@ -359,7 +374,7 @@ def _windowed(ctx, instr: Instruction, operand: Instruction, s: Sharding) -> Sha
 
 
 @forward(Opcode.REDUCE_WINDOW)
-def _reduce_window_forward(ctx, instr):
+def _reduce_window_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """Inputs' shardings carry over whole (the partitioner exchanges halos); not with dilation."""
     window = instr.window
     if window is not None and any(w.lhs_dilation > 1 or w.rhs_dilation > 1 for w in window.dimensions):
@@ -367,43 +382,43 @@ def _reduce_window_forward(ctx, instr):
     changed = False
     for operand in instr.operands[:len(instr.operands) // 2]:
         if is_spatial(ctx, operand):
-            s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+            s = _windowed(ctx, instr, operand, known_sharding(ctx, operand))
             changed |= ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
     return changed
 
 
 @forward(Opcode.SELECT_AND_SCATTER)
-def _select_and_scatter_forward(ctx, instr):
+def _select_and_scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = instr.operands[0]
     if not is_spatial(ctx, operand):
         return False
     window = instr.window
     if window is not None and any(w.lhs_dilation > 1 for w in window.dimensions):
         return False
-    s = _windowed(ctx, instr, operand, ctx.sharding(operand))
+    s = _windowed(ctx, instr, operand, known_sharding(ctx, operand))
     return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
 
 
 @forward(Opcode.RESHAPE)
-def _reshape_forward(ctx, instr):
+def _reshape_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = instr.operands[0]
     if not is_spatial(ctx, operand):
         return False
-    s = su.propagate_through_reshape(operand.shape, instr.shape, ctx.sharding(operand))
+    s = su.propagate_through_reshape(operand.array_shape, instr.array_shape, known_sharding(ctx, operand))
     return ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
 
 
 @forward(Opcode.REVERSE)
-def _reverse_forward(ctx, instr):
+def _reverse_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = instr.operands[0]
     if not is_spatial(ctx, operand):
         return False
-    return ctx.improve(su.reverse(ctx.sharding(operand), instr.dimensions), instr,
+    return ctx.improve(su.reverse(known_sharding(ctx, operand), instr.dimensions), instr,
                        aggressive=_single_user(ctx, instr))
 
 
 @forward(Opcode.PARAMETER)
-def _parameter_forward(ctx, instr):
+def _parameter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """A branch or call body's parameter takes the sharding of the operand passed to it (a while
     body's parameter is linked to the loop instead, see the pass)."""
     caller = ctx.caller_of(instr)
@@ -416,6 +431,7 @@ def _parameter_forward(ctx, instr):
                 return s is not None and ctx.improve(s, instr)
         return False
     if caller.opcode is Opcode.CALL:
+        assert instr.parameter_number is not None
         s = ctx.sharding(caller.operands[instr.parameter_number])
         return s is not None and ctx.improve(s, instr)
     return False
@@ -436,24 +452,25 @@ def sort_sharding_movable(s: Sharding, shape: ArrayShape, sort_dim: int) -> bool
 
 
 @forward(Opcode.SORT)
-def _sort_forward(ctx, instr):
+def _sort_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     operand = representative_operand(ctx, instr)
     if operand is None or not is_spatial(ctx, operand):
         return False
-    s = ctx.sharding(operand)
+    s = known_sharding(ctx, operand)
     dim = sort_dimension(instr)
-    if s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1 and not sort_sharding_movable(s, operand.shape, dim):
+    if (s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1
+            and not sort_sharding_movable(s, operand.array_shape, dim)):
         return False
     return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
 
 
 def _cut_dims(instr: Instruction, operand: Instruction) -> list[int]:
     """The dims a dynamic-slice (or a dynamic-update-slice's update) does not span whole."""
-    return [i for i in range(instr.shape.rank) if instr.shape.dims[i] != operand.shape.dims[i]]
+    return [i for i in range(instr.array_shape.rank) if instr.array_shape.dims[i] != operand.array_shape.dims[i]]
 
 
 @forward(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
-def _dynamic_slice_forward(ctx, instr):
+def _dynamic_slice_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """A dynamic-slice takes its operand's sharding (a dynamic-update-slice its update's), with
     the dims it cuts replicated, from level 0 on; a dynamic-update-slice also takes its base
     operand's sharding whole."""
@@ -462,15 +479,15 @@ def _dynamic_slice_forward(ctx, instr):
     s = ctx.sharding(operand)
     cut = _cut_dims(instr, operand)
     changed = False
-    if su.is_spatially_partitioned(s):
+    if s is not None and su.is_spatially_partitioned(s):
         changed |= ctx.improve(su.replicate_dims(s, cut), instr, aggressive=_single_user(ctx, instr))
     if not is_ds and is_spatial(ctx, instr.operands[0]):
-        changed |= ctx.improve(ctx.sharding(instr.operands[0]), instr)
+        changed |= ctx.improve(known_sharding(ctx, instr.operands[0]), instr)
     return changed
 
 
 @forward(Opcode.WHILE)
-def _while_forward(ctx, instr):
+def _while_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     s = ctx.sharding(instr.operands[0])
     if s is None:
         return False
@@ -481,16 +498,19 @@ def _while_forward(ctx, instr):
 
 
 @forward(Opcode.CUSTOM_CALL)
-def _custom_call_forward(ctx, instr):
+def _custom_call_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     if is_custom_call(instr, BARRIER_FROM):
         return False  # nothing crosses a barrier-from forward
     if is_custom_call(instr, BARRIER_TO):
         s = ctx.sharding(instr.operands[0])
         return s is not None and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+    if is_batch_partitionable_custom_call(instr):  # the LAPACK calls JAX registers (batch_dims.py)
+        s = infer_from_operands(instr, [ctx.sharding(op) for op in instr.operands])
+        return s is not None and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
     operand = representative_operand(ctx, instr)
     if operand is None or not is_spatial(ctx, operand):
         return False
-    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+    return ctx.improve(known_sharding(ctx, operand), instr, aggressive=_single_user(ctx, instr))
 
 
 def default_forward(ctx: PropagationContext, instr: Instruction) -> bool:
@@ -501,17 +521,17 @@ def default_forward(ctx: PropagationContext, instr: Instruction) -> bool:
         for operand in instr.operands:
             if not is_spatial(ctx, operand):
                 continue
-            s = ctx.sharding(operand)
+            s = known_sharding(ctx, operand)
             if instr.opcode is Opcode.RNG:
-                changed |= ctx.improve(su.replicate_all_data_dims(s, instr.shape.rank), instr,
+                changed |= ctx.improve(su.replicate_all_data_dims(s, instr.array_shape.rank), instr,
                                        aggressive=_single_user(ctx, instr))
                 continue
             changed |= ctx.improve(s, instr, aggressive=len(instr.operands) == 1 and _single_user(ctx, instr))
         return changed
-    operand = representative_operand(ctx, instr)
-    if operand is None or not is_spatial(ctx, operand):
+    rep = representative_operand(ctx, instr)
+    if rep is None or not is_spatial(ctx, rep):
         return False
-    return ctx.improve(ctx.sharding(operand), instr, aggressive=_single_user(ctx, instr))
+    return ctx.improve(known_sharding(ctx, rep), instr, aggressive=_single_user(ctx, instr))
 
 
 # ---------------------------------------------------------- from-user rules --
@@ -519,7 +539,7 @@ UserRule = Callable[[PropagationContext, Instruction, Instruction], Optional[Sha
 FROM_USER: dict[Opcode, UserRule] = {}
 
 
-def from_user(*opcodes: Opcode):
+def from_user(*opcodes: Opcode) -> Callable[[UserRule], UserRule]:
     def register(fn: UserRule) -> UserRule:
         for op in opcodes:
             FROM_USER[op] = fn
@@ -528,32 +548,32 @@ def from_user(*opcodes: Opcode):
 
 
 @from_user(Opcode.BROADCAST)
-def _broadcast_backward(ctx, instr, user):
+def _broadcast_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """The operand keeps the tiling of the dims it maps to; new dims' devices become replicas."""
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     if su.is_replicated(s) or su.is_manual(s):
         return s
     if s.kind is not ShardingKind.TILED:
         return None
-    new = [i for i in range(user.shape.rank) if i not in user.dimensions]
+    new = [i for i in range(user.array_shape.rank) if i not in user.dimensions]
     return su.remove_dims(su.replicate_dims(s, new), new)
 
 
 @from_user(Opcode.CONCATENATE)
-def _concatenate_backward(ctx, instr, user):
+def _concatenate_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     if ctx.aggressiveness == 0:
         return None
     return ctx.sharding(user)
 
 
 @from_user(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
-def _dynamic_slice_backward(ctx, instr, user):
+def _dynamic_slice_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """A dynamic-update-slice's base takes its sharding whole; the sliced operand (or the
     update) with the dims the slice cuts replicated; the index operands only a replicated
     sharding."""
     if ctx.aggressiveness == 0:
         return None
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     if su.is_replicated(s):
         return s
     if user.opcode is Opcode.DYNAMIC_UPDATE_SLICE and instr is user.operands[0]:
@@ -565,45 +585,45 @@ def _dynamic_slice_backward(ctx, instr, user):
 
 
 @from_user(Opcode.REDUCE_WINDOW)
-def _reduce_window_backward(ctx, instr, user):
+def _reduce_window_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     n = len(user.operands) // 2
     inputs = user.operands[:n]
     if instr not in inputs:
         return None
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     if user.shape.is_tuple:
         return su.sub_sharding(user.shape, s, inputs.index(instr))
     return s
 
 
 @from_user(Opcode.RESHAPE)
-def _reshape_backward(ctx, instr, user):
-    return su.propagate_through_reshape(user.shape, instr.shape, ctx.sharding(user))
+def _reshape_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    return su.propagate_through_reshape(user.array_shape, instr.array_shape, known_sharding(ctx, user))
 
 
 @from_user(Opcode.PAD)
-def _pad_backward(ctx, instr, user):
+def _pad_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     return ctx.sharding(user) if instr is user.operands[0] else None
 
 
 @from_user(Opcode.SLICE)
-def _slice_backward(ctx, instr, user):
+def _slice_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     return ctx.sharding(user)
 
 
 @from_user(Opcode.TRANSPOSE)
-def _transpose_backward(ctx, instr, user):
+def _transpose_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     perm = user.dimensions
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
-    return su.transpose(ctx.sharding(user), inverse)
+    return su.transpose(known_sharding(ctx, user), inverse)
 
 
 @from_user(Opcode.TUPLE)
-def _tuple_backward(ctx, instr, user):
+def _tuple_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """The element's sharding; an operand used twice takes the more specific of its elements."""
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     indices = [i for i, o in enumerate(user.operands) if o is instr]
     best = su.sub_sharding(user.shape, s, indices[0])
     for i in indices[1:]:
@@ -614,10 +634,10 @@ def _tuple_backward(ctx, instr, user):
 
 
 @from_user(Opcode.GET_TUPLE_ELEMENT)
-def _gte_backward(ctx, instr, user):
+def _gte_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """The tuple's sharding with the element's leaves replaced (others kept, or replicated)."""
     index = user.attr("index")
-    us = ctx.sharding(user)
+    us = known_sharding(ctx, user)
     start, count = su.leaf_range(instr.shape, index)
     current = ctx.sharding(instr)
     if user.shape.is_tuple:
@@ -634,17 +654,18 @@ def _gte_backward(ctx, instr, user):
 
 
 @from_user(Opcode.REDUCE)
-def _reduce_backward(ctx, instr, user):
+def _reduce_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     """The reduced dims come back untiled; merged with the other inputs' shardings when they fit."""
     if not isinstance(instr.shape, ArrayShape) or instr.shape.rank == 0:
         return None
-    s = ctx.sharding(user)
+    s = known_sharding(ctx, user)
     if user.shape.is_tuple:
         s = su.sub_sharding(user.shape, s, user.operands.index(instr))
     if s.kind is ShardingKind.TILED:
         dims = set(user.dimensions)
         extra = len(s.tile_dims) - s.data_rank
-        target, nxt = [], 0
+        target: list[int] = []
+        nxt = 0
         for i in range(instr.shape.rank + extra):
             if i in dims:
                 target.append(1)
@@ -663,20 +684,20 @@ def _reduce_backward(ctx, instr, user):
 
 
 @from_user(Opcode.SORT)
-def _sort_backward(ctx, instr, user):
-    s = ctx.sharding(user)
+def _sort_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    s = known_sharding(ctx, user)
     if s.kind is ShardingKind.TUPLE:
         return su.sub_sharding(user.shape, s, user.operands.index(instr))
     return s
 
 
 @from_user(Opcode.REVERSE)
-def _reverse_backward(ctx, instr, user):
-    return su.reverse(ctx.sharding(user), user.dimensions)
+def _reverse_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    return su.reverse(known_sharding(ctx, user), user.dimensions)
 
 
 @from_user(Opcode.CUSTOM_CALL)
-def _custom_call_backward(ctx, instr, user):
+def _custom_call_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     return ctx.sharding(user) if same_dims(instr.shape, user.shape) else None
 
 

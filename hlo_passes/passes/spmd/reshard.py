@@ -36,27 +36,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterable
 
 import numpy as np
 
-from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.cost_model import DEFAULT, ZERO, CostModel, Estimate  # noqa: F401
-from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PValue, groups_varying,
-                                                       is_fully_manual, is_partially_manual, manual_only,
-                                                       same_placement, tile_map, tm_local_dims, to_sharding)
-from hlo_passes.passes.spmd.tile_map import TileMap
+from hlo_passes.passes.spmd.partition_context import (DeviceGroups, Emitter, ManualGroupsMismatch, PValue,
+                                                       groups_varying, is_fully_manual, is_partially_manual,
+                                                       manual_only, same_placement, tile_map, tm_local_dims,
+                                                       to_sharding)
+from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
 
 @dataclass(frozen=True, eq=False)
 class Step:
     kind: str  # "slice" | "permute" | "all-to-all" | "all-gather"
-    dims: tuple[int, ...] = ()  # all-gather: (dim, g); all-to-all: (from, to, g)
-    bytes: int = 0  # bytes each device receives
-    result: TileMap | None = None  # the placement after this step
+    dims: tuple[int, ...]  # all-gather: (dim, g); all-to-all: (from, to, g)
+    bytes: int  # bytes each device receives
+    result: TileMap  # the placement after this step
 
 
-def _slice_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) -> np.ndarray | None:
+def _slice_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) -> Int64Array | None:
     """Per device, where its `dst` tile starts inside its `src` tile buffer along dim k, or None
     when some device's tile holds valid elements its buffer lacks.  Tiles lying wholly in the
     padding take offset 0 (any content will do)."""
@@ -69,7 +73,7 @@ def _slice_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) ->
     return np.where(padding_only, 0, a - b)
 
 
-def _slice_nested(src: TileMap, dst: TileMap, dims: tuple[int, ...], only=None) -> bool:
+def _slice_nested(src: TileMap, dst: TileMap, dims: tuple[int, ...], only: Iterable[int] | None = None) -> bool:
     """Does every device's `dst` tile lie inside its `src` tile (along `only` or all dims)?"""
     return all(_slice_offsets(src, dst, dims, k) is not None
                for k in (range(len(dims)) if only is None else only))
@@ -77,10 +81,11 @@ def _slice_nested(src: TileMap, dst: TileMap, dims: tuple[int, ...], only=None) 
 
 def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
     """(source, target) pairs moving each device's `dst` tile to it, or None if impossible."""
-    holders: dict[tuple, list[int]] = {}
+    holders: dict[tuple[int, ...], list[int]] = {}
     for d in range(src.num_devices):  # a tile moves only within its manual group
         holders.setdefault(tuple(src.coords[d]) + (int(src.manual[d]),), []).append(d)
-    pairs, used = [], set()
+    pairs: list[tuple[int, int]] = []
+    used: set[int] = set()
     need = [d for d in range(dst.num_devices) if tuple(dst.coords[d]) != tuple(src.coords[d])]
     for d in need:
         cands = [s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used]
@@ -117,7 +122,7 @@ def _coarsened(src: TileMap, k: int, g: int) -> TileMap:
     return TileMap(tuple(dims), coords, src.manual, src.manual_size)
 
 
-def _factor_groups(src: TileMap, k: int, g: int) -> np.ndarray | list[tuple[int, ...]]:
+def _factor_groups(src: TileMap, k: int, g: int) -> DeviceGroups:
     """The devices that differ only in the minor factor g of dim k's tile coordinate, ordered by it."""
     coords = np.concatenate([src.coords, (src.coords[:, k] % g)[:, None]], axis=1)
     coords[:, k] //= g
@@ -156,7 +161,7 @@ def _refined(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> TileMap | Non
     ks = list(factors)
     fs = [factors[k] for k in ks]
     per = math.prod(fs)
-    members: dict[tuple, list[int]] = {}
+    members: dict[tuple[int, ...], list[int]] = {}
     for d in range(cur.num_devices):
         members.setdefault(tuple(cur.coords[d]) + (int(cur.manual[d]),), []).append(d)
     coords = cur.coords.copy()
@@ -168,11 +173,11 @@ def _refined(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> TileMap | Non
     return TileMap(new_dims, coords, cur.manual, cur.manual_size)
 
 
-def _a2a_bytes(src: TileMap, dims, esize: int, g: int) -> int:
+def _a2a_bytes(src: TileMap, dims: tuple[int, ...], esize: int, g: int) -> int:
     return math.prod(tm_local_dims(src, dims)) * esize * (g - 1) // g
 
 
-def _gather_bytes(src: TileMap, dims, esize: int, g: int) -> int:
+def _gather_bytes(src: TileMap, dims: tuple[int, ...], esize: int, g: int) -> int:
     return math.prod(tm_local_dims(src, dims)) * esize * (g - 1)
 
 
@@ -210,7 +215,7 @@ def _grid_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int,
     return None
 
 
-def _factor_move(cur: TileMap, dst: TileMap, dims) -> tuple[int, int, int] | None:
+def _factor_move(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(i, j, g): dim i is tiled g times too finely and dim j at least g times too coarsely."""
     for i in range(cur.rank):
         if cur.dims[i] <= dst.dims[i] or cur.dims[i] % dst.dims[i]:
@@ -224,7 +229,7 @@ def _factor_move(cur: TileMap, dst: TileMap, dims) -> tuple[int, int, int] | Non
     return None
 
 
-def _coarsening(cur: TileMap, dst: TileMap, dims) -> tuple[int | None, int]:
+def _coarsening(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int | None, int]:
     """(k, g): gather the minor factor g of dim k, which `dst` tiles more coarsely (or not as a
     multiple); a whole dim is gathered when a partial gather cannot reach the target."""
     for k in range(cur.rank):
@@ -292,11 +297,18 @@ def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: 
     total = ZERO
     for step in steps:
         if step.kind == "slice":
-            local = math.prod(tm_local_dims(step.result, dims)) * esize if step.result is not None else 0
+            local = math.prod(tm_local_dims(step.result, dims)) * esize
             total = total + model.local_copy(local)
         else:
             total = total + model.transfer(step.bytes)
     return total
+
+
+def _nested_offsets(src: TileMap, dst: TileMap, dims: tuple[int, ...], k: int) -> Int64Array:
+    """`_slice_offsets` where a slice step was planned, so every `dst` tile lies inside its `src` tile."""
+    offsets = _slice_offsets(src, dst, dims, k)
+    assert offsets is not None, "a slice step was planned where a target tile is not inside its source tile"
+    return offsets
 
 
 def _all_to_all_move(src: TileMap, dst: TileMap) -> tuple[int, int] | None:
@@ -347,10 +359,10 @@ def manual_frame(src: Sharding, dst: Sharding, rank: int, n: int) -> tuple[TileM
     return src_tm, dst_tm
 
 
-def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int, model: CostModel = DEFAULT) -> Estimate:
-    """What resharding costs per device (ZERO for no-ops; local slices cost their copy;
+def cost(src: Sharding, dst: Sharding, shape: Shape, n: int, model: CostModel = DEFAULT) -> Estimate:
+    """What resharding costs per device (ZERO for no-ops and tuples; local slices cost their copy;
     UNREACHABLE where it would leave the value's manual groups)."""
-    if not shape.is_array or src == dst:
+    if not isinstance(shape, ArrayShape) or src == dst:
         return ZERO
     key = (src, dst, shape, n, model.profile.name)
     found = _COSTS.get(key)
@@ -368,22 +380,24 @@ def cost(src: Sharding, dst: Sharding, shape: ArrayShape, n: int, model: CostMod
     return found
 
 
-_COSTS: dict[tuple, Estimate] = {}  # cost answers by value: (src, dst, shape, n, profile)
+# cost answers by value: (src, dst, shape, n, profile)
+_COSTS: dict[tuple[Sharding, Sharding, ArrayShape, int, str], Estimate] = {}
 
 
 # ------------------------------------------------------------- emitting --
 def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
     """`value` with sharding `dst` (tuples element by element)."""
     shape = value.global_shape
-    if shape.is_tuple:
+    if isinstance(shape, TupleShape):
         if value.sharding == dst:
             return value
         b = em.b()
-        parts = []
+        parts: list[Instruction] = []
         for i in range(len(shape.elements)):
             elem = PValue(b.get_tuple_element(value.instr, i), value.sharding.element(i), shape.elements[i])
             parts.append(reshard(em, elem, dst.element(i)).instr)
         return PValue(b.tuple(parts), dst, shape)
+    assert isinstance(shape, ArrayShape)
     frame = manual_frame(value.sharding, dst, shape.rank, em.n) if shape.element_type.is_array else None
     if frame is None:
         return PValue(value.instr, dst, shape)
@@ -403,35 +417,35 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
         else:
             k, g = step.dims
             x = em.all_gather(x, k, _factor_groups(src_tm, k, g))
-            x = em.slice_to(x, tuple(min(a, t) for a, t in zip(x.shape.dims, tm_local_dims(step.result, dims))))
+            x = em.slice_to(x, tuple(min(a, t) for a, t in zip(x.array_shape.dims, tm_local_dims(step.result, dims))))
         src_tm = step.result
     return PValue(x, dst, shape)
 
 
-def _emit_slice(em: Emitter, x, src: TileMap, dst: TileMap, dims):
+def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:
     s_local, d_local = tm_local_dims(src, dims), tm_local_dims(dst, dims)
-    offsets = [_slice_offsets(src, dst, dims, k) for k in range(len(dims))]
+    offsets = [_nested_offsets(src, dst, dims, k) for k in range(len(dims))]
     # the buffer must hold every slice whole (dynamic-slice would clamp and shift it)
     need = tuple(max(int(o.max()) + d, s) for o, d, s in zip(offsets, d_local, s_local))
     x = em.pad_to(x, need)
     return em.local_slice(x, offsets, d_local)
 
 
-def _emit_permute(em: Emitter, x, src: TileMap, dst: TileMap):
+def _emit_permute(em: Emitter, x: Instruction, src: TileMap, dst: TileMap) -> Instruction:
     pairs = _permute_pairs(src, dst)
+    assert pairs is not None, "a permute step was planned where no permutation reaches the target"
     moved = em.collective_permute(x, pairs)
     keep = np.all(dst.coords == src.coords, axis=1).astype(np.int64)
     if not keep.any():
         return moved
-    from hlo_passes.ir.types import PrimitiveType
-
     b = em.b()
     flag = b.compare(em.device_scalar(keep), b.constant(1), "EQ")
-    pred = b.broadcast(flag, ArrayShape(PrimitiveType.PRED, tuple(x.shape.dims)))
+    pred = b.broadcast(flag, ArrayShape(PrimitiveType.PRED, tuple(x.array_shape.dims)))
     return b.select(pred, x, moved)
 
 
-def _emit_all_to_all(em: Emitter, x, src: TileMap, result: TileMap, move: tuple[int, int, int], dims):
+def _emit_all_to_all(em: Emitter, x: Instruction, src: TileMap, result: TileMap, move: tuple[int, int, int],
+                     dims: tuple[int, ...]) -> Instruction:
     """Split dim j of the local value into g chunks, exchange them within each group of the g
     devices holding consecutive tiles of dim i, and concatenate the received chunks along dim i."""
     i, j, k = move
@@ -440,9 +454,9 @@ def _emit_all_to_all(em: Emitter, x, src: TileMap, result: TileMap, move: tuple[
     x = em.pad_to(x, tuple(chunk_j * k if a == j else local[a] for a in range(len(dims))))
     b = em.b()
     # [.., j: k*c, ..] -> [.., k, c, ..]; exchange along the new k dim
-    split = list(x.shape.dims)
+    split = list(x.array_shape.dims)
     split[j:j + 1] = [k, chunk_j]
-    y = b.reshape(x, x.shape.with_dims(split))
+    y = b.reshape(x, x.array_shape.with_dims(split))
     y = em.all_to_all(y, j, _factor_groups(src, i, k))
     # now dim j (size k) indexes the source's dim-i tile: move it just before dim i and merge
     rank = len(split)
@@ -450,8 +464,8 @@ def _emit_all_to_all(em: Emitter, x, src: TileMap, result: TileMap, move: tuple[
     perm = [a for a in range(rank) if a != j]
     perm.insert(perm.index(i_pos), j)
     y = b.transpose(y, perm)
-    merged = list(y.shape.dims)
+    merged = list(y.array_shape.dims)
     at = perm.index(j)
     merged[at:at + 2] = [merged[at] * merged[at + 1]]
-    y = b.reshape(y, y.shape.with_dims(merged))
+    y = b.reshape(y, y.array_shape.with_dims(merged))
     return em.slice_to(y, tuple(min(a, t) for a, t in zip(merged, tm_local_dims(result, dims))))

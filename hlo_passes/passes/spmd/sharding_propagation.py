@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Literal, cast
 
 import numpy as np
 
@@ -58,14 +59,14 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd.call_sites import CallSiteCopies
 from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles
+from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles, root_of
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
                                                       SHARDING, forward_rule, has_side_effect, is_custom_call,
@@ -301,6 +302,7 @@ class _Flat:
             mapping: dict[Instruction, Instruction] = {}
             for instr in callee.post_order():
                 if instr.opcode is Opcode.PARAMETER:
+                    assert instr.parameter_number is not None
                     value = call.operands[instr.parameter_number]
                     mapping[instr] = value
                     if instr in self.origin:
@@ -317,7 +319,7 @@ class _Flat:
                 mapping[instr] = copy
                 if copy.opcode is Opcode.CALL:
                     work.append(copy)
-            root = mapping[callee.root]
+            root = mapping[root_of(callee)]
             if "sharding" in call.attributes and "sharding" not in root.attributes:
                 root.sharding = call.sharding  # XLA's ReplaceInstruction keeps the old sharding
             stands_for = ([self.origin.pop(call)] if call in self.origin else []) + self.aliases.pop(call, [])
@@ -330,8 +332,8 @@ class _Flat:
             if was_root:
                 comp.root = root
             for succ in list(call.control_successors or ()):
-                succ.control_predecessors.remove(call)
-                call.control_successors.remove(succ)
+                cast("list[Instruction]", succ.control_predecessors).remove(call)  # both hold the edge: lists
+                cast("list[Instruction]", call.control_successors).remove(succ)
             call.control_predecessors = []
             comp.remove(call)
 
@@ -369,7 +371,7 @@ class _Flat:
         element itself (a function of one result): the element is then the root, which
         propagation may only shard as the output flag allows.  (An annotated one keeps a root
         of its own that holds the annotation.)"""
-        root = comp.root
+        root = root_of(comp)
         if root.opcode is not Opcode.TUPLE or len(root.operands) != 1 or "sharding" in root.attributes:
             return
         comp.root = root.operands[0]
@@ -383,8 +385,8 @@ class _Flat:
         """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
         that made the value is then an ordinary instruction that may take a sharding, and the
         computation's result is the new tuple (whose sharding the original root gets back)."""
-        root = comp.root
-        if not root.shape.is_tuple or root.opcode is Opcode.TUPLE:
+        root = root_of(comp)
+        if not isinstance(root.shape, TupleShape) or root.opcode is Opcode.TUPLE:
             return
         b = Builder(comp)
         parts = [b.get_tuple_element(root, i) for i in range(len(root.shape.elements))]
@@ -402,7 +404,7 @@ class _Flat:
             if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
                 continue
             for branch in instr.called_computations():
-                branch.root = Builder(branch).tuple([branch.root])
+                branch.root = Builder(branch).tuple([root_of(branch)])
             users = list(instr.users)
             was_root = comp.root is instr
             shape = instr.shape
@@ -442,12 +444,13 @@ class _Flat:
                 comp.remove(instr)
                 continue
             if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
-                new = b.reshape(instr.operands[0], instr.shape)
+                new = b.reshape(instr.operands[0], instr.array_shape)
             elif instr.opcode is Opcode.BROADCAST and instr.operands[0].opcode is Opcode.BROADCAST:
                 inner = instr.operands[0]
-                new = b.broadcast(inner.operands[0], instr.shape, [instr.dimensions[d] for d in inner.dimensions])
+                new = b.broadcast(inner.operands[0], instr.array_shape,
+                                  [instr.dimensions[d] for d in inner.dimensions])
             elif instr.opcode is Opcode.DYNAMIC_SLICE and (starts := _constant_offsets(instr)) is not None:
-                new = b.slice(instr.operands[0], starts, [st + d for st, d in zip(starts, instr.shape.dims)])
+                new = b.slice(instr.operands[0], starts, [st + d for st, d in zip(starts, instr.array_shape.dims)])
             else:
                 continue
             if "sharding" in instr.attributes:
@@ -465,6 +468,7 @@ class _Flat:
         get-tuple-element.  The tuple is an ordinary user of the operand, so the operand takes
         the sharding the conditional gives that tuple (when shapes allow, its own)."""
         comp = cond.parent
+        assert comp is not None
         for i, branch in enumerate(cond.called_computations()):
             operand = cond.operands[i + 1]
             if operand.shape.is_tuple:
@@ -541,6 +545,7 @@ class _Walk:
     def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool], owner: ModulePass):
         self.module = module
         self.owner = owner
+        assert module.entry is not None, "propagation walks a module with an entry computation"
         self.entry = module.entry
         self.comps = propagated_computations(module)
         self.params_allowed = params_allowed
@@ -554,7 +559,7 @@ class _Walk:
         self.unspecified: dict[Instruction, list[int]] = {}
         self.group_of: dict[Instruction, tuple[str, int]] = {}
         self.groups: dict[tuple[str, int], list[Instruction]] = {}
-        self.caller: dict[Computation, Instruction] = {}
+        self.caller: dict[Computation | None, Instruction] = {}  # (a parentless instruction has no caller)
         self.aggressiveness = 0
         self._overlay: dict[Instruction, Sharding] | None = None
         self._remarked: set[tuple[str, str]] = set()
@@ -581,7 +586,9 @@ class _Walk:
         self.state.pop(instr, None)
 
     def non_root_users(self, instr: Instruction) -> int:
-        root = instr.parent.root
+        parent = instr.parent
+        assert parent is not None
+        root = parent.root
         return sum(1 for u in instr.users if u is not root)
 
     def remark(self, instr: Instruction, message: str) -> None:
@@ -617,7 +624,7 @@ class _Walk:
         better, merged = su.merge(cur, s, self.may_combine)
         if not better:
             return None
-        if (not aggressive and not shape.is_tuple and not su.is_tile_maximal(cur)
+        if (not aggressive and isinstance(shape, ArrayShape) and not su.is_tile_maximal(cur)
                 and su.num_tiles(merged) == tiles and not su.is_subtiling(shape, merged, cur)):
             return None
         return merged
@@ -630,7 +637,7 @@ class _Walk:
         return True
 
     def improve_sub(self, s: Sharding, instr: Instruction, index: int, *, aggressive: bool = False) -> bool:
-        if not instr.shape.is_tuple:
+        if not isinstance(instr.shape, TupleShape):
             return self.improve(s, instr, aggressive=aggressive)
         cur = self.sharding(instr)
         sub_shape = instr.shape.elements[index]
@@ -750,7 +757,7 @@ class _Walk:
                 else:
                     self._join_group(instr)
         entry = self.entry
-        root = entry.root
+        root = root_of(entry)
         self.saved_root: list[Sharding] = []
         if self.allow_output and root.shape.is_tuple and root in self.state:
             self.saved_root = list(su.leaves_of(self.state[root], root.shape))
@@ -763,11 +770,11 @@ class _Walk:
     def _join_group(self, instr: Instruction) -> None:
         s = self.state.get(instr)
         group = _shard_group(s) if s is not None else None
-        if group is None:
+        if group is None or s is None:
             return
         members = self.groups.setdefault(group, [])
-        if members and tuple(members[0].shape.dims if not members[0].shape.is_tuple else ()) != tuple(
-                instr.shape.dims if not instr.shape.is_tuple else ()):
+        if members and tuple(members[0].shape.dims if isinstance(members[0].shape, ArrayShape) else ()) != tuple(
+                instr.shape.dims if isinstance(instr.shape, ArrayShape) else ()):
             raise PropagationError(f"{instr.name}: its shape {instr.shape.to_hlo(False)} differs from the other "
                                    f"members of {group[0]} group {group[1]} ({members[0].shape.to_hlo(False)})")
         members.append(instr)
@@ -779,12 +786,12 @@ class _Walk:
         root and its condition's parameter; a conditional with its branch roots; a call with its
         body root)."""
         if instr.opcode is Opcode.WHILE:
-            body, cond = instr.called["body"], instr.called["condition"]
-            return [instr, body.root, body.parameters[0], cond.parameters[0]]
+            body, cond = instr.called_computation("body"), instr.called_computation("condition")
+            return [instr, root_of(body), body.parameters[0], cond.parameters[0]]
         if instr.opcode is Opcode.CONDITIONAL:
-            return [instr] + [c.root for c in instr.called_computations()]
+            return [instr] + [root_of(c) for c in instr.called_computations()]
         if instr.opcode is Opcode.CALL:
-            return [instr, instr.called_computations()[0].root]
+            return [instr, root_of(instr.called_computations()[0])]
         if instr.opcode is Opcode.PARAMETER:
             # a branch's or callee's parameter and the operand passed to it
             caller = self.caller.get(instr.parent)
@@ -793,6 +800,7 @@ class _Walk:
                     if branch is instr.parent:
                         return [instr, caller.operands[i + 1]]
             if caller is not None and caller.opcode is Opcode.CALL:
+                assert instr.parameter_number is not None
                 return [instr, caller.operands[instr.parameter_number]]
         return []
 
@@ -807,8 +815,8 @@ class _Walk:
                     for r in related:
                         self.state[r] = self.state[sharded]
                 if instr.opcode is Opcode.WHILE:
-                    self.caller[instr.called["body"]] = instr
-                    self.caller[instr.called["condition"]] = instr
+                    self.caller[instr.called_computation("body")] = instr
+                    self.caller[instr.called_computation("condition")] = instr
                 else:
                     for c in instr.called_computations():
                         self.caller[c] = instr
@@ -819,7 +827,7 @@ class _Walk:
         for instr, s in self.state.items():
             if instr is not entry.root and instr not in params and s.kind is not ShardingKind.UNKNOWN:
                 self.provided.add(instr)
-        root = entry.root
+        root = root_of(entry)
         if not self.allow_output and (root not in self.state or self.state[root].kind is not ShardingKind.UNKNOWN):
             self.provided.add(root)
         if not self.allow_params:
@@ -934,7 +942,7 @@ class _Walk:
 
         if instr.opcode in _CONTROL_FLOW:
             to_related(instr)
-        if instr.opcode is Opcode.PARAMETER or instr.parent.root is instr:
+        if instr.opcode is Opcode.PARAMETER or instr.is_root:
             caller = self.caller.get(instr.parent)
             if caller is not None:
                 to_related(caller)
@@ -955,7 +963,7 @@ class _Walk:
         if instr.opcode not in (Opcode.ALL_REDUCE, Opcode.COLLECTIVE_PERMUTE) or len(instr.operands) != 1:
             return False
         s = self.state.get(instr.operands[0])
-        if s is None or instr.shape.is_tuple or not su.is_manual_subgroup(s):
+        if s is None or not isinstance(instr.shape, ArrayShape) or not su.is_manual_subgroup(s):
             return False
         tm = TileMap.from_sharding(s, len(s.devices), instr.shape.rank)
         return tm is not None and pair_on_other_tiles(instr, tm) is None
@@ -982,7 +990,7 @@ class _Walk:
                 self.set_sharding(instr, su.manual(_first_metadata(s)))
                 return True
         if not self._supports(instr, allow_output=self.allow_output, allow_params=False):
-            if (instr.shape.is_tuple or not instr.operands or instr.parent.root is instr
+            if (instr.shape.is_tuple or not instr.operands or instr.is_root
                     or has_side_effect(instr)):
                 return False
             for op in instr.operands:
@@ -1084,7 +1092,7 @@ class _Walk:
             self.state[operand] = s
 
     # ---------------------------------------------------- unspecified dims --
-    def _conversion_after(self, annotation: Instruction, dims: list[int]) -> Instruction | None | bool:
+    def _conversion_after(self, annotation: Instruction, dims: list[int]) -> Instruction | Literal[False] | None:
         """The manual-conversion custom-call an annotation feeds (None when none; False when its
         unspecified dims differ, which stops the refinement)."""
         if len(annotation.users) != 1:
@@ -1123,7 +1131,7 @@ class _Walk:
         self.state[auto_of], self.state[manual_of] = found
         return True
 
-    def _unspecified_from_operand(self, annotation: Instruction):
+    def _unspecified_from_operand(self, annotation: Instruction) -> Instruction | Literal[False] | None:
         """Returns False (nothing changed), else the conversion op after it (or None)."""
         dims = self.unspecified[annotation]
         operand = annotation.operands[0]
@@ -1136,7 +1144,7 @@ class _Walk:
         manual_side = conv is not None and is_custom_call(conv, SHARD_TO_FULL)
         return conv if self._refine(annotation, conv, s, dims, manual_side) else False
 
-    def _unspecified_from_users(self, annotation: Instruction):
+    def _unspecified_from_users(self, annotation: Instruction) -> Instruction | Literal[False] | None:
         dims = self.unspecified[annotation]
         conv = self._conversion_after(annotation, dims)
         if conv is False:
@@ -1170,7 +1178,7 @@ class _Walk:
         """Entry parameters / root leaves propagation may not change get their input sharding back
         (or none); those it may change are replicated when their sharding does not divide them."""
         entry = self.entry
-        root = entry.root
+        root = root_of(entry)
         if self.saved_root and len(self.saved_root) == len(self.output_allowed) and root in self.state:
             leaves = su.leaves_of(self.state[root], root.shape)
             for i, saved in enumerate(self.saved_root):
@@ -1182,15 +1190,15 @@ class _Walk:
             for i, p in enumerate(params):
                 if p is None or self.params_allowed[i]:
                     continue
-                saved = self.saved_params.get(i)
-                if saved is not None and saved.kind is not ShardingKind.UNKNOWN:
-                    self.state[p] = saved
+                saved_param = self.saved_params.get(i)
+                if saved_param is not None and saved_param.kind is not ShardingKind.UNKNOWN:
+                    self.state[p] = saved_param
                 else:
                     self.state.pop(p, None)
         if self.allow_output and root in self.state:
             s = self.state[root]
-            if root.shape.is_tuple and len(self.output_allowed) == len(root.shape.elements):
-                elems = []
+            if isinstance(root.shape, TupleShape) and len(self.output_allowed) == len(root.shape.elements):
+                elems: list[Sharding] = []
                 for i, shape in enumerate(root.shape.elements):
                     sub = su.sub_sharding(root.shape, s, i)
                     if self.output_allowed[i] and not su.evenly_partitions(shape, sub):
@@ -1272,7 +1280,7 @@ def _unknown_to_replicated(s: Sharding) -> Sharding:
 def _check_devices(instr: Instruction, s: Sharding) -> None:
     leaves = s.elements if s.kind is ShardingKind.TUPLE else (s,)
     for leaf in leaves:
-        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(leaf.tile_assignment):
+        if leaf.kind is ShardingKind.TILED and _names_a_device_twice(su.arr(leaf)):
             raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} names a device twice")
 
 
@@ -1281,7 +1289,8 @@ def _names_a_device_twice(devices: np.ndarray) -> bool:
     return bool(np.any(ordered[1:] == ordered[:-1]))
 
 
-def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+def _refine_from_auto(to_merge: Sharding, dims: list[int], auto: Sharding | None,
+                      man: Sharding | None) -> tuple[Sharding, Sharding] | None:
     """XLA's RefineManualAutoShardingFromAuto: an auto-side sharding refines the (auto, manual)
     pair around a manual conversion on the unspecified dims."""
     if auto is None or man is None or to_merge.kind is not ShardingKind.TILED:
@@ -1315,8 +1324,8 @@ def _refine_from_auto(to_merge: Sharding, dims, auto: Sharding | None, man: Shar
     return new_auto, su.subgroup(su.arr(merged), kinds)
 
 
-def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None,
-                             global_shape: Shape, region_shape: Shape):
+def _refine_from_auto_blocks(to_merge: Sharding, dims: list[int], auto: Sharding | None, man: Sharding | None,
+                             global_shape: Shape, region_shape: Shape) -> tuple[Sharding, Sharding] | None:
     """An auto-side sharding that also tiles dims over the manual axes refines the pair where
     XLA's rule (which needs `to_merge` replicated over the manual devices) gives up: the merged
     auto sharding cuts each manual group's block (global dims / region dims) further, and that
@@ -1329,7 +1338,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     hold pieces of two blocks, or a block is not cut evenly."""
     if auto is None or man is None or to_merge.kind is not ShardingKind.TILED or not su.is_manual_subgroup(man):
         return None
-    if su.is_manual_subgroup(auto) or su.is_manual_subgroup(to_merge) or global_shape.is_tuple:
+    if (su.is_manual_subgroup(auto) or su.is_manual_subgroup(to_merge) or not isinstance(global_shape, ArrayShape)
+            or not isinstance(region_shape, ArrayShape)):
         return None
     partial = su.replicate_all_except(to_merge, dims)
     if su.is_tile_maximal(partial):
@@ -1341,7 +1351,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     outer, inner = TileMap.from_sharding(new_auto, n, rank), TileMap.from_sharding(man, n, rank)
     if outer is None or inner is None or region_shape.rank != rank:
         return None
-    extra_dims, extra = [], np.zeros((n, rank), np.int64)
+    extra_dims: list[int] = []
+    extra = np.zeros((n, rank), np.int64)
     for k in range(rank):
         size, part = global_shape.dims[k], region_shape.dims[k]
         if part == 0 or size % part or outer.dims[k] % (size // part):
@@ -1362,7 +1373,8 @@ def _refine_from_auto_blocks(to_merge: Sharding, dims, auto: Sharding | None, ma
     return new_auto, new_man
 
 
-def _refine_from_manual(to_merge: Sharding, dims, auto: Sharding | None, man: Sharding | None):
+def _refine_from_manual(to_merge: Sharding, dims: list[int], auto: Sharding | None,
+                        man: Sharding | None) -> tuple[Sharding, Sharding] | None:
     """XLA's RefineManualAutoShardingFromManual: a manual-side sharding refines the pair."""
     if auto is None or man is None:
         return None
@@ -1415,7 +1427,7 @@ def _check_device_count(module: Module, n: int) -> None:
                 + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
                 + [1])
     for instr, s in found:
-        if s.kind is ShardingKind.TILED and (s.num_devices != n or int(s.tile_assignment.max()) >= n):
+        if s.kind is ShardingKind.TILED and (s.num_devices != n or int(su.arr(s).max()) >= n):
             raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {s.num_devices} devices, "
                                    f"but the program has {n} (num_partitions)")
         if s.kind is ShardingKind.MAXIMAL and s.device is not None and s.device >= n:
@@ -1427,27 +1439,27 @@ def _is_no_op(instr: Instruction) -> bool:
     """An identity transpose or a reverse of size-1 dims (the import drops them)."""
     if instr.opcode is Opcode.TRANSPOSE:
         return list(instr.dimensions) == sorted(instr.dimensions)
-    return instr.opcode is Opcode.REVERSE and all(instr.shape.dims[d] == 1 for d in instr.dimensions)
+    return instr.opcode is Opcode.REVERSE and all(instr.array_shape.dims[d] == 1 for d in instr.dimensions)
 
 
 def _moves_only_unit_dims(transpose: Instruction) -> bool:
-    operand = transpose.operands[0].shape
+    operand = transpose.operands[0].array_shape
     kept = [d for d in transpose.dimensions if operand.dims[d] != 1]
     return kept == sorted(kept)
 
 
 def _constant_offsets(ds: Instruction) -> list[int] | None:
     """A dynamic-slice's start offsets when all are scalar constants, clamped as XLA clamps them."""
-    starts = []
-    for offset, size, dim in zip(ds.operands[1:], ds.shape.dims, ds.operands[0].shape.dims):
-        if offset.opcode is not Opcode.CONSTANT or offset.shape.rank != 0:
+    starts: list[int] = []
+    for offset, size, dim in zip(ds.operands[1:], ds.array_shape.dims, ds.operands[0].array_shape.dims):
+        if offset.opcode is not Opcode.CONSTANT or offset.array_shape.rank != 0:
             return None
         try:
             value = int(str(offset.literal))
         except ValueError:
             return None
         starts.append(min(max(value, 0), dim - size))
-    return starts if len(ds.operands) == len(ds.shape.dims) + 1 else None
+    return starts if len(ds.operands) == len(ds.array_shape.dims) + 1 else None
 
 
 def _reshaped_by_import(instr: Instruction) -> bool:
@@ -1466,12 +1478,12 @@ def _reshaped_by_import(instr: Instruction) -> bool:
         return True
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
         return True
-    if instr.parent.root is instr and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+    if instr.is_root and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
         return True
-    if (instr.parent.is_entry and instr.parent.root is instr and instr.opcode is Opcode.TUPLE
+    if (instr.parent is not None and instr.parent.is_entry and instr.is_root and instr.opcode is Opcode.TUPLE
             and len(instr.operands) == 1 and "sharding" not in instr.attributes):
         return True
-    return (not instr.users and instr.parent.root is not instr and instr.opcode is not Opcode.PARAMETER
+    return (not instr.users and not instr.is_root and instr.opcode is not Opcode.PARAMETER
             and not instr.has_side_effect)
 
 
@@ -1485,11 +1497,12 @@ def _detach_shard_alike(module: Module) -> bool:
             if not is_custom_call(instr, SHARDING) or "sharding" not in instr.attributes:
                 continue
             s = instr.sharding
+            assert s is not None  # (it has the attribute)
             group = _shard_group(s)
             if group is None or s.kind is not ShardingKind.UNKNOWN or instr.operands[0].opcode is Opcode.PARAMETER:
                 continue
             operand = instr.operands[0]
-            cur = operand.sharding if "sharding" in operand.attributes else Sharding.unknown()
+            cur = operand.sharding or Sharding.unknown()
             operand.sharding = replace(cur, shard_group=group) if cur.kind is not ShardingKind.TUPLE else cur
             if comp.root is instr:
                 comp.root = operand

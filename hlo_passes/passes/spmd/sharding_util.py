@@ -29,14 +29,17 @@ describes, as XLA keeps it; merging two shardings keeps both lists.
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Final, Iterable, Sequence, TypeVar, overload
 
 import numpy as np
+import numpy.typing as npt
 
-from hlo_passes.ir.shape import ArrayShape, Shape
-from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
+from hlo_passes.passes.spmd.tile_map import Int64Array
 
 REP = SubgroupKind.REPLICATED
 MAN = SubgroupKind.MANUAL
@@ -153,7 +156,7 @@ def tile_dim(s: Sharding, i: int) -> int:
     return s.tile_dims[i] if s.kind is ShardingKind.TILED else 1
 
 
-def arr(s: Sharding) -> np.ndarray:
+def arr(s: Sharding) -> Int64Array:
     """The tile assignment (read-only: operations build new arrays from it)."""
     assert s.tile_assignment is not None, s
     return s.tile_assignment
@@ -173,6 +176,10 @@ def manual_dim(s: Sharding) -> int:
 
 
 # ------------------------------------------------------------ construction --
+@overload
+def canon(s: Sharding) -> Sharding: ...
+@overload
+def canon(s: None) -> None: ...
 def canon(s: Sharding | None) -> Sharding | None:
     """The canonical form of a parsed sharding (see the module docstring)."""
     if s is None:
@@ -197,11 +204,11 @@ def manual(metadata: str = "") -> Sharding:
     return Sharding(ShardingKind.MANUAL, metadata=metadata)
 
 
-def tile(a: np.ndarray, metadata: str = "") -> Sharding:
+def tile(a: Int64Array, metadata: str = "") -> Sharding:
     return Sharding.tiled(np.asarray(a), (), metadata=metadata)
 
 
-def partial_tile(a: np.ndarray, metadata: str = "") -> Sharding:
+def partial_tile(a: Int64Array, metadata: str = "") -> Sharding:
     """XLA's PartialTile: the last dim enumerates replicas, each replica group sorted."""
     a = np.asarray(a)
     if a.ndim == 1 or a.shape[-1] == a.size:
@@ -211,7 +218,7 @@ def partial_tile(a: np.ndarray, metadata: str = "") -> Sharding:
     return Sharding.tiled(np.sort(a, axis=-1), (REP,), metadata=metadata)
 
 
-def subgroup(a: np.ndarray, kinds: Sequence[SubgroupKind], metadata: str = "") -> Sharding:
+def subgroup(a: Int64Array, kinds: Sequence[SubgroupKind], metadata: str = "") -> Sharding:
     """XLA's HloSharding::Subgroup, normalised (see the module docstring)."""
     a = np.asarray(a)
     kinds = list(kinds)
@@ -252,7 +259,7 @@ def subgroup(a: np.ndarray, kinds: Sequence[SubgroupKind], metadata: str = "") -
     return Sharding.tiled(a, tuple(merged_kinds), metadata=metadata)
 
 
-def same_kind_subgroup(s: Sharding, a: np.ndarray) -> Sharding:
+def same_kind_subgroup(s: Sharding, a: Int64Array) -> Sharding:
     """A sharding like `s` (same subgroup kinds) over the tile array `a`."""
     if replicate_on_last_tile_dim(s):
         return partial_tile(a, s.metadata)
@@ -286,7 +293,7 @@ def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
     entry = _LEAF_OFFSETS.get(id(shape))
     if entry is None or entry[0] is not shape:
         offsets = [0]
-        for e in shape.elements:
+        for e in tuple_elements(shape):
             offsets.append(offsets[-1] + len(e.leaves()))
         if len(_LEAF_OFFSETS) > 10_000:
             _LEAF_OFFSETS.clear()
@@ -298,20 +305,35 @@ def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
 def sub_sharding(shape: Shape, s: Sharding, index: int) -> Sharding:
     """The sharding of tuple element `index` (XLA's GetSubSharding with a one-element index)."""
     if s.kind is not ShardingKind.TUPLE:
-        return single(shape.elements[index], s)
+        return single(tuple_elements(shape)[index], s)
     start, count = leaf_range(shape, index)
-    elem = shape.elements[index]
+    elem = tuple_elements(shape)[index]
     leaves = list(s.elements[start:start + count])
     return tuple_sharding(leaves) if elem.is_tuple else leaves[0]
 
 
+def tuple_elements(shape: Shape) -> tuple[Shape, ...]:
+    """The elements of `shape`, which the caller knows to be a tuple."""
+    if not isinstance(shape, TupleShape):
+        raise TypeError(f"expected a tuple shape, got {shape.to_hlo()}")
+    return shape.elements
+
+
 # --------------------------------------------------------------- operations --
 _Op = TypeVar("_Op", bound=Callable[..., "Sharding | None"])
-_MISSING = object()
-_RESULTS: dict[tuple, "Sharding | None"] = {}
 
 
-def _spelling(s: Sharding) -> tuple:
+class _Missing(enum.Enum):
+    MISSING = enum.auto()
+
+
+_MISSING: Final = _Missing.MISSING  # "not cached yet" (None is a cached answer)
+# What a sharding carries besides its meaning (`_spelling`).
+_Spelling = tuple[str, IotaDevices | None, bool, bool, bool, tuple[int, ...]]
+_RESULTS: dict[tuple[str, Sharding, _Spelling, tuple[int | tuple[int, ...], ...]], "Sharding | None"] = {}
+
+
+def _spelling(s: Sharding) -> _Spelling:
     """What a sharding carries besides its meaning (an operation may hand its input back)."""
     return (s.metadata, s.iota, s.replicate_spelled_as_flag, s.devices_spelled_explicitly, s.named_mesh,
             s.open_dims)
@@ -322,18 +344,19 @@ def _by_value(op: _Op) -> _Op:
     shardings across every layer of a model, and each move costs numpy work on the whole
     device array."""
     @functools.wraps(op)
-    def cached(s: Sharding, *args):
+    def cached(s: Sharding, *args: int | Iterable[int]) -> Sharding | None:
         if s.kind is not ShardingKind.TILED:
             return op(s, *args)
-        args = tuple(a if isinstance(a, int) else tuple(a) for a in args)
-        key = (op.__name__, s, _spelling(s), args)
+        values = tuple(a if isinstance(a, int) else tuple(a) for a in args)
+        key = (op.__name__, s, _spelling(s), values)
         found = _RESULTS.get(key, _MISSING)
         if found is _MISSING:
-            found = op(s, *args)
+            found = op(s, *values)
             if len(_RESULTS) > 10_000:  # a module asks for tens; each entry holds device arrays
                 _RESULTS.clear()
             _RESULTS[key] = found
         return found
+    # `cached` takes and returns what `op` does; a TypeVar bound to a callable type cannot say so.
     return cached  # type: ignore[return-value]
 
 
@@ -488,7 +511,8 @@ def along_dims(s: Sharding, src_dims: Sequence[int], tgt_dims: Sequence[int], tg
 
 
 # --------------------------------------------------------------------- reshape --
-def _reshape_dims(src: Sequence[int], dst: Sequence[int], tiles: Sequence[int]):
+def _reshape_dims(src: Sequence[int], dst: Sequence[int],
+                  tiles: Sequence[int]) -> tuple[list[int], list[int]] | None:
     """XLA's ReshapeSharding on tile counts: (target tile dims, source dims to replicate), or None."""
     target: list[int] = []
     src_stack = list(reversed(src))
@@ -498,19 +522,19 @@ def _reshape_dims(src: Sequence[int], dst: Sequence[int], tiles: Sequence[int]):
     replicate: list[int] = []
     inplace = False
 
-    def push(size, parts):
+    def push(size: int, parts: int) -> None:
         nonlocal src_index
         src_stack.append(size)
         tile_stack.append(parts)
         src_index -= 1
 
-    def pop():
+    def pop() -> None:
         nonlocal src_index
         src_stack.pop()
         tile_stack.pop()
         src_index += 1
 
-    def append(size):
+    def append(size: int) -> None:
         nonlocal inplace
         if inplace:
             target[-1] *= size
@@ -636,7 +660,7 @@ def propagate_through_reshape(src_shape: ArrayShape, dst_shape: ArrayShape, s: S
     return replace(result, metadata=s.metadata) if result.metadata != s.metadata else result
 
 
-def _reshape_manual_subgroup(src_shape, dst_shape, s: Sharding) -> Sharding:
+def _reshape_manual_subgroup(src_shape: ArrayShape, dst_shape: ArrayShape, s: Sharding) -> Sharding:
     """A sharding with a manual subgroup reshapes each manual group's tiling alike."""
     md = manual_dim(s)
     a = arr(s)
@@ -658,7 +682,7 @@ def _reshape_manual_subgroup(src_shape, dst_shape, s: Sharding) -> Sharding:
 
 
 # ------------------------------------------------------------------- merging --
-def _positions(s: Sharding) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+def _positions(s: Sharding) -> tuple[Int64Array, tuple[npt.NDArray[np.intp], ...]]:
     """(device ids ascending, their tile-array coordinates, one array per tile dim): where each
     device sits, computed with one argsort instead of a walk over the devices."""
     flat = arr(s).reshape(-1)
@@ -666,7 +690,7 @@ def _positions(s: Sharding) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     return flat[order], np.unravel_index(order, s.tile_dims)
 
 
-_MERGED: dict[tuple, Sharding | None] = {}
+_MERGED: dict[tuple[Sharding, str, int, Sharding, str], Sharding | None] = {}
 
 
 def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sharding | None:
@@ -681,7 +705,7 @@ def merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sh
         if len(_MERGED) > 10_000:  # a module asks for tens; each entry holds device arrays
             _MERGED.clear()
         _MERGED[key] = found
-    return found  # type: ignore[return-value]
+    return found
 
 
 def _merge_if_compatible(to_merge: Sharding, min_tiles: int, dst: Sharding) -> Sharding | None:
@@ -849,4 +873,5 @@ def evenly_partitions(shape: Shape, s: Sharding) -> bool:
         return all(evenly_partitions(sh, e) for sh, e in zip(shape.leaves(), leaves_of(s, shape)))
     if s.kind is not ShardingKind.TILED:
         return True
+    assert isinstance(shape, ArrayShape), f"a tiled sharding on {shape.to_hlo()}"
     return all(d % t == 0 for d, t in zip(shape.dims, s.data_tile_dims))

@@ -30,20 +30,21 @@ two psums of one value, and dce again for what the merges left dead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape
+from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
+from hlo_passes.passes.spmd.handlers import Handler
 from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
 from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
-                                                       is_manual, is_partially_manual, local_shape)
+                                                       is_manual, is_partially_manual, local_shape, root_of)
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.reshard import reshard
 
@@ -126,7 +127,7 @@ def target_sharding(instr: Instruction) -> Sharding:
 
 
 def _complete(s: Sharding | None, shape: Shape) -> Sharding:
-    if shape.is_tuple:
+    if isinstance(shape, TupleShape):
         elems = [s.element(i) if s is not None and s.is_tuple else s for i in range(len(shape.elements))]
         return Sharding.tuple_of(_complete(e, sh) for e, sh in zip(elems, shape.elements))
     if s is None or s.kind in (ShardingKind.UNKNOWN, ShardingKind.MAXIMAL) or s.is_tuple:
@@ -142,20 +143,22 @@ class Partitioner:
         self.values: dict[Instruction, PValue] = {}
         self._reshards: dict[tuple[Instruction, Sharding], PValue] = {}
         self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
-        self.em: Emitter | None = None
+        self._em: Emitter | None = None  # while `partition` runs: see `em`
         self._kept: set[Computation] = set()
+        self._origin: dict[Computation, str] = {}  # a partitioned copy -> the name of what it copies
 
     # -------------------------------------------------------------- driver --
     def run(self) -> None:
         module = self.ctx.module
         old = list(module.computations)
         entry = module.entry
+        assert entry is not None, "spmd-partition: the module has no entry computation"
         params = [target_sharding(p) for p in entry.parameters]
-        new_entry, root_sharding = self.partition(entry, params, target_sharding(entry.root),
+        new_entry, root_sharding = self.partition(entry, params, target_sharding(root_of(entry)),
                                                   name=entry.name)
         for p, s in zip(new_entry.parameters, params):
             p.sharding = s
-        new_entry.root.sharding = root_sharding
+        root_of(new_entry).sharding = root_sharding
         new_entry.is_entry = True
         module.entry = new_entry
         entry.is_entry = False
@@ -165,7 +168,7 @@ class Partitioner:
             if c not in keep:
                 module.computation_names.release(c.name)
         for c in module.computations:  # partitioned copies take their original names back
-            base = getattr(c, "_spmd_origin", None)
+            base = self._origin.get(c)
             if base is not None and base not in module.computation_names:
                 module.computation_names.release(c.name)
                 module.computation_names.reserve(base)
@@ -185,11 +188,11 @@ class Partitioner:
         new.attributes = dict(comp.attributes)
         new.print_signature = comp.print_signature
         module.add_computation(new, before=comp)
-        new._spmd_origin = comp.name  # type: ignore[attr-defined]
+        self._origin[new] = comp.name
         for instr in comp.instructions:
             module.names.release(instr.name)
-        saved = (self.em, self._reshards)
-        self.em, self._reshards = Emitter(self.ctx, new), {}
+        saved = (self._em, self._reshards)
+        self._em, self._reshards = Emitter(self.ctx, new), {}
         from hlo_passes.passes.spmd.handlers import handler_for
         from hlo_passes.passes.spmd.handlers.structural import manual as copy_manual
 
@@ -197,6 +200,7 @@ class Partitioner:
             for instr in comp.post_order():
                 self.em.metadata = instr.attributes.get("metadata")
                 if instr.opcode is Opcode.PARAMETER:
+                    assert instr.parameter_number is not None
                     s = param_shardings[instr.parameter_number]
                     value = PValue(self.clone(instr, [], local_shape(instr.shape, s)), s, instr.shape)
                 elif manual:
@@ -204,16 +208,16 @@ class Partitioner:
                 else:
                     value = self._partition_instruction(instr, handler_for(instr))
                 self.values[instr] = value
-            root = self.values[comp.root]
-            self.em.metadata = comp.root.attributes.get("metadata")
+            root = self.values[root_of(comp)]
+            self.em.metadata = root_of(comp).attributes.get("metadata")
             if root_sharding is not None:
                 root = reshard(self.em, root, root_sharding)
             new.root = root.instr
             return new, root.sharding
         finally:
-            self.em, self._reshards = saved
+            self._em, self._reshards = saved
 
-    def _partition_instruction(self, instr: Instruction, handler) -> PValue:
+    def _partition_instruction(self, instr: Instruction, handler: Handler) -> PValue:
         """Run `handler`.  Inside a partially manual region it may ask for a resharding that
         would leave the region's manual groups (ManualGroupsMismatch); then whatever it emitted
         is taken back and the op is computed whole per manual group, as before this region was
@@ -232,6 +236,13 @@ class Partitioner:
             return whole_per_manual_group(self, instr, str(e))
 
     # ------------------------------------------------------ handler API --
+    @property
+    def em(self) -> Emitter:
+        """The emitter of the computation being partitioned (there is one while `partition` runs)."""
+        if self._em is None:
+            raise RuntimeError("the partitioner emits only while it partitions a computation")
+        return self._em
+
     def value(self, instr: Instruction) -> PValue:
         return self.values[instr]
 
@@ -289,7 +300,8 @@ class Partitioner:
         override = self._target_override.get(instr)
         return override if override is not None else target_sharding(instr)
 
-    def clone(self, instr: Instruction, operands, shape: Shape, **called) -> Instruction:
+    def clone(self, instr: Instruction, operands: Sequence[Instruction], shape: Shape,
+              **called: Computation | tuple[Computation, ...]) -> Instruction:
         """`instr` with new operands and per-device shape; attributes kept except the sharding."""
         attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
         new = Instruction(instr.opcode, shape, operands, name=instr.name, attributes=attrs,

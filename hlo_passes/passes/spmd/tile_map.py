@@ -18,28 +18,41 @@ manual groups agree.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Final, Iterable, Sequence, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 
+# Tile coordinates, manual groups, per-device tables: int64, one row per device.
+Int64Array: TypeAlias = npt.NDArray[np.int64]
 
-_MISSING = object()
-_FROM_SHARDING: dict[tuple, "TileMap | None"] = {}
+
+class _Missing(enum.Enum):
+    MISSING = enum.auto()
+
+
+_MISSING: Final = _Missing.MISSING  # "not cached yet" (None is a cached answer)
+_FROM_SHARDING: dict[tuple[Sharding, int, int | None], "TileMap | None"] = {}
 
 
 @dataclass(frozen=True, eq=False)
 class TileMap:
     dims: tuple[int, ...]          # tile counts per data dimension
-    coords: np.ndarray             # [num_devices, rank]: tile coordinate of device d
-    manual: np.ndarray             # [num_devices]: manual group of device d (all 0 when none)
+    coords: Int64Array             # [num_devices, rank]: tile coordinate of device d
+    manual: Int64Array             # [num_devices]: manual group of device d (all 0 when none)
     manual_size: int = 1           # number of manual groups
     # maps derived from this one (remap, merge), by their arguments: a handler asks for the same
     # few derivations of the same (cached) maps at every layer of a model
-    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _derived: dict[tuple[str, int, tuple[tuple[int, int], ...]], "TileMap"] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _merged: dict[int, tuple["TileMap", "TileMap | None"]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -47,7 +60,7 @@ class TileMap:
 
     @property
     def num_devices(self) -> int:
-        return self.coords.shape[0]
+        return int(self.coords.shape[0])
 
     @property
     def num_tiles(self) -> int:
@@ -85,6 +98,7 @@ class TileMap:
         if rank is not None and sharding.data_rank != rank:
             return None
         arr = sharding.tile_assignment
+        assert arr is not None, "a TILED sharding has a tile assignment"
         n = arr.size
         flat = arr.reshape(-1)
         if n != num_devices or not np.array_equal(np.sort(flat), np.arange(n)):
@@ -156,11 +170,11 @@ class TileMap:
         coords.setflags(write=False)
         return TileMap(tuple(dims), coords, self.manual, self.manual_size)
 
-    def keep_dims(self, keep) -> "TileMap":
+    def keep_dims(self, keep: Iterable[int]) -> "TileMap":
         """Same rank; dims not in `keep` become untiled."""
         return self.remap(self.rank, {d: d for d in keep})
 
-    def transpose(self, perm) -> "TileMap":
+    def transpose(self, perm: Sequence[int]) -> "TileMap":
         """Output dim i is input dim perm[i]."""
         return self.remap(len(perm), {i: p for i, p in enumerate(perm)})
 
@@ -174,10 +188,10 @@ class TileMap:
     def merge(self, other: "TileMap") -> "TileMap | None":
         """Both maps' tilings at once (dims tiled in both must agree), or None if impossible.
         Computed once per pair of maps (the other map is held by the cache)."""
-        key = ("merge", id(other))
-        found = self._derived.get(key, _MISSING)
-        if found is _MISSING or found[0] is not other:
-            found = self._derived[key] = (other, self._merge(other))
+        key = id(other)
+        found = self._merged.get(key)
+        if found is None or found[0] is not other:
+            found = self._merged[key] = (other, self._merge(other))
         return found[1]
 
     def _merge(self, other: "TileMap") -> "TileMap | None":
@@ -198,7 +212,7 @@ class TileMap:
         return merged if merged.to_sharding() is not None else None
 
 
-def stable_order(key: np.ndarray, bound: int) -> np.ndarray:
+def stable_order(key: Int64Array, bound: int) -> Int64Array:
     """The permutation sorting `key` (integers in [0, bound)) with ties in index order: a
     counting (radix) sort when the keys fit 16 bits, which numpy's stable sort does in linear
     time."""
@@ -265,7 +279,7 @@ def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[i
     return groups
 
 
-def _group_chunks(tm: TileMap, ins: list[int], dims: tuple[int, ...]):
+def _group_chunks(tm: TileMap, ins: list[int], dims: tuple[int, ...]) -> tuple[int, Int64Array]:
     """(chunk count, per-device chunk index) if the group's tiles cut its row-major order into
     contiguous chunks; when they don't, the tiling of the most minor tiled dims is dropped until
     they do (XLA keeps the major part of the sharding the same way)."""
@@ -277,7 +291,8 @@ def _group_chunks(tm: TileMap, ins: list[int], dims: tuple[int, ...]):
     return 1, np.zeros(tm.num_devices, np.int64)
 
 
-def _chunks_of(tm: TileMap, ins: list[int], dims: tuple[int, ...], tiled: list[int]):
+def _chunks_of(tm: TileMap, ins: list[int], dims: tuple[int, ...],
+               tiled: list[int]) -> tuple[int, Int64Array] | None:
     first, last = ins.index(tiled[0]), ins.index(tiled[-1])
     if any(dims[i] != 1 for i in ins[:first]):  # an untiled major dim interleaves the chunks
         return None
@@ -288,7 +303,7 @@ def _chunks_of(tm: TileMap, ins: list[int], dims: tuple[int, ...], tiled: list[i
         return None
     span = ins[first:last + 1]
     counts = [tm.dims[i] for i in span]
-    return math.prod(counts), np.ravel_multi_index(tm.coords[:, span].T, counts)
+    return math.prod(counts), np.asarray(np.ravel_multi_index(tm.coords[:, span].T, counts), np.int64)
 
 
 def _split_chunks(count: int, sizes: list[int]) -> list[int] | None:

@@ -11,13 +11,19 @@ The analysis of one computation, in three steps:
    *shard value* (shape D, computed elementwise), a *reduction* (a reduce of a shard
    value over all its dimensions: sums of squares for global or per-weight norms,
    maxima, ...), or leaves through the computation's ROOT (an *exit*: a new weight or
-   new optimizer state).  Any other user declines the candidate.  Scalars computed
+   new optimizer state).  A reduce of a shard value over some of D's dimensions S
+   (Adafactor's row and column means of g², per-row norms) starts a *factor*: it, the
+   elementwise ops of it and their reductions over all their dimensions are shard values
+   too (`Component.reduced` says S), and a broadcast of a factor back over S is a shard
+   value of shape D again.  Any other user declines the candidate.  Scalars computed
    from reductions are identical on every device, so they are used freely.
 3. *Inputs*: operands of shard values from outside the region: scalars, broadcasts
    of scalars, elementwise expressions used only by the region (*pulled* in and
-   recomputed on the shard), and other values of shape D (*sliced*).  Every scalar,
-   broadcast source and sliced value must be provably identical on every device of
-   the group (`Replication`), else the candidate is declined.
+   recomputed on the shard), and other values of shape D or of a factor's shape
+   (*sliced*).  Every scalar, broadcast source and sliced value must be provably
+   identical on every device of the group (`Replication`), else the candidate is
+   declined.  Reductions over all dimensions of elementwise expressions of sliced
+   values (the weight's norm: *side reductions*) join the region, their expressions pulled.
 
 Candidates whose shard values meet (an elementwise op of two gradients) form one
 *component*; a component is rewritten or declined as a whole.
@@ -64,12 +70,17 @@ class Component:
     dims: tuple[int, ...]  # canonical shape: the first gradient's, after its stem
     shard_values: list[Instruction] = field(default_factory=list)  # post-order, stem ends excluded
     reshapes: set[Instruction] = field(default_factory=set)  # shard values that only regroup dims
+    # Factor values: shard values of a reduce over some of the gradient's dims S (Adafactor's row
+    # and column means) and elementwise ops of them, by S.  On a shard tiled on dimension k a factor
+    # keeps its own tile when k is not in S, and is all-reduced and held whole when it is.
+    reduced: dict[Instruction, tuple[int, ...]] = field(default_factory=dict)
     reductions: list[Instruction] = field(default_factory=list)
     exits: list[Instruction] = field(default_factory=list)
     tails: list[Instruction] = field(default_factory=list)  # layout ops between an exit and the ROOT
     pulled: list[Instruction] = field(default_factory=list)  # outside ops recomputed on the shard
     sliced: list[Instruction] = field(default_factory=list)  # outside values cut into shards
     assumed: set[Instruction] = field(default_factory=set)  # ENTRY parameters assumed replicated
+    side_reductions: list[Instruction] = field(default_factory=list)  # of the weight, not the gradient
     declined: tuple[Instruction, str] | None = None
 
     @property
@@ -154,6 +165,36 @@ def _fusion_problem(fusion: Instruction) -> str:
     return f"a {fusion.attr('kind')} fusion that is not elementwise on the weight's shape"
 
 
+_CONTROL_FLOW = {Opcode.CONDITIONAL: "a conditional (lax.cond, lax.switch)", Opcode.WHILE: "a while loop"}
+
+
+def _control_flow(instr: Instruction) -> Instruction | None:
+    """The conditional or while loop that takes `instr` (itself, or a tuple it is packed in)."""
+    if instr.opcode in _CONTROL_FLOW:
+        return instr
+    if instr.opcode is Opcode.TUPLE:
+        return next((u for u in instr.users if u.opcode in _CONTROL_FLOW), None)
+    return None
+
+
+def _blocker(instr: Instruction, reduced: dict[Instruction, tuple[int, ...]]) -> str:
+    """What `instr`, a user of the region that the analysis does not model, is."""
+    flow = _control_flow(instr)
+    if flow is not None:
+        via = "" if flow is instr else f" in a tuple for %{flow.name}"
+        return (f"it is passed{via} to {_CONTROL_FLOW[flow.opcode]}: an update under control flow is "
+                "not sharded")
+    of_factor = any(o in reduced for o in instr.operands)
+    if instr.opcode is Opcode.REDUCE:
+        return ("a reduce over some dimensions of a value already reduced over others" if of_factor else
+                "a reduce over some dimensions")
+    if instr.opcode is Opcode.BROADCAST and of_factor:
+        return "a broadcast of a row or column reduction over other dimensions than it reduced"
+    if instr.opcode is Opcode.FUSION:
+        return _fusion_problem(instr)
+    return f"{instr.opcode.value} (not elementwise on the weight's shape)"
+
+
 def _candidate_problem(instr: Instruction, module: Module) -> str | None:
     if len(instr.operands) != 1 or not instr.shape.is_array:
         return "a variadic all-reduce (one gradient per all-reduce is modeled)"
@@ -213,6 +254,8 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
     blocked_by: dict[Instruction, tuple[Instruction, str]] = {}  # problems that are another user
     reductions: dict[Instruction, Instruction] = {}
     regroups: set[Instruction] = set()
+    reduced: dict[Instruction, tuple[int, ...]] = {}  # factor value -> the gradient dims reduced away
+    under_control_flow: set[Instruction] = set()
     exits: dict[Instruction, Instruction] = {}
     tails: dict[Instruction, Instruction] = {}
     for c, s in stems.items():
@@ -239,7 +282,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             tails[instr] = first  # a new weight reshaped on its way out: done on the full value
             exits[instr.operands[0]] = first
             continue
-        if (_is_regroup(instr) and instr.operands[0] in origin
+        if (_is_regroup(instr) and instr.operands[0] in origin and instr.operands[0] not in reduced
                 and instr.shape.element_count == instr.operands[0].shape.element_count):
             # a reshape inside the update (BatchNorm's [16] -> [1,1,1,16] -> [16]): the same
             # elements in the same row-major order, so the same shard
@@ -249,18 +292,28 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                 exits[instr] = first
             continue
         dims = shard_ops[0].shape.dims
+        base = stems[first].end.shape.dims  # the component's shape D
         if is_elementwise(instr) and instr.shape.is_array and instr.shape.dims == dims:
             bad = [o for o in instr.operands if o.shape.is_tuple or
                    (o.shape.rank != 0 and o.shape.dims != dims)]
             if bad:
                 problems.setdefault(first, (instr, f"%{instr.name} mixes the gradient with "
                                                    f"%{bad[0].name} of another shape"))
+            kinds = {reduced.get(o, ()) for o in shard_ops}
+            if len(kinds) > 1:
+                problems.setdefault(first, (instr, f"%{instr.name} mixes values reduced over different "
+                                                   "dimensions of the gradient"))
+            if kinds - {()}:
+                reduced[instr] = kinds.pop()
             origin[instr] = first
             if instr.is_root:
                 exits[instr] = first
             continue
         if (instr.opcode is Opcode.REDUCE and len(instr.operands) == 2 and instr.shape.is_array
-                and instr.shape.rank == 0 and instr.operands[0] in origin):
+                and instr.operands[0] in origin and (instr.shape.rank == 0 or (
+                    instr.operands[0] not in reduced and instr.operands[0].shape.dims == base))):
+            # over every dimension (a norm: a scalar), or over some of the gradient's (Adafactor's
+            # row and column means: a *factor*, see `Component.reduced`)
             kind = Reduction.of_instruction(instr)
             if kind is None or kind.opcode not in REDUCTION_IDENTITY:
                 problems.setdefault(first, (instr, f"%{instr.name} reduces the gradient with a computation "
@@ -268,11 +321,22 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             elif not _constant_equals(instr.operands[1], REDUCTION_IDENTITY[kind.opcode]):
                 problems.setdefault(first, (instr, f"%{instr.name} starts its reduction from a value that "
                                                    "is not the identity (partial results would repeat it)"))
-            reductions[instr] = first
+            if instr.shape.rank == 0:
+                reductions[instr] = first
+                continue
+            reduced[instr] = tuple(sorted(instr.attr("dimensions", ())))
+            origin[instr] = first
+            if instr.is_root:
+                exits[instr] = first
             continue
-        what = ("a reduce over some dimensions" if instr.opcode is Opcode.REDUCE else
-                _fusion_problem(instr) if instr.opcode is Opcode.FUSION else
-                f"{instr.opcode.value} (not elementwise on the weight's shape)")
+        if (instr.opcode is Opcode.BROADCAST and instr.operands[0] in reduced and instr.shape.dims == base
+                and tuple(instr.attr("dimensions", ())) == tuple(
+                    d for d in range(len(base)) if d not in reduced[instr.operands[0]])):
+            origin[instr] = first  # a factor broadcast back over the dimensions it was reduced over
+            continue
+        what = _blocker(instr, reduced)
+        if _control_flow(instr) is not None:
+            under_control_flow.add(first)
         known = problems.get(first)
         if known is None or (known[0].opcode in _LAYOUT_OPCODES and instr.opcode not in _LAYOUT_OPCODES):
             # a layout op beside the real blocker (a transpose hoisted out of a fusion) says less
@@ -289,10 +353,11 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         comp_.stems.append(stems[c])
     # A weight's gradient feeds an update the step returns; an all-reduced value from which no
     # output is computed elementwise is something else (an activation summed over the model
-    # axis, a statistic), and the remark says so rather than calling it a gradient.
+    # axis, a statistic), and the remark says so rather than calling it a gradient (unless
+    # control flow takes it: the update may well be inside).
     updating = {find(c) for c in exits.values()}
     for c, (instr, reason) in problems.items():  # the instruction that blocks says most
-        if blocked_by.get(c, (None,))[0] is instr and find(c) not in updating:
+        if blocked_by.get(c, (None,))[0] is instr and find(c) not in updating and c not in under_control_flow:
             reason = (f"not a weight's gradient: no output of the step is computed elementwise from it "
                       f"(%{instr.name} reads it: {blocked_by[c][1]})")
         by_root[find(c)].decline(instr, reason)
@@ -310,6 +375,8 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             member.shard_values.append(instr)
             if instr in regroups:
                 member.reshapes.add(instr)
+            if instr in reduced:
+                member.reduced[instr] = reduced[instr]
     for instr, c in reductions.items():
         by_root[find(c)].reductions.append(instr)
     for instr, c in exits.items():
@@ -318,19 +385,27 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
         by_root[find(c)].tails.append(instr)
 
     components = list(by_root.values())
+    for component in components:
+        if component.reduced and component.reshapes:
+            component.decline(next(iter(component.reshapes)),
+                              "the update both regroups the gradient's dimensions (a flat shard) and reduces "
+                              "over some of them (a tiled shard)")
     reduction_set = set(reductions)
     position = {instr: i for i, instr in enumerate(post_order)}
     callers = call_sites(module)
+    whole_reductions = [i for i in post_order if i.opcode is Opcode.REDUCE and len(i.operands) == 2
+                        and i.shape.is_array and i.shape.rank == 0 and i not in reduction_set]
     for component in components:
         if component.declined is None:
             _plan_inputs(component, module, reduction_set, assume_replicated_parameters, origin,
-                         position, callers)
+                         position, callers, whole_reductions)
     return ComputationPlan(comp, components, skipped)
 
 
 def _plan_inputs(component: Component, module: Module, reductions: set[Instruction],
                  assume_parameters: bool, origin: dict[Instruction, Instruction],
-                 position: dict[Instruction, int], callers: dict[Computation, list[Instruction]]) -> None:
+                 position: dict[Instruction, int], callers: dict[Computation, list[Instruction]],
+                 whole_reductions: list[Instruction]) -> None:
     """Sort the outside operands of the shard values into pulled and sliced ones and check
     that everything the shards read is identical across the group."""
     members = set(component.shard_values) | {s.end for s in component.stems}
@@ -372,14 +447,72 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
             else:
                 need_replicated[o] = None
                 sliced[o] = None
+
+    side, side_ops = _side_reductions(component, members | pulled, set(sliced), reductions, pullable, position,
+                                      whole_reductions)
+    for x in side_ops:
+        for o in x.operands:
+            if o.shape.rank == 0:
+                need_replicated[o] = None
+            elif o.opcode is Opcode.BROADCAST and o.operands[0].shape.rank == 0:
+                need_replicated[o.operands[0]] = None
     replicated = Replication(module, component.groups, assume_parameters=assume_parameters,
-                             extra=reductions, callers=callers)
+                             extra=reductions | set(side), callers=callers)
     for instr in need_replicated:
         if not replicated(instr):
             component.decline(instr, f"%{instr.name} is not provably identical on every device of the "
                                      "group (declare parameter_replication={true}, or use "
                                      "assume-replicated-parameters)")
             return
-    component.pulled = sorted(pulled, key=position.__getitem__)
+    component.pulled = sorted(pulled | side_ops, key=position.__getitem__)
+    component.reductions = sorted([*component.reductions, *side], key=position.__getitem__)
+    component.side_reductions = list(side)
+    reductions.update(side)  # no other component takes them
     component.sliced = list(sliced)
     component.assumed = set(replicated.assumed)
+
+
+def _side_reductions(component: Component, region: set[Instruction], sliced: set[Instruction],
+                     taken: set[Instruction], pullable, position: dict[Instruction, int],
+                     whole_reductions: list[Instruction]) -> tuple[list[Instruction], set[Instruction]]:
+    """Whole-tensor reductions of values the update slices anyway (LAMB's and Adafactor's ‖w‖):
+    a reduce over every dimension, from the identity, of an elementwise expression of the
+    component's shape whose only arrays are sliced values (the weight) and broadcast scalars.
+    On the shard they become a partial reduction (padding masked) + a scalar all-reduce, as the
+    gradient's norms do, and every device reads 1/N of the weight instead of all of it.  Their
+    expressions are pulled in; one whose ops something else reads stays whole (the expression
+    would be computed whole anyway).  Returns the reductions and the ops of their expressions."""
+    dims = component.dims
+    found: dict[Instruction, set[Instruction]] = {}
+    for r in whole_reductions:
+        if r in taken or r.operands[0].shape.dims != dims:
+            continue
+        kind = Reduction.of_instruction(r)
+        if (kind is None or kind.opcode not in REDUCTION_IDENTITY
+                or not _constant_equals(r.operands[1], REDUCTION_IDENTITY[kind.opcode])):
+            continue
+        ops: set[Instruction] = set()
+        work, ok = [r.operands[0]], True
+        while work and ok:
+            x = work.pop()
+            if x in sliced or x in ops or x.shape.rank == 0 or (
+                    x.opcode is Opcode.BROADCAST and x.operands[0].shape.rank == 0):
+                continue
+            if x in region or not pullable(x) or x.shape.dims != dims:
+                ok = False
+            else:
+                ops.add(x)
+                work.extend(x.operands)
+        if ok and (ops or r.operands[0] in sliced):
+            found[r] = ops
+    # Their ops must be read only by the region, these reductions and each other.
+    changed = True
+    while changed:
+        changed = False
+        inside = region | set(found) | {x for ops in found.values() for x in ops}
+        for r, ops in list(found.items()):
+            if any(x.is_root or any(u not in inside for u in x.users) for x in ops):
+                del found[r]
+                changed = True
+    side = sorted(found, key=position.__getitem__)
+    return side, {x for r in side for x in found[r]}

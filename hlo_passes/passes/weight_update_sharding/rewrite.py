@@ -3,8 +3,18 @@
     gradient all-reduce          →  reduce-scatter of the formatted gradient        [chunk]
     elementwise update ops       →  the same ops on [chunk] (kLoop fusions: the same fusion on [chunk])
     whole-tensor reductions      →  the reduction of the chunk, padding masked, + a scalar all-reduce
+      (of the gradient, or of the weight: the chunk the update reads anyway)
+    reductions over some dims S  →  on the tile (tiled on dim k): if k ∉ S, the factor's own tile;
+      (factors)                     if k ∈ S, a partial result (padding masked) all-reduced, the
+                                    factor then held whole and computed alike on every device
+    factor broadcast back        →  a broadcast of its tile (or of the whole factor) onto the tile
     new weights                  →  all-gather of the chunks, unformatted
-    new optimizer state          →  all-gathered too, or kept as the device's tile (`keep-state-sharded`)
+    new optimizer state          →  all-gathered too, or kept as the device's tile (`keep-state-sharded`);
+                                    a factor held whole is returned as it is
+
+For an 8x4 gradient tiled on dimension 0 (a row per device), Adafactor's row mean is a reduce
+of the device's [1,4] tile over its columns, `f32[1]`, and its column mean a reduce over the
+row, `f32[4]`, all-reduced into the mean of all eight rows.
 
 Everything the update reads besides the gradient is cut to the chunk (`dynamic-slice` of its
 formatted value at this device's offset) or, for state kept sharded, read from the tile the
@@ -110,8 +120,10 @@ class ComponentRewriter:
         self.has_channel = first.channel_id is not None
         self.global_ids = first.attr("use_global_device_ids")
         self.shard: dict[Instruction, Instruction] = {}
-        self._sliced: dict[Instruction, Instruction] = {}
-        self._offset: Instruction | None = None
+        self._sliced: dict[tuple[Instruction, Formatting], Instruction] = {}
+        self._offsets: dict[int, Instruction] = {}  # by chunk size
+        self._masks: dict[Formatting, Instruction] = {}
+        self._tiles: dict[Instruction, Instruction] = {}  # main chunk -> it as a tile
         self.state_params: dict[Instruction, Sharding] = {}  # kept-sharded parameter -> its new sharding
         self.kept_outputs: list[Instruction] = []
         self.gathered_state: list[Instruction] = []  # optimizer state returned whole (all-gathered)
@@ -119,14 +131,28 @@ class ComponentRewriter:
         self.signature: Signature | None = None
         self.gathered: list[Instruction] = []  # the all-gathers made (the pass may pack them)
         self.scattered: list[Instruction] = []  # the reduce-scatters made
+        self.reduced: list[Instruction] = []  # the scalar all-reduces of whole-tensor reductions
 
     # ------------------------------------------------------------- helpers --
     def builder(self, like: Instruction | None = None) -> Builder:
         meta = like.attributes.get("metadata") if like is not None else None
         return Builder(self.comp, before=self.comp.root, metadata=meta)
 
-    def flat(self, etype: PrimitiveType) -> ArrayShape:
-        return ArrayShape(etype, (self.fmt.chunk,))
+    def flat(self, etype: PrimitiveType, fmt: Formatting | None = None) -> ArrayShape:
+        return ArrayShape(etype, ((fmt or self.fmt).chunk,))
+
+    def factor_format(self, reduced: tuple[int, ...]) -> Formatting | None:
+        """How a value reduced over the gradient's dims `reduced` lives on a device: the main
+        formatting (nothing reduced), its own tiling of the reduced shape when the tile dim was
+        kept, or None (held whole: reduced over the tile dim, so all-reduced)."""
+        if not reduced:
+            return self.fmt
+        k = self.fmt.tile_dim
+        assert k is not None, "factors need a tiled formatting (the pass chooses one)"
+        if k in reduced:
+            return None
+        kept = tuple(d for i, d in enumerate(self.fmt.dims) if i not in reduced)
+        return Formatting(self.n, kept, k - sum(1 for r in reduced if r < k))
 
     def collective(self, b: Builder, opcode: Opcode, shape: ArrayShape, operand: Instruction,
                    reduction: Computation | None = None, dimension: int | None = None) -> Instruction:
@@ -139,33 +165,52 @@ class ComponentRewriter:
     def reduction(self, kind: str, etype: PrimitiveType) -> Computation:
         return place_before(self.module, reduction_computation(self.module, kind, etype), self.comp)
 
-    def offset(self) -> Instruction:
-        if self._offset is None or self._offset.parent is not self.comp:
+    def offset(self, fmt: Formatting | None = None) -> Instruction:
+        """Where this device's chunk of `fmt` (default: the main formatting) starts."""
+        chunk = (fmt or self.fmt).chunk
+        found = self._offsets.get(chunk)
+        if found is None or found.parent is not self.comp:
             index = self.devices.position(self.c.groups)
-            if self.fmt.chunk == 1:
-                self._offset = index
+            if chunk == 1:
+                found = index
             else:
                 b = self.builder()
-                self._offset = b.multiply(index, b.constant(self.fmt.chunk, S32))
-        return self._offset
+                found = b.multiply(index, b.constant(chunk, S32))
+            self._offsets[chunk] = found
+        return found
 
-    def shard_of(self, value: Instruction) -> Instruction:
-        """The chunk of an operand of a shard value."""
+    def real_mask(self, fmt: Formatting | None = None) -> Instruction:
+        """pred[chunk]: which elements of this device's chunk of `fmt` are real (not padding)."""
+        fmt = fmt or self.fmt
+        found = self._masks.get(fmt)
+        if found is None or found.parent is not self.comp:
+            b, chunk = self.builder(), fmt.chunk
+            position = b.add(b.iota(ArrayShape(S32, (chunk,)), 0),
+                             b.broadcast(self.offset(fmt), ArrayShape(S32, (chunk,)), ()))
+            found = b.compare(position, b.broadcast(b.constant(fmt.size, S32), ArrayShape(S32, (chunk,)), ()),
+                              "LT")
+            self._masks[fmt] = found
+        return found
+
+    def shard_of(self, value: Instruction, reduced: tuple[int, ...] = ()) -> Instruction:
+        """The chunk of an operand of a shard value (of a factor reduced over `reduced`: the
+        chunk of its formatting, or the whole value where the factor is held whole)."""
         if value in self.shard:
             return self.shard[value]
-        if value.shape.rank == 0:
+        fmt = self.factor_format(reduced)
+        if value.shape.rank == 0 or fmt is None:
             return value
         if value.opcode is Opcode.BROADCAST and value.operands[0].shape.rank == 0:
             b = self.builder(value)
-            return b.broadcast(value.operands[0], self.flat(value.shape.element_type), ())
-        got = self._sliced.get(value)
+            return b.broadcast(value.operands[0], self.flat(value.shape.element_type, fmt), ())
+        got = self._sliced.get((value, fmt))
         if got is None:
             b = self.builder(value)
             if value in self.state_params:
                 got = self.fmt.from_tile(b, value)
             else:
-                got = b.dynamic_slice(self.fmt.format(b, value), [self.offset()], (self.fmt.chunk,))
-            self._sliced[value] = got
+                got = b.dynamic_slice(fmt.format(b, value), [self.offset(fmt)], (fmt.chunk,))
+            self._sliced[(value, fmt)] = got
         return got
 
     # ------------------------------------------------------------ rewrite --
@@ -217,50 +262,115 @@ class ComponentRewriter:
         if instr in self.c.reshapes:  # the same elements in the same order: the same chunk
             self.shard[instr] = self.shard_of(instr.operands[0])
             return
-        operands = [self.shard_of(o) for o in instr.operands]
+        if instr.opcode is Opcode.REDUCE:
+            self._partial_reduction(instr)
+            return
+        if instr.opcode is Opcode.BROADCAST:
+            self._broadcast_factor(instr)
+            return
+        reduced = self.c.reduced.get(instr, ())
+        fmt = self.factor_format(reduced)
+        operands = [self.shard_of(o, reduced) for o in instr.operands]
         attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
         called = dict(instr.called)
-        if instr.opcode is Opcode.FUSION:  # an elementwise kLoop fusion: the same fusion on [chunk]
-            called["calls"] = shard_fused_computation(self.module, instr.called["calls"], self.fmt.chunk)
-            attrs.pop("backend_config", None)  # its loop partitioning counts the old dimensions
-        new = Instruction(instr.opcode, self.flat(instr.shape.element_type), operands,
-                          attributes=attrs, called=called)
+        if fmt is None:  # a factor held whole: the same op, on whole values
+            shape = instr.shape
+        else:
+            shape = self.flat(instr.shape.element_type, fmt)
+            if instr.opcode is Opcode.FUSION:  # an elementwise kLoop fusion: the same fusion on [chunk]
+                called["calls"] = shard_fused_computation(self.module, instr.called["calls"], fmt.chunk)
+                attrs.pop("backend_config", None)  # its loop partitioning counts the old dimensions
+        new = Instruction(instr.opcode, shape, operands, attributes=attrs, called=called)
         self.shard[instr] = self.comp.add(new, name_hint=instr.name, before=self.comp.root)
+
+    def _tile(self, b: Builder, chunk: Instruction) -> Instruction:
+        """A main [chunk] as the device's tile, the tile dim first: [c_k, other dims...] (one
+        reshape for the row and the column reductions of the same value)."""
+        found = self._tiles.get(chunk)
+        if found is None or found.parent is not self.comp:
+            moved = tuple(self.fmt.tile_dims()[p] for p in self.fmt.perm)
+            found = self._tiles[chunk] = b.reshape(chunk, ArrayShape(chunk.shape.element_type, moved))
+        return found
+
+    def _partial_reduction(self, instr: Instruction) -> None:
+        """A reduce over some of the gradient's dims S (Adafactor's row or column mean) on the
+        device's tile: a factor tile when the tile dim is kept, else a partial result (padding
+        rows masked with the identity) all-reduced into the whole factor."""
+        data, init = instr.operands
+        reduced = self.c.reduced[instr]
+        b = self.builder(instr)
+        part = self.shard[data]
+        fmt, perm = self.fmt, self.fmt.perm
+        whole = self.factor_format(reduced) is None
+        if whole and fmt.padded > fmt.size:
+            part = b.select(self.real_mask(), part, b.broadcast(init, part.shape, ()))
+        tile = self._tile(b, part)
+        out = b.reduce(tile, init, sorted(perm.index(d) for d in reduced), instr.called["to_apply"])
+        if whole:  # the remaining dims, in their order (the tile dim was reduced away)
+            kind = Reduction.of_instruction(instr)
+            out = self.collective(b, Opcode.ALL_REDUCE, out.shape, out,
+                                  self.reduction(REDUCTION_NAME[kind.opcode], kind.element_type))
+            self.reduced.append(out)
+        else:  # [c_k, kept dims...]: the factor's own tiling, flattened
+            flat = self.flat(instr.shape.element_type, self.factor_format(reduced))
+            if out.shape.dims != flat.dims:
+                out = b.reshape(out, flat)
+        self.shard[instr] = out
+
+    def _broadcast_factor(self, instr: Instruction) -> None:
+        """A factor broadcast back over the dims it was reduced over, on the device's tile."""
+        source = instr.operands[0]
+        reduced = self.c.reduced[source]
+        b = self.builder(instr)
+        moved = tuple(self.fmt.tile_dims()[p] for p in self.fmt.perm)
+        kept = [i for i, p in enumerate(self.fmt.perm) if p not in reduced]
+        x = self.shard[source]
+        etype = instr.shape.element_type
+        if self.factor_format(reduced) is not None and x.shape.rank != len(kept):  # its tile, the tile dim first
+            x = b.reshape(x, ArrayShape(etype, tuple(moved[i] for i in kept)))
+        tile = b.broadcast(x, ArrayShape(etype, moved), kept)
+        self.shard[instr] = b.reshape(tile, self.flat(etype))
 
     def _reduction(self, instr: Instruction) -> None:
         data, init = instr.operands
         b = self.builder(instr)
-        part = self.shard[data]
+        part = self.shard_of(data)  # a shard value, a pulled expression or a sliced weight
+        fmt = self.factor_format(self.c.reduced.get(data, ()))
+        if fmt is None:  # of a factor held whole: reduced whole, as before
+            whole = b.op(Opcode.REDUCE, instr.shape, [part, init], dimensions=tuple(range(part.shape.rank)),
+                         called={"to_apply": instr.called["to_apply"]})
+            instr.replace_all_uses_with(whole)
+            return
         etype = part.shape.element_type
-        chunk = self.fmt.chunk
-        if self.fmt.padded > self.fmt.size:  # padding must not take part: fill it with the identity
-            position = b.add(b.iota(ArrayShape(S32, (chunk,)), 0),
-                             b.broadcast(self.offset(), ArrayShape(S32, (chunk,)), ()))
-            real = b.compare(position, b.broadcast(b.constant(self.fmt.size, S32),
-                                                   ArrayShape(S32, (chunk,)), ()), "LT")
-            part = b.select(real, part, b.broadcast(init, self.flat(etype), ()))
+        if fmt.padded > fmt.size:  # padding must not take part: fill it with the identity
+            part = b.select(self.real_mask(fmt), part, b.broadcast(init, self.flat(etype, fmt), ()))
         partial = b.reduce(part, init, (0,), instr.called["to_apply"])
         kind = Reduction.of_instruction(instr)
         total = self.collective(b, Opcode.ALL_REDUCE, instr.shape, partial,
                                 self.reduction(REDUCTION_NAME[kind.opcode], kind.element_type))
+        self.reduced.append(total)
         instr.replace_all_uses_with(total)
 
     def _exits(self) -> None:
         root = self.comp.root
         kept = self._kept_outputs() if self.keep_state else {}
-        self.gathered_state = [v for v in self.c.exits if v not in kept and v not in self.weights]
+        whole = {v for v in self.c.exits if self.factor_format(self.c.reduced.get(v, ())) is None}
+        self.gathered_state = [v for v in self.c.exits if v not in kept and v not in self.weights and v not in whole]
         out_shardings: dict[int, Sharding] = {}
         for value in self.c.exits:
             b = self.builder(value)
             chunk = self.shard[value]
+            fmt = self.factor_format(self.c.reduced.get(value, ()))
             if value in kept:
                 out = self.fmt.to_tile(b, chunk, self._tile_dims(value.shape.dims))
                 self.kept_outputs.append(out)
+            elif fmt is None:  # a factor held whole: every device has all of it
+                out = chunk
             else:
-                full = ArrayShape(value.shape.element_type, (self.fmt.padded,))
+                full = ArrayShape(value.shape.element_type, (fmt.padded,))
                 gathered = self.collective(b, Opcode.ALL_GATHER, full, chunk, dimension=0)
                 self.gathered.append(gathered)
-                out = self.fmt.unformat(b, gathered, value.shape)
+                out = fmt.unformat(b, gathered, value.shape)
                 out.shape = value.shape  # made here (same dims): keep the output's layout
             if value is root:
                 self.comp.root = out
@@ -308,7 +418,7 @@ class ComponentRewriter:
         whose tiles the refined sharding describes: from now on they take their tile."""
         if self.can_keep_state() is not None:
             return
-        inside = set(self.c.shard_values) | set(self.c.pulled)
+        inside = set(self.c.shard_values) | set(self.c.pulled) | set(self.c.reductions)
         for p in self.c.sliced:
             if (p.opcode is not Opcode.PARAMETER or p.parent is not self.comp or not p.shape.is_array
                     or not all(u in inside for u in p.users)):
@@ -370,7 +480,7 @@ class ComponentRewriter:
         outside the update reads too (the forward pass reads the weight; only the update reads
         its optimizer state).  The other exits are optimizer state.  Other values the update
         reads (BatchNorm's 1/sigma, which scales the gradient of its scale) say neither."""
-        inside = set(self.c.shard_values) | set(self.c.pulled)
+        inside = set(self.c.shard_values) | set(self.c.pulled) | set(self.c.reductions)
         slicing = (Opcode.DYNAMIC_SLICE, Opcode.SLICE, Opcode.RESHAPE, Opcode.BITCAST, Opcode.COPY)
 
         def shared(value: Instruction) -> bool:

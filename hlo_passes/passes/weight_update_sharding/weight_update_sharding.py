@@ -17,8 +17,11 @@ gradient feeds only that update, each device can instead update 1/N of it:
 (i is the device's position in its group.)  The groups are whatever the gradient is reduced
 over: all devices in pure data parallelism, the `data` axis of a data x model mesh, where the
 weights and their state are already tiled over `model` and each device of a data group updates
-1/N of its model tile.  Reductions over the whole weight (global-norm clipping, LAMB's trust
-ratios) reduce the chunk, padding masked out, and all-reduce the scalar.  With
+1/N of its model tile.  Reductions over the whole gradient or weight (global-norm clipping,
+LAMB's ‖w‖ and ‖u‖) reduce the chunk, padding masked out, and all-reduce the scalar (the pass
+packs its scalars into one all-reduce per dependency level).  Reductions over some dimensions
+(Adafactor's factored moments) tile the shard: a factor that keeps the tile dimension stays on
+the device, one reduced over it is all-reduced as a vector and held whole.  With
 `keep-state-sharded` (offline files, where the signature may change) the optimizer state stays
 sharded between steps: state parameters take and state outputs return each device's tile, their
 shardings refined by the data groups (`state.py`), so no state is gathered.
@@ -55,7 +58,7 @@ from hlo_passes.passes.weight_update_sharding.analysis import Component, analyze
 from hlo_passes.passes.weight_update_sharding.canonicalize import canonicalize, simplify_replicated_all_reduces
 from hlo_passes.passes.weight_update_sharding.formatting import Formatting
 from hlo_passes.passes.weight_update_sharding.fused import normalize
-from hlo_passes.passes.weight_update_sharding.packing import pack_collectives
+from hlo_passes.passes.weight_update_sharding.packing import count_levels, pack_collectives
 from hlo_passes.passes.weight_update_sharding.pricing import Price, kernel_estimate
 from hlo_passes.passes.weight_update_sharding.rewrite import ComponentRewriter, DeviceIndex
 
@@ -94,6 +97,7 @@ class WeightUpdateSharding(ModulePass):
         # 1. Everything on a copy: what the analysis allows, and what pays.
         trial = module.clone()
         priced = self._shard(trial, chosen=None)
+        trial.discard()  # (priced holds names and prices only) freed now, before the next copy
         chosen = set(priced)
         if chosen and self.options.only_when_it_pays:
             # 2. Packing merges the pass's small collectives, so a component's price leaves out
@@ -102,6 +106,7 @@ class WeightUpdateSharding(ModulePass):
             # replaces, and must still pay with it (unless it keeps state sharded, see below).
             candidate, said = module.clone(), len(self.remarks)
             alone = self._shard(candidate, chosen=chosen)
+            candidate.discard()
             del self.remarks[said:]
             for name in alone:
                 cost, stems, kept = priced[name]
@@ -176,9 +181,14 @@ class WeightUpdateSharding(ModulePass):
                     # signature returns optimizer state whole (all-gathered) or the formatting pads.
                     gathered, padded = len(rewriter.gathered_state), rewriter.fmt.padded > rewriter.fmt.size
                     added = [i for i in made_here if i in comp]
-                    cost = Price(rewriter.removed_cost,
-                                 kernel_estimate(added, module, model, roots=frozenset({comp.root})),
-                                 model.profile)
+                    with_rewrite = kernel_estimate(added, module, model, roots=frozenset({comp.root}))
+                    if self.options.pack_threshold_bytes > 0 and rewriter.reduced:
+                        # Its scalar all-reduces are packed, one per dependency level (`packing`):
+                        # as many launches as levels, not as norms.
+                        levels = count_levels(rewriter.reduced, set(added))
+                        with_rewrite = replace(with_rewrite, collectives=with_rewrite.collectives
+                                               - len(rewriter.reduced) + levels)
+                    cost = Price(rewriter.removed_cost, with_rewrite, model.profile)
                     # State kept sharded holds (N-1)/N less per device, which the time estimate
                     # does not weigh: with keep-state-sharded the padding's copies are the price
                     # the option asks to pay for it (only gathered state is priced then).
@@ -198,9 +208,9 @@ class WeightUpdateSharding(ModulePass):
                 kept, gathered = len(rewriter.kept_outputs), len(rewriter.gathered)
                 self.remarks.append(replace(stems[0], kind="applied", message=f"{summary}; {gathered} output(s) "
                                             "all-gathered" + (f", {kept} kept sharded" if kept else "")))
-                made += rewriter.scattered + rewriter.gathered
+                made += rewriter.scattered + rewriter.gathered + rewriter.reduced
                 scattered[first.name] = rewriter.scattered
-                for x in rewriter.scattered + rewriter.gathered:
+                for x in rewriter.scattered + rewriter.gathered + rewriter.reduced:
                     sizes[x] = component.group_size
             if made and self.options.pack_threshold_bytes > 0:
                 pack_collectives(module, comp, made, sizes, self.options.pack_threshold_bytes)
@@ -212,9 +222,10 @@ class WeightUpdateSharding(ModulePass):
                   price, quiet: bool) -> ComponentRewriter:
         keep = self.options.keep_state_sharded
         # State kept sharded needs chunks that are tiles (a reshape inside the update leaves
-        # only the flat layout, whose chunks are tiles when nothing is padded).
-        fmt = (Formatting.best_tiled if keep and not component.reshapes else Formatting.flat)(
-            component.group_size, component.dims)
+        # only the flat layout, whose chunks are tiles when nothing is padded); so do reductions
+        # over some of the gradient's dimensions (a tile holds whole rows of the others).
+        tiled = (keep or component.reduced) and not component.reshapes
+        fmt = (Formatting.best_tiled if tiled else Formatting.flat)(component.group_size, component.dims)
         remark = (lambda *a: None) if quiet else (lambda instr, msg, kind: self.remark(instr, msg, kind=kind))
         return ComponentRewriter(module, comp, component, fmt, keep_state=keep,
                                  assume_parameters=self.options.assume_replicated_parameters, index=index,

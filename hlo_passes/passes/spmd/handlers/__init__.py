@@ -1,21 +1,24 @@
 """Per-opcode partitioning handlers, one module per op family, with replication as the default.
 
 A handler is `handler(p, instr) -> PValue`: given the partitioner `p` (operands'
-per-device values, resharding, cloning) it emits `instr`'s per-device
-computation and returns the result with the sharding it has.
+per-device values, resharding, cloning; typed as `HandlerContext`) it emits `instr`'s
+per-device computation and returns the result with the sharding it has.  Handlers are
+type-checked strictly (pyproject.toml), so a new one is annotated:
 
     @handles(Opcode.TRANSPOSE)
-    def transpose(p, instr): ...
+    def transpose(p: HandlerContext, instr: Instruction) -> PValue: ...
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 
 if TYPE_CHECKING:
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.shape import Shape
     from hlo_passes.ir.sharding import Sharding
     from hlo_passes.passes.spmd.partition_context import Emitter, PartitionContext, PValue
 
@@ -26,13 +29,17 @@ class HandlerContext(Protocol):
     i, sharding)`: operand i resharded (the collectives shared between its users);
     `reshard(value, sharding)`; `target(instr)`: the sharding instr's result should have;
     `clone(instr, operands, shape)`: instr with new operands and per-device shape;
+    `partition(comp, param_shardings, root_sharding)`: a called computation partitioned;
     `partition_manual(comp)`: a manual region's body copied; `remark`; `n` devices; `em` the
     emitter of the current computation (collectives, tables, masks); `ctx` the run (module,
     cost model, channel ids)."""
 
-    n: int
-    em: "Emitter"
-    ctx: "PartitionContext"
+    @property
+    def n(self) -> int: ...
+    @property
+    def em(self) -> "Emitter": ...
+    @property
+    def ctx(self) -> "PartitionContext": ...
 
     def value(self, instr: Instruction) -> "PValue": ...
     def operand(self, instr: Instruction, i: int) -> "PValue": ...
@@ -40,26 +47,30 @@ class HandlerContext(Protocol):
     def resharded(self, op: Instruction, sharding: "Sharding") -> "PValue": ...
     def reshard(self, value: "PValue", sharding: "Sharding") -> "PValue": ...
     def target(self, instr: Instruction) -> "Sharding": ...
-    def clone(self, instr: Instruction, operands, shape, **called) -> Instruction: ...
-    def partition_manual(self, comp) -> object: ...
+    def clone(self, instr: Instruction, operands: Sequence[Instruction], shape: "Shape",
+              **called: "Computation | tuple[Computation, ...]") -> Instruction: ...
+    def partition(self, comp: "Computation", param_shardings: list["Sharding"], root_sharding: "Sharding | None",
+                  *, name: str | None = None, manual: bool = False) -> tuple["Computation", "Sharding"]: ...
+    def partition_manual(self, comp: "Computation") -> "Computation": ...
     def remark(self, instr: Instruction, message: str, kind: str = "note") -> None: ...
 
 
 Handler = Callable[[HandlerContext, Instruction], "PValue"]
+H = TypeVar("H", bound=Handler)  # a handler keeps its own signature (some take an optional reason)
 _TABLE: dict[Opcode, Handler] = {}
 _CUSTOM_CALLS: dict[str, Handler] = {}
 
 
-def handles(*opcodes: Opcode):
-    def register(fn: Handler) -> Handler:
+def handles(*opcodes: Opcode) -> Callable[[H], H]:
+    def register(fn: H) -> H:
         for op in opcodes:
             _TABLE[op] = fn
         return fn
     return register
 
 
-def handles_custom_call(*targets: str):
-    def register(fn: Handler) -> Handler:
+def handles_custom_call(*targets: str) -> Callable[[H], H]:
+    def register(fn: H) -> H:
         for t in targets:
             _CUSTOM_CALLS[t] = fn
         return fn
@@ -84,7 +95,7 @@ _LOADED: list[bool] = []
 
 def handler_for(instr: Instruction) -> Handler:
     # function-local: the handler modules import this package (a cycle at import time)
-    from hlo_passes.passes.spmd.handlers import structural
+    from hlo_passes.passes.spmd.handlers import fallback, structural
     from hlo_passes.passes.spmd.partition_context import is_fully_manual
 
     _load_handlers()
@@ -93,5 +104,5 @@ def handler_for(instr: Instruction) -> Handler:
             instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):
         return structural.manual
     if instr.opcode is Opcode.CUSTOM_CALL:
-        return _CUSTOM_CALLS.get(instr.custom_call_target, fallback.replicate)
+        return _CUSTOM_CALLS.get(instr.custom_call_target or "", fallback.replicate)
     return _TABLE.get(instr.opcode, fallback.replicate)

@@ -10,15 +10,16 @@ sharding.
 
 from __future__ import annotations
 
+from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, root_of
 
 
-def _param_sharding(p: HandlerContext, comp, i, fallback: Sharding) -> Sharding:
+def _param_sharding(p: HandlerContext, comp: Computation, i: int, fallback: Sharding) -> Sharding:
     param = comp.parameters[i]
     if "sharding" in param.attributes:
         from hlo_passes.passes.spmd.spmd_partitioner import target_sharding
@@ -31,19 +32,19 @@ def _param_sharding(p: HandlerContext, comp, i, fallback: Sharding) -> Sharding:
 def while_(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     x = p.operand_as(instr, 0, target)
-    body, _ = p.partition(instr.called["body"], [target], target)
-    cond, _ = p.partition(instr.called["condition"], [target], Sharding.replicated())
+    body, _ = p.partition(instr.called_computation("body"), [target], target)
+    cond, _ = p.partition(instr.called_computation("condition"), [target], Sharding.replicated())
     new = p.clone(instr, [x], local_shape(instr.shape, target), body=body, condition=cond)
     return PValue(new, target, instr.shape)
 
 
 @handles(Opcode.CALL)
 def call(p: HandlerContext, instr: Instruction) -> PValue:
-    callee = instr.called["to_apply"]
+    callee = instr.called_computation("to_apply")
     shardings = [_param_sharding(p, callee, i, p.operand(instr, i).sharding)
                  for i in range(len(instr.operands))]
     operands = [p.operand_as(instr, i, s) for i, s in enumerate(shardings)]
-    root = p.target(callee.root) if "sharding" in callee.root.attributes else p.target(instr)
+    root = p.target(root_of(callee)) if "sharding" in root_of(callee).attributes else p.target(instr)
     new_callee, root = p.partition(callee, shardings, root)
     new = p.clone(instr, operands, local_shape(instr.shape, root), to_apply=new_callee)
     return PValue(new, root, instr.shape)
@@ -54,7 +55,7 @@ def conditional(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     selector = p.operand_as(instr, 0, Sharding.replicated())
     key = "branch_computations" if "branch_computations" in instr.called else None
-    branches = (instr.called[key] if key else (instr.called["true_computation"], instr.called["false_computation"]))
+    branches = instr.branch_computations
     operands, new_branches = [selector], []
     for b, comp in enumerate(branches):
         s = _param_sharding(p, comp, 0, p.operand(instr, b + 1).sharding)

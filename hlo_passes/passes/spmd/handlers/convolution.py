@@ -27,7 +27,9 @@ input all-gathered along them) stay in the race, so a halo wider than the
 tile is not forced.  Grouped convolutions (depthwise ones and their kernel
 gradients included) tile their output feature by whole groups: each device convolves its
 groups of the input feature (feature groups) or input batch (batch groups) with its part of
-the kernel, with the group count divided by the tiles.
+the kernel, with the group count divided by the tiles.  A tiling that splits groups (6 groups
+over 4 tiles) is merged into gcd(tiles, groups) coarser tiles (2 tiles of 3 groups), the other
+devices of a tile holding copies.
 """
 
 from __future__ import annotations
@@ -38,29 +40,34 @@ import math
 
 from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.cost_model import Estimate
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import local_shape, tile_map, tm_local_dims, to_sharding
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
 class _Space:
     """Dim bookkeeping of one convolution: space dims 0..R-1 are the output dims, R the input
     feature, R+1+j the window of spatial dim j."""
 
-    def __init__(self, instr):
+    def __init__(self, instr: Instruction):
         self.instr = instr
         labels = instr.conv_labels
-        self.window = instr.window
+        window = instr.window
+        assert labels is not None and window is not None, f"{instr.name}: a convolution has dim_labels and a window"
+        self.window = window
         self.labels = labels
-        self.out_rank = r = instr.shape.rank
+        self.out_rank = r = instr.array_shape.rank
         self.rank = r + 1 + len(labels.input_spatial)
         self.out_spatial = list(labels.output_spatial)
         self.win = [r + 1 + j for j in range(len(labels.input_spatial))]
         self.contracting = [r] + self.win
-        self.lhs_base = {labels.input_batch: labels.output_batch, labels.input_feature: r}
+        self.lhs_base: dict[int, int] = {labels.input_batch: labels.output_batch, labels.input_feature: r}
         self.rhs_map = {labels.kernel_output_feature: labels.output_feature, labels.kernel_input_feature: r}
         self.rhs_map |= {d: self.win[j] for j, d in enumerate(labels.kernel_spatial)}
         # Groups tie the output feature to the input feature (feature groups) or to the input
@@ -69,7 +76,7 @@ class _Space:
         # of both, and a local convolution with count/t groups.  The dims inside a group (the
         # kernel's input feature; the output batch of batch groups) stay untiled.
         self.groups = instr.feature_group_count * instr.batch_group_count
-        fixed = set()
+        fixed: set[int] = set()
         if instr.feature_group_count != 1:
             self.lhs_base[labels.input_feature] = labels.output_feature
             fixed.add(r)
@@ -78,21 +85,36 @@ class _Space:
             fixed.add(labels.output_batch)
         self.tileable = [d for d in range(self.rank) if d not in fixed]
 
-    def groups_fit(self, space) -> bool:
+    def groups_fit(self, space: TileMap) -> bool:
         """Does the output feature's tiling give every device whole groups?"""
         return self.groups == 1 or self.groups % space.dims[self.labels.output_feature] == 0
 
-    def local_groups(self, space) -> dict[str, int]:
+    def whole_groups(self, space: TileMap) -> TileMap | None:
+        """`space` with the output feature's tiles merged into gcd(tiles, groups) coarser ones,
+        when its tiles split groups (6 groups over 8 or 4 tiles: 2 tiles of 3 groups each, the
+        other devices replicas); None when it fits already."""
+        f = self.labels.output_feature
+        t = space.dims[f]
+        if self.groups_fit(space):
+            return None
+        g = math.gcd(t, self.groups)
+        coords = space.coords.copy()
+        coords[:, f] //= t // g
+        coords.setflags(write=False)
+        return TileMap(tuple(g if d == f else n for d, n in enumerate(space.dims)), coords, space.manual,
+                       space.manual_size)
+
+    def local_groups(self, space: TileMap) -> dict[str, int]:
         """The group counts of the local convolution."""
         t = space.dims[self.labels.output_feature]
-        out = {}
+        out: dict[str, int] = {}
         if self.instr.feature_group_count != 1:
             out["feature_group_count"] = self.instr.feature_group_count // t
         if self.instr.batch_group_count != 1:
             out["batch_group_count"] = self.instr.batch_group_count // t
         return out
 
-    def lhs_map(self, space) -> dict[int, int] | None:
+    def lhs_map(self, space: TileMap) -> dict[int, int] | None:
         """Input dim -> space dim: a spatial dim follows its window dim where that is tiled."""
         m = dict(self.lhs_base)
         for j, d in enumerate(self.labels.input_spatial):
@@ -102,21 +124,21 @@ class _Space:
             m[d] = w if space.dims[w] > 1 else o
         return m
 
-    def lhs_maps(self):
+    def lhs_maps(self) -> tuple[dict[int, int], dict[int, int]]:
         """Both ways an input spatial tiling can be read: as output rows, as window rows."""
         spatial = self.labels.input_spatial
         fwd = dict(self.lhs_base) | {d: self.out_spatial[j] for j, d in enumerate(spatial)}
         grad = dict(self.lhs_base) | {d: self.win[j] for j, d in enumerate(spatial)}
         return fwd, grad
 
-    def halos(self, space) -> list[halos.Halo] | None:
+    def halos(self, space: TileMap) -> list[halos.Halo] | None:
         """The exchange of every tiled input spatial dim, or None when one cannot be done."""
-        out = []
+        out: list[halos.Halo] = []
         lhs = self.instr.operands[0]
         for j, d in enumerate(self.labels.input_spatial):
             o, w = self.out_spatial[j], self.win[j]
             wd = self.window.dimensions[j]
-            size, out_size = lhs.shape.dims[d], self.instr.shape.dims[o]
+            size, out_size = lhs.array_shape.dims[d], self.instr.array_shape.dims[o]
             if space.dims[o] > 1:
                 t = space.dims[o]
                 lo = -(-out_size // t)
@@ -136,44 +158,46 @@ class _Space:
             out.append(halos.plan(d, size, t, rows, zero_padding=True, active=active))
         return out
 
-    def untiled_spatial(self, space):
+    def untiled_spatial(self, space: TileMap) -> TileMap:
         keep = [d for d in range(self.rank) if d not in self.out_spatial and d not in self.win]
         return space.keep_dims(keep)
 
 
 @handles(Opcode.CONVOLUTION)
-def convolution(p: HandlerContext, instr: Instruction):
+def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     sp = _Space(instr)
     lhs, rhs = instr.operands
     n, target = p.n, p.target(instr)
-    cur_l = tile_map(p.value(lhs).sharding, lhs.shape.rank, n)
-    cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
+    cur_l = tile_map(p.value(lhs).sharding, lhs.array_shape.rank, n)
+    cur_r = tile_map(p.value(rhs).sharding, rhs.array_shape.rank, n)
     fwd, grad = sp.lhs_maps()
     lifted_ls = [lift_tiling(cur_l, fwd, sp.rank), lift_tiling(cur_l, grad, sp.rank)]
     lifted_r = lift_tiling(cur_r, sp.rhs_map, sp.rank)
     lifted_o = tile_map(target, sp.out_rank, n).remap(sp.rank, {i: i for i in range(sp.out_rank)})
-    candidates = []
+    candidates: list[TileMap | None] = []
     for lifted_l in lifted_ls:
         candidates += [lifted_l.merge(lifted_r), lifted_l, lifted_o.merge(lifted_l)]
     candidates += [lifted_r, lifted_o, lifted_o.merge(lifted_r)]
     candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
-    candidates = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
-    best, best_cost = None, None
-    for space in candidates:
+    candidates += [sp.whole_groups(c) for c in candidates if c is not None]
+    tileable = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
+    best: TileMap | None = None
+    best_cost: Estimate | None = None
+    for space in tileable:
         priced = _price(p, sp, space, target)
         if priced is not None and (best_cost is None or priced < best_cost):
             best, best_cost = space, priced
     if best is None:
         return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
-    chosen = project_tiling(best, sp.lhs_map(best), lhs.shape.rank)
+    chosen = project_tiling(best, _priced_lhs_map(sp, best), lhs.array_shape.rank)
     if any(cur_l.dims[d] > 1 and chosen.dims[d] == 1 for d in sp.labels.input_spatial):
         p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
                  "dims (halo exchange would move more)", kind="missed")
     return _emit(p, sp, best, target)
 
 
-def _price(p: HandlerContext, sp: _Space, space, target) -> int | None:
-    if space is None or space.to_sharding() is None or not sp.groups_fit(space):
+def _price(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> Estimate | None:
+    if space.to_sharding() is None or not sp.groups_fit(space):
         return None
     lhs_map = sp.lhs_map(space)
     exchanges = sp.halos(space) if lhs_map is not None else None
@@ -181,50 +205,53 @@ def _price(p: HandlerContext, sp: _Space, space, target) -> int | None:
         return None
     instr, n, model = sp.instr, p.n, p.ctx.cost_model
     lhs, rhs = instr.operands
-    tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
+    assert lhs_map is not None  # (no exchanges without it)
+    tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
     c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
-    tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
+    tm_r = project_tiling(space, sp.rhs_map, rhs.array_shape.rank)
     c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model)
-    local = list(tm_local_dims(tm_l, tuple(lhs.shape.dims)))
-    esize = lhs.shape.element_type.byte_size
+    local = list(tm_local_dims(tm_l, tuple(lhs.array_shape.dims)))
+    esize = lhs.array_shape.element_type.byte_size
     for h in exchanges:
         c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
         local[h.dim] = h.rows.width
     c += model.compute(_local_flops(instr, space), sum(o.shape.byte_size() for o in instr.operands)
-                       // max(1, space.num_tiles), instr.shape.element_type)
+                       // max(1, space.num_tiles), instr.array_shape.element_type)
     return c + partial_sum_cost(instr, space, sp.out_rank, sp.contracting, target, n, model)
 
 
-def _local_flops(instr, space) -> int:
+def _local_flops(instr: Instruction, space: TileMap) -> int:
     """A multiply-add per output element, kernel position and input feature of its group,
     divided among the tiles of the iteration space (halo rows aside)."""
     window = instr.window
     kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
     labels = instr.conv_labels
-    features = instr.operands[0].shape.dims[labels.input_feature] if labels is not None else 1
+    features = instr.operands[0].array_shape.dims[labels.input_feature] if labels is not None else 1
     groups = instr.feature_group_count * instr.batch_group_count
-    total = 2 * math.prod(instr.shape.dims) * kernel * max(1, features // groups)
+    total = 2 * math.prod(instr.array_shape.dims) * kernel * max(1, features // groups)
     return total // max(1, space.num_tiles)
 
 
-def _emit(p: HandlerContext, sp: _Space, space, target):
+def _emit(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> PValue:
     em, instr = p.em, sp.instr
     lhs, rhs = instr.operands
     summed = [d for d in sp.contracting if space.dims[d] > 1]
-    lhs_map = sp.lhs_map(space)
-    tm_l = project_tiling(space, lhs_map, lhs.shape.rank)
+    lhs_map = _priced_lhs_map(sp, space)
+    tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
     x = p.operand_as(instr, 0, to_sharding(tm_l))
     if sp.out_rank in summed:
-        x = em.mask_padding(x, tm_l, tuple(lhs.shape.dims), [sp.labels.input_feature], 0)
+        x = em.mask_padding(x, tm_l, tuple(lhs.array_shape.dims), [sp.labels.input_feature], 0)
     window = list(sp.window.dimensions)
-    for h in sp.halos(space):
+    exchanges = sp.halos(space)
+    assert exchanges is not None  # (`_price` priced this tiling)
+    for h in exchanges:
         x = halos.exchange(em, x, tm_l, h, None)
         window[sp.labels.input_spatial.index(h.dim)] = h.rows.local
-    tm_r = project_tiling(space, sp.rhs_map, rhs.shape.rank)
+    tm_r = project_tiling(space, sp.rhs_map, rhs.array_shape.rank)
     y = p.operand_as(instr, 1, to_sharding(tm_r))
     pad_dims = [d for d, s in sp.rhs_map.items() if s in summed]
     if pad_dims:
-        y = em.mask_padding(y, tm_r, tuple(rhs.shape.dims), pad_dims, 0)
+        y = em.mask_padding(y, tm_r, tuple(rhs.array_shape.dims), pad_dims, 0)
     out_tm = space.remap(sp.out_rank, {i: i for i in range(sp.out_rank)})
     local = p.clone(instr, [x, y], local_shape(instr.shape, to_sharding(out_tm)))
     if "window" in instr.attributes or any(w != WindowDimension(1) for w in window):
@@ -232,6 +259,13 @@ def _emit(p: HandlerContext, sp: _Space, space, target):
     for key, count in sp.local_groups(space).items():
         local.set_attr(key, count)
     return sum_partials(p, instr, local, space, sp.out_rank, sp.contracting, target)
+
+
+def _priced_lhs_map(sp: _Space, space: TileMap) -> dict[int, int]:
+    """`sp.lhs_map(space)` of a tiling `_price` priced (it has one)."""
+    lhs_map = sp.lhs_map(space)
+    assert lhs_map is not None, "a priced tiling reads its input spatial dims one way"
+    return lhs_map
 
 
 __all__ = ["convolution"]

@@ -27,38 +27,46 @@ Convolutions (handlers/convolution.py) price their tilings the same way and shar
 from __future__ import annotations
 
 import math
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.passes.spmd.cost_model import Estimate
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.cost_model import CostModel, Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
-from hlo_passes.passes.spmd.partition_context import PValue, groups_varying, local_shape, tile_map, to_sharding
+from hlo_passes.passes.spmd.partition_context import (DeviceGroups, PValue, groups_varying, local_shape, tile_map,
+                                                       to_sharding)
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def project_tiling(space: TileMap, mapping: dict[int, int], rank: int) -> TileMap:
+# Operand dim -> iteration-space dim; None: the operand dim must stay untiled.
+DimMap = Mapping[int, int | None]
+
+
+def project_tiling(space: TileMap, mapping: DimMap, rank: int) -> TileMap:
     """Operand tiling from a space tiling; mapping: operand dim -> space dim."""
     return space.remap(rank, {d: s for d, s in mapping.items() if s is not None})
 
 
-def lift_tiling(tm: TileMap, mapping: dict[int, int], space_rank: int) -> TileMap:
+def lift_tiling(tm: TileMap, mapping: DimMap, space_rank: int) -> TileMap:
     """Space tiling from an operand tiling (operand dims mapped to None are dropped)."""
     return tm.remap(space_rank, {s: d for d, s in mapping.items() if s is not None})
 
 
-def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, contracting, untiled) -> PValue:
+def partition_dot_like(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_map: DimMap, out_rank: int,
+                       contracting: Sequence[int], untiled: Sequence[int]) -> PValue:
     """`lhs_map`/`rhs_map`: operand dim -> space dim (None: must stay untiled); space dims
     0..out_rank-1 are the output dims, `contracting` the summed ones, `untiled` never tiled."""
     lhs, rhs = instr.operands
     space_rank = out_rank + len(contracting)
     target = p.target(instr)
     n = p.n
-    cur_l = tile_map(p.value(lhs).sharding, lhs.shape.rank, n)
-    cur_r = tile_map(p.value(rhs).sharding, rhs.shape.rank, n)
+    cur_l = tile_map(p.value(lhs).sharding, lhs.array_shape.rank, n)
+    cur_r = tile_map(p.value(rhs).sharding, rhs.array_shape.rank, n)
     out_t = tile_map(target, out_rank, n)
     keep = [d for d in range(space_rank) if d not in untiled]
     lifted_l = lift_tiling(cur_l, lhs_map, space_rank).keep_dims(keep)
@@ -69,11 +77,13 @@ def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, con
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
     sharers = (_twin_dots(p, instr, 0), _twin_dots(p, instr, 1))
-    best, best_cost = None, None
+    best: TileMap | None = None
+    best_cost: Estimate | None = None
     for space in candidates:
         if space is None or space.to_sharding() is None:
             continue
-        tm_l, tm_r = project_tiling(space, lhs_map, lhs.shape.rank), project_tiling(space, rhs_map, rhs.shape.rank)
+        tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
+        tm_r = project_tiling(space, rhs_map, rhs.array_shape.rank)
         c = (cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model).shared_by(sharers[0])
              + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model).shared_by(sharers[1]))
         c += local_compute(instr, space, sizes, model)
@@ -85,7 +95,7 @@ def partition_dot_like(p: HandlerContext, instr, lhs_map, rhs_map, out_rank, con
     return _emit(p, instr, best, lhs_map, rhs_map, out_rank, contracting, target)
 
 
-def _twin_dots(p: HandlerContext, instr, i: int) -> int:
+def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:
     """How many dots (`instr` among them) take operand `i` of `instr` in that position with
     everything else their choice depends on the same: dot dimensions, shapes, the other
     operand's and the result's shardings.  Twins choose the same tiling, so the reshard of the
@@ -102,17 +112,18 @@ def _twin_dots(p: HandlerContext, instr, i: int) -> int:
                                  and p.target(u) == target))
 
 
-def space_sizes(instr, lhs_map, rhs_map, space_rank: int) -> list[int]:
+def space_sizes(instr: Instruction, lhs_map: DimMap, rhs_map: DimMap, space_rank: int) -> list[int]:
     """The extent of each iteration-space dim (output dims first, then the summed ones)."""
     sizes = [1] * space_rank
     for operand, mapping in zip(instr.operands, (lhs_map, rhs_map)):
         for d, s in mapping.items():
             if s is not None:
-                sizes[s] = operand.shape.dims[d]
+                sizes[s] = operand.array_shape.dims[d]
     return sizes
 
 
-def local_compute(instr, space: TileMap, sizes: list[int], model, flops_per_point: int = 2) -> Estimate:
+def local_compute(instr: Instruction, space: TileMap, sizes: list[int], model: CostModel,
+                  flops_per_point: int = 2) -> Estimate:
     """The local kernel of a space tiling: `flops_per_point` FLOPs per point of each device's
     tile of the iteration space (a multiply-add for a dot), bounded by the bytes it touches."""
     local = [-(-size // t) for size, t in zip(sizes, space.dims)]
@@ -120,25 +131,27 @@ def local_compute(instr, space: TileMap, sizes: list[int], model, flops_per_poin
     total_points = max(1, math.prod(sizes))
     touched = sum(op.shape.byte_size() for op in instr.operands) + instr.shape.byte_size()
     return model.compute(flops_per_point * points, touched * points // total_points,
-                         instr.shape.element_type)
+                         instr.array_shape.element_type)
 
 
-def _emit(p: HandlerContext, instr, space, lhs_map, rhs_map, out_rank, contracting, target) -> PValue:
+def _emit(p: HandlerContext, instr: Instruction, space: TileMap, lhs_map: DimMap, rhs_map: DimMap, out_rank: int,
+          contracting: Sequence[int], target: Sharding) -> PValue:
     em = p.em
-    ops = []
+    ops: list[Instruction] = []
     summed = [d for d in contracting if space.dims[d] > 1]
     for i, mapping in ((0, lhs_map), (1, rhs_map)):
         op = instr.operands[i]
-        tm = project_tiling(space, mapping, op.shape.rank)
+        tm = project_tiling(space, mapping, op.array_shape.rank)
         x = p.operand_as(instr, i, to_sharding(tm))
         pad_dims = [d for d, s in mapping.items() if s in summed]
-        ops.append(em.mask_padding(x, tm, tuple(op.shape.dims), pad_dims, 0) if pad_dims else x)
+        ops.append(em.mask_padding(x, tm, tuple(op.array_shape.dims), pad_dims, 0) if pad_dims else x)
     out_tm = space.remap(out_rank, {i: i for i in range(out_rank)})
     local = p.clone(instr, ops, local_shape(instr.shape, to_sharding(out_tm)))
     return sum_partials(p, instr, local, space, out_rank, contracting, target)
 
 
-def partial_sum_cost(instr, space: TileMap, out_rank: int, contracting, target, n: int, model) -> Estimate:
+def partial_sum_cost(instr: Instruction, space: TileMap, out_rank: int, contracting: Sequence[int],
+                     target: Sharding, n: int, model: CostModel) -> Estimate:
     """What summing the partial results (contracting dims tiled in `space`) and resharding the
     result to `target` cost per device, priced as `sum_partials` emits it: a reduce-scatter
     straight into the target's tiling where one does both, else an all-reduce over the summing
@@ -157,13 +170,14 @@ def partial_sum_cost(instr, space: TileMap, out_rank: int, contracting, target, 
     scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n)
     if scatter is not None:
         dim, t_tm = scatter
-        size = instr.shape.dims[dim]  # untiled in `out_tm`: sum_partials pads it to a multiple of g
+        size = instr.array_shape.dims[dim]  # untiled in `out_tm`: sum_partials pads it to a multiple of g
         padded = local // size * (-(-size // g) * g) if size else local
         return model.collective("reduce-scatter", padded, g) + cost(to_sharding(t_tm), target, instr.shape, n, model)
     return model.collective("all-reduce", local, g) + cost(to_sharding(out_tm), target, instr.shape, n, model)
 
 
-def sum_partials(p: HandlerContext, instr, local, space: TileMap, out_rank: int, contracting, target) -> PValue:
+def sum_partials(p: HandlerContext, instr: Instruction, local: Instruction, space: TileMap, out_rank: int,
+                 contracting: Sequence[int], target: Sharding) -> PValue:
     """The local result `local` of a space tiling: partial sums over the tiled contracting dims
     are all-reduced (or reduce-scattered straight into `target`), then resharded to `target`."""
     em = p.em
@@ -176,7 +190,7 @@ def sum_partials(p: HandlerContext, instr, local, space: TileMap, out_rank: int,
     if scatter is not None:
         dim, t_tm = scatter
         g = len(groups[0])
-        full = tuple(local.shape.dims)
+        full = tuple(local.array_shape.dims)
         padded = tuple(-(-a // g) * g if k == dim else a for k, a in enumerate(full))
         x = em.reduce_scatter(em.pad_to(local, padded), dim, groups, Opcode.ADD)
         return p.reshard(PValue(x, to_sharding(t_tm), instr.shape), target)
@@ -184,7 +198,8 @@ def sum_partials(p: HandlerContext, instr, local, space: TileMap, out_rank: int,
     return p.reshard(PValue(x, to_sharding(out_tm), instr.shape), target)
 
 
-def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
+def _reduce_scatter_dim(space: TileMap, out_tm: TileMap, summed: list[int], groups: DeviceGroups,
+                        target: Sharding, out_rank: int, n: int) -> tuple[int, TileMap] | None:
     """(dim, result tiling) when the target tiles one untiled output dim exactly over the
     summing groups (position in the group = tile coordinate): a reduce-scatter does both."""
     if target.is_tuple:
@@ -201,7 +216,7 @@ def _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n):
     return None
 
 
-def _scatters_along(groups, t, out_tm, k: int, out_rank: int) -> bool:
+def _scatters_along(groups: DeviceGroups, t: TileMap, out_tm: TileMap, k: int, out_rank: int) -> bool:
     """Each device's position in its group is its tile coordinate of dim k under `t`, and its
     other coordinates are those of `out_tm` (checked on whole arrays)."""
     if not isinstance(groups, np.ndarray):
@@ -219,8 +234,8 @@ def dot(p: HandlerContext, instr: Instruction) -> PValue:
     dd = instr.dot_dimensions
     lb, rb, lc, rc = dd.lhs_batch, dd.rhs_batch, dd.lhs_contracting, dd.rhs_contracting
     lhs, rhs = instr.operands
-    lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+    lf = [d for d in range(lhs.array_shape.rank) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.array_shape.rank) if d not in rb and d not in rc]
     nb, out_rank = len(lb), len(lb) + len(lf) + len(rf)
     lhs_map = {d: k for k, d in enumerate(lb)} | {d: nb + k for k, d in enumerate(lf)} | {
         d: out_rank + k for k, d in enumerate(lc)}

@@ -22,11 +22,11 @@ from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_m
 @handles(*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY, Opcode.MAP)
 def elementwise(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
-    if instr.shape.rank == 0:
+    if instr.array_shape.rank == 0:
         target = Sharding.replicated()
     operands = []
     for i, op in enumerate(instr.operands):
-        want = Sharding.replicated() if op.shape.rank == 0 else target
+        want = Sharding.replicated() if op.array_shape.rank == 0 else target
         operands.append(p.operand_as(instr, i, want))
     return PValue(p.clone(instr, operands, local_shape(instr.shape, target)), target, instr.shape)
 
@@ -37,13 +37,13 @@ def bitcast_convert(p: HandlerContext, instr: Instruction) -> PValue:
     (narrower type) or less (wider type).  The dims both shapes share keep the target's tiling;
     the minor one is computed whole on every device (its elements are one element's bytes)."""
     operand = instr.operands[0]
-    if operand.shape.rank == instr.shape.rank:
+    if operand.array_shape.rank == instr.array_shape.rank:
         return elementwise(p, instr)
-    shared = min(operand.shape.rank, instr.shape.rank)
+    shared = min(operand.array_shape.rank, instr.array_shape.rank)
     target = p.target(instr)
-    tm = tile_map(target, instr.shape.rank, p.n)
+    tm = tile_map(target, instr.array_shape.rank, p.n)
     out_tm = tm.keep_dims(list(range(shared)))
-    op_tm = out_tm.remap(operand.shape.rank, {d: d for d in range(shared)})
+    op_tm = out_tm.remap(operand.array_shape.rank, {d: d for d in range(shared)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     out = to_sharding(out_tm)
     return p.reshard(PValue(p.clone(instr, [x], local_shape(instr.shape, out)), out, instr.shape), target)
@@ -59,15 +59,15 @@ def constant(p: HandlerContext, instr: Instruction) -> PValue:
 def iota(p: HandlerContext, instr: Instruction) -> PValue:
     """A local iota plus this device's offset along the iota dimension."""
     target = p.target(instr)
-    shape = local_shape(instr.shape, target)
-    dim = instr.attr("iota_dimension")
-    tm = tile_map(target, instr.shape.rank, p.n)
+    shape = local_shape(instr.array_shape, target)
+    dim: int = instr.attr("iota_dimension")
+    tm = tile_map(target, instr.array_shape.rank, p.n)
     if tm.dims[dim] == 1:
         return PValue(p.clone(instr, [], shape), target, instr.shape)
     # the offset is added along the iota dim only, then broadcast: one add per row, not per element
     em, b = p.em, p.em.b()
     size = shape.dims[dim]
-    etype = instr.shape.element_type
+    etype = instr.array_shape.element_type
     rows = shape.with_dims((size,))
     line = b.iota(rows, 0)
     offset = em.device_scalar(tm.coords[:, dim] * size)

@@ -6,22 +6,27 @@ remark names the op so the user can see what was not partitioned natively.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from hlo_passes.passes.spmd.handlers import HandlerContext
 
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.partition_context import (PValue, is_fully_manual, is_partially_manual, manual_only,
                                                        tile_map, to_sharding)
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def replicated_like(shape) -> Sharding:
-    if shape.is_tuple:
+def replicated_like(shape: Shape) -> Sharding:
+    if isinstance(shape, TupleShape):
         return Sharding.tuple_of(replicated_like(e) for e in shape.elements)
     return Sharding.replicated()
 
 
-def replicate(p: HandlerContext, instr, why: str | None = None) -> PValue:
+def replicate(p: HandlerContext, instr: Instruction, why: str | None = None) -> PValue:
     target = p.target(instr)
     sharded_in = [op for op in instr.operands if not p.value(op).sharding.is_replicated]
     operands = [p.operand_as(instr, i, replicated_like(op.shape)) for i, op in enumerate(instr.operands)]
@@ -33,15 +38,16 @@ def replicate(p: HandlerContext, instr, why: str | None = None) -> PValue:
     return p.reshard(full, target)
 
 
-def whole_in_manual_groups(sharding: Sharding, shape, n: int, groups: TileMap | None = None) -> Sharding:
+def whole_in_manual_groups(sharding: Sharding, shape: Shape, n: int, groups: TileMap | None = None) -> Sharding:
     """What a device holds once a value of a partially manual region is gathered over the
     region's automatic axes: its manual group's whole value.  Partially manual leaves keep their
     manual groups; other array leaves take `groups`' (the region's), or read as replicated
     (which inside a region means the same: whole per group)."""
     if sharding.is_tuple:
+        assert isinstance(shape, TupleShape)
         return Sharding.tuple_of(whole_in_manual_groups(sharding.element(i), e, n, groups)
                                  for i, e in enumerate(shape.elements))
-    if is_fully_manual(sharding) or not shape.is_array:
+    if is_fully_manual(sharding) or not isinstance(shape, ArrayShape):
         return sharding
     if is_partially_manual(sharding):
         return to_sharding(manual_only(tile_map(sharding, shape.rank, n)))
@@ -50,7 +56,7 @@ def whole_in_manual_groups(sharding: Sharding, shape, n: int, groups: TileMap | 
     return to_sharding(manual_only(TileMap.replicated(shape.rank, n).with_manual(groups)))
 
 
-def _region_groups(shardings, n: int) -> TileMap | None:
+def _region_groups(shardings: Iterable[Sharding], n: int) -> TileMap | None:
     """The manual groups of the first partially manual leaf among `shardings`."""
     for s in shardings:
         for leaf in (s.elements if s.is_tuple else (s,)):
@@ -59,7 +65,7 @@ def _region_groups(shardings, n: int) -> TileMap | None:
     return None
 
 
-def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
+def whole_per_manual_group(p: HandlerContext, instr: Instruction, why: str) -> PValue:
     """The default inside a partially manual region: operands gathered over the region's
     automatic axes (an operand tiled over all devices, which only a region's replicated values
     can be, is gathered whole), the op computed on each manual group's whole value (its shape
@@ -77,7 +83,7 @@ def whole_per_manual_group(p: HandlerContext, instr, why: str) -> PValue:
              kind="missed")
     if instr.custom_call_target == "Sharding":  # an annotation computes nothing
         return PValue(operands[0], out, instr.shape)
-    called = {}
+    called: dict[str, Computation | tuple[Computation, ...]] = {}
     if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
         for key, comp in instr.called.items():
             comps = comp if isinstance(comp, tuple) else (comp,)

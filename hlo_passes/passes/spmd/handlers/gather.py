@@ -25,8 +25,12 @@ paths except the partial sums.  Anything else is replicated.
 
 from __future__ import annotations
 
-from hlo_passes.ir.instruction import Instruction
+from typing import Callable, Sequence
 
+import numpy as np
+
+from hlo_passes.ir.builder import Builder
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
@@ -37,39 +41,52 @@ from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, lo
                                                        reducer_opcode, tile_map, tm_local_dims, to_sharding)
 from hlo_passes.passes.spmd.cost_model import ZERO
 from hlo_passes.passes.spmd.reshard import cost
-from hlo_passes.passes.spmd.tile_map import TileMap
+from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
 
-def _index_batch_tiling(p: HandlerContext, instr, indices, like, out_rank: int, out_batch: list[int]):
+def _index_batch_tiling(p: HandlerContext, instr: Instruction, indices: Instruction, like: Sharding, out_rank: int,
+                        out_batch: list[int], operand: Instruction | None = None,
+                        batching: dict[int, int] | None = None) -> tuple[TileMap, list[int]] | None:
     """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
     `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
-    result, the scatter's updates) if it has one, else the indices' own.  Returns
-    (indices TileMap, index batch dims) or None when neither is tiled there."""
+    result, the scatter's updates) if it has one, else the indices' own, else `operand`'s tiling
+    of its explicit batching dims (`batching`: operand dim -> index dim; a take-along-axis whose
+    logits are tiled by batch while its labels are whole: each device takes its rows of the
+    labels, a local slice).  Returns (indices TileMap, index batch dims) or None when none is
+    tiled there."""
     ivd = instr.attr("index_vector_dim")
-    batch = [d for d in range(indices.shape.rank) if d != ivd]
+    batch = [d for d in range(indices.array_shape.rank) if d != ivd]
     if len(batch) != len(out_batch):
         return None
     if not like.is_tuple:
         out_tm = tile_map(like, out_rank, p.n).keep_dims(out_batch)
         if out_tm.num_tiles > 1:
-            return out_tm.remap(indices.shape.rank, dict(zip(batch, out_batch))), batch
-    idx_tm = tile_map(p.value(indices).sharding, indices.shape.rank, p.n).keep_dims(batch)
-    return (idx_tm, batch) if idx_tm.num_tiles > 1 else None
+            return out_tm.remap(indices.array_shape.rank, dict(zip(batch, out_batch))), batch
+    idx_tm = tile_map(p.value(indices).sharding, indices.array_shape.rank, p.n).keep_dims(batch)
+    if idx_tm.num_tiles > 1:
+        return idx_tm, batch
+    if operand is not None and batching:
+        op_tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n)
+        moved = op_tm.remap(indices.array_shape.rank, {i: o for o, i in batching.items()})
+        if moved.num_tiles > 1:
+            return moved, batch
+    return None
 
 
 def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
-    out_batch = [d for d in range(instr.shape.rank) if d not in offset_dims]
-    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.shape.rank, out_batch)
+    out_batch = [d for d in range(instr.array_shape.rank) if d not in offset_dims]
+    op_batching = instr.gather_dimensions.operand_batching_dims
+    idx_batching = instr.gather_dimensions.start_indices_batching_dims
+    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.array_shape.rank, out_batch,
+                                operand, dict(zip(op_batching, idx_batching)))
     if found is None:
         return None
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    op_batching = instr.attr("operand_batching_dims") or ()
-    idx_batching = instr.attr("start_indices_batching_dims") or ()
-    op_tm = idx_tm.remap(operand.shape.rank, dict(zip(op_batching, idx_batching)))
-    out_tm = idx_tm.remap(instr.shape.rank, {out_batch[pos[d]]: d for d in batch})
+    op_tm = idx_tm.remap(operand.array_shape.rank, dict(zip(op_batching, idx_batching)))
+    out_tm = idx_tm.remap(instr.array_shape.rank, {out_batch[pos[d]]: d for d in batch})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, to_sharding(idx_tm))
     out = to_sharding(out_tm)
@@ -77,19 +94,21 @@ def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | No
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
-def _index_offsets(p: HandlerContext, indices, ivd: int, components: list[int]):
+def _index_offsets(p: HandlerContext, indices: Instruction, ivd: int,
+                   components: Sequence[Int64Array | None]) -> Instruction:
     """An array shaped like `indices` holding, along the index vector dim, each component's
     per-device value (`components[k]` is a device table for component k, or None for 0)."""
     em, b = p.em, p.em.b()
-    etype = indices.shape.element_type
-    rank = indices.shape.rank
+    etype = indices.array_shape.element_type
+    rank = indices.array_shape.rank
     if ivd == rank:  # one implicit component
         value = em.device_scalar(components[0]) if components[0] is not None else b.constant(0)
         if etype is not PrimitiveType.S32:
             value = b.convert(value, etype)
-        return b.broadcast(value, indices.shape)
-    piece_shape = indices.shape.with_dims(tuple(1 if d == ivd else n for d, n in enumerate(indices.shape.dims)))
-    pieces = []
+        return b.broadcast(value, indices.array_shape)
+    shape = indices.array_shape
+    piece_shape = shape.with_dims(tuple(1 if d == ivd else n for d, n in enumerate(shape.dims)))
+    pieces: list[Instruction] = []
     for table in components:
         value = em.device_scalar(table) if table is not None else b.constant(0)
         if etype is not PrimitiveType.S32:
@@ -98,9 +117,9 @@ def _index_offsets(p: HandlerContext, indices, ivd: int, components: list[int]):
     return b.concatenate(pieces, ivd) if len(pieces) > 1 else pieces[0]
 
 
-def _component(b, idx, ivd: int, k: int):
+def _component(b: Builder, idx: Instruction, ivd: int, k: int) -> Instruction:
     """Component k of every index vector: an array of the indices' batch shape."""
-    shape = idx.shape
+    shape = idx.array_shape
     if ivd == shape.rank:
         return idx
     part = b.slice(idx, [k if d == ivd else 0 for d in range(shape.rank)],
@@ -109,17 +128,28 @@ def _component(b, idx, ivd: int, k: int):
     return b.reshape(part, shape.with_dims(batch))
 
 
-def _sharded_index_dims(p: HandlerContext, instr, operand, index_map, slice_sizes_one,
+def _sharded_index_dims(p: HandlerContext, instr: Instruction, operand: Instruction, index_map: Sequence[int],
+                        slice_sizes_one: Callable[[int], bool],
                         like: Sharding | None = None) -> tuple[TileMap, list[int]] | None:
     """A tiling of the operand on the dims the indices address (only where a window takes one
     element there) — `like`'s (the result's, for a scatter) if it has one, else the operand's
     own: (that tiling, those dims), or None when neither tiles such a dim."""
     for source in ([like] if like is not None and not like.is_tuple else []) + [p.value(operand).sharding]:
-        cur = tile_map(source, operand.shape.rank, p.n)
+        cur = tile_map(source, operand.array_shape.rank, p.n)
         dims = [d for d in index_map if slice_sizes_one(d) and cur.dims[d] > 1]
         if dims:
             return cur.keep_dims(dims), dims
     return None
+
+
+def _gather_passthrough(instr: Instruction) -> dict[int, int]:
+    """Operand dims a gather's slices cover whole and no index addresses (passthrough dims), each
+    with the output offset dim it becomes."""
+    dims = instr.operands[0].array_shape.dims
+    gd = instr.gather_dimensions
+    kept = [d for d in range(len(dims)) if d not in gd.collapsed_slice_dims and d not in gd.operand_batching_dims]
+    return {d: gd.offset_dims[k] for k, d in enumerate(kept)
+            if gd.slice_sizes[d] == dims[d] and d not in gd.start_index_map}
 
 
 def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
@@ -127,7 +157,9 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
     sharded by vocabulary, `take_along_axis` over a sharded dim), as GSPMD does it: every device
     gathers with its indices shifted into its own rows, zeroes the results whose index lies in
     another device's rows (a gather clamps out-of-range indices), and the partial results are
-    summed over the devices of those dims — each element comes from exactly one device."""
+    summed over the devices of those dims — each element comes from exactly one device.  The
+    operand's tiling of passthrough dims stays (a [vocab, embed] table tiled both ways: each
+    device gathers its columns of its rows), like its batching dims'."""
     operand, indices = instr.operands
     gd = instr.gather_dimensions
     found = _sharded_index_dims(p, instr, operand, gd.start_index_map, lambda d: gd.slice_sizes[d] == 1)
@@ -138,74 +170,83 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
     # One iteration space of the output dims and the sharded index dims.  The indices keep a
     # tiling of their batch dims over the other devices (a data-parallel batch of token ids),
     # and explicit batching dims (take-along-axis) carry the operand's tiling to the indices.
-    out_rank = instr.shape.rank
+    out_rank = instr.array_shape.rank
     out_batch = [d for d in range(out_rank) if d not in set(gd.offset_dims)]
-    idx_batch = [d for d in range(indices.shape.rank) if d != gd.index_vector_dim]
+    idx_batch = [d for d in range(indices.array_shape.rank) if d != gd.index_vector_dim]
     extra = {out_rank + j: d for j, d in enumerate(index_dims)}
     batching = {out_batch[idx_batch.index(i)]: o
                 for o, i in zip(gd.operand_batching_dims, gd.start_indices_batching_dims)}
-    op_cur = tile_map(p.value(operand).sharding, operand.shape.rank, p.n)
-    space = op_cur.remap(out_rank + len(index_dims), extra | batching)
-    idx_cur = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
+    passthrough = {o: d for d, o in _gather_passthrough(instr).items()}
+    op_cur = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n)
+    space = op_cur.remap(out_rank + len(index_dims), extra | batching | passthrough)
+    idx_cur = tile_map(p.value(indices).sharding, indices.array_shape.rank, p.n)
     if len(idx_batch) == len(out_batch):
         lifted = idx_cur.remap(out_rank + len(index_dims), dict(zip(out_batch, idx_batch)))
         merged = space.merge(lifted) if lifted.num_tiles > 1 else None
         if merged is not None:
             space = merged
-    op_tm = space.remap(operand.shape.rank, {d: s for s, d in (extra | batching).items()})
-    idx_tm = space.remap(indices.shape.rank, dict(zip(idx_batch, out_batch)))
-    out_tm = space.remap(out_rank, {d: d for d in out_batch})
+    op_tm = space.remap(operand.array_shape.rank, {d: s for s, d in (extra | batching | passthrough).items()})
+    idx_tm = space.remap(indices.array_shape.rank, dict(zip(idx_batch, out_batch)))
+    out_tm = space.remap(out_rank, {d: d for d in out_batch + list(passthrough)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, to_sharding(idx_tm))
-    local = tm_local_dims(op_tm, tuple(operand.shape.dims))
+    local = tm_local_dims(op_tm, tuple(operand.array_shape.dims))
     ivd = gd.index_vector_dim
+    # A gather clamps each start so that its slice fits the operand; clamp to the whole
+    # operand's bounds first, or an index past the end would be found on no device (or in the
+    # last device's padding) instead of giving the last row.
+    n = p.n
+    lows = [np.zeros(n, np.int64) for _ in gd.start_index_map]
+    highs = [np.full(n, operand.array_shape.dims[d] - gd.slice_sizes[d], np.int64) for d in gd.start_index_map]
+    idx = b.op(Opcode.CLAMP, idx.shape, [_index_offsets(p, idx, ivd, lows), idx,
+                                         _index_offsets(p, idx, ivd, highs)])
     tables = [op_tm.coords[:, d] * local[d] if d in index_dims else None
               for d in gd.start_index_map]
     shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
-    valid = None
+    valid: Instruction | None = None
     for k, d in enumerate(gd.start_index_map):
         if d not in index_dims:
             continue
         c = _component(b, shifted, ivd, k)
-        zero = b.broadcast(b.constant(0, c.shape.element_type), c.shape)
-        limit = b.broadcast(b.constant(local[d], c.shape.element_type), c.shape)
-        inside = b.op(Opcode.AND, c.shape.with_element_type(PrimitiveType.PRED),
+        zero = b.broadcast(b.constant(0, c.array_shape.element_type), c.array_shape)
+        limit = b.broadcast(b.constant(local[d], c.array_shape.element_type), c.array_shape)
+        inside = b.op(Opcode.AND, c.array_shape.with_element_type(PrimitiveType.PRED),
                       [b.compare(c, zero, "GE"), b.compare(c, limit, "LT")])
         valid = inside if valid is None else b.op(Opcode.AND, inside.shape, [valid, inside])
     out = to_sharding(out_tm)
     result = p.clone(instr, [x, shifted], local_shape(instr.shape, out))
-    mask = b.broadcast(valid, result.shape.with_element_type(PrimitiveType.PRED), out_batch)
-    result = b.select(mask, result, b.broadcast(b.constant(0, instr.shape.element_type), result.shape))
-    summed = em.all_reduce(result, groups_varying(space, list(extra)), Opcode.ADD)
+    if any(op_tm.dims[d] > 1 for d in passthrough.values()):
+        result.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough.values() else s
+                                             for d, s in enumerate(gd.slice_sizes)))
+    assert valid is not None  # (the indices address a tiled dim: `found`)
+    mask = b.broadcast(valid, result.array_shape.with_element_type(PrimitiveType.PRED), out_batch)
+    result = b.select(mask, result, b.broadcast(b.constant(0, instr.array_shape.element_type), result.array_shape))
+    # each element is found on one device, zero (false) on the others
+    summed = em.all_reduce(result, groups_varying(space, list(extra)),
+                           Opcode.OR if instr.array_shape.element_type is PrimitiveType.PRED else Opcode.ADD)
     return p.reshard(PValue(summed, out, instr.shape), p.target(instr))
 
 
 @handles(Opcode.GATHER)
 def gather(p: HandlerContext, instr: Instruction) -> PValue:
     operand = instr.operands[0]
-    if instr.shape.element_type is not PrimitiveType.PRED and not instr.shape.element_type.is_complex:
-        done = _gather_from_sharded_rows(p, instr)
-        if done is not None:
-            return done
+    done = _gather_from_sharded_rows(p, instr)
+    if done is not None:
+        return done
     if instr.attr("operand_batching_dims"):
         return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
-    dims = operand.shape.dims
-    gd = instr.gather_dimensions
-    sizes = gd.slice_sizes
-    collapsed = set(gd.collapsed_slice_dims)
-    indexed = set(gd.start_index_map)
-    offset_dims = gd.offset_dims
-    kept = [d for d in range(len(dims)) if d not in collapsed]
-    passthrough = {d: offset_dims[k] for k, d in enumerate(kept) if sizes[d] == dims[d] and d not in indexed}
+    dims = operand.array_shape.dims
+    sizes = instr.gather_dimensions.slice_sizes
+    passthrough = _gather_passthrough(instr)
     op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
     if op_tm.num_tiles == 1:
         return _index_parallel_gather(p, instr) or replicate(
             p, instr, "gather operand not sharded on a passthrough dim and indices untiled")
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, Sharding.replicated())
-    out = to_sharding(op_tm.remap(instr.shape.rank, {o: d for d, o in passthrough.items()}))
+    out = to_sharding(op_tm.remap(instr.array_shape.rank, {o: d for d, o in passthrough.items()}))
     new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
-    new.set_attr("slice_sizes", tuple(x.shape.dims[d] if d in passthrough else s for d, s in enumerate(sizes)))
+    new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s for d, s in enumerate(sizes)))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
@@ -217,7 +258,9 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     a scatter skips them.  Explicit batching dims keep the operand's tiling on both sides, and
     the indices' other batch dims may stay tiled over the remaining devices (a data-parallel
     batch): then each device scatters its part of the batch into identity-filled rows, the
-    parts are summed over those devices and combined with the operand."""
+    parts are summed over those devices and combined with the operand.  The operand's tiling
+    of passthrough dims stays, the updates tiled alike (the gradient of a table tiled both by
+    vocabulary and by embedding)."""
     sd = instr.scatter_dimensions
     n = (len(instr.operands) - 1) // 2
     inputs, indices, updates = instr.operands[:n], instr.operands[n], instr.operands[n + 1:]
@@ -228,34 +271,36 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     if found is None:
         return None
     index_dims = found[1]
-    op_rank, ivd = inputs[0].shape.rank, sd.index_vector_dim
+    op_rank, ivd = inputs[0].array_shape.rank, sd.index_vector_dim
     op_batching, idx_batching = list(sd.input_batching_dims), list(sd.scatter_indices_batching_dims)
-    idx_batch = [d for d in range(indices.shape.rank) if d != ivd]
+    idx_batch = [d for d in range(indices.array_shape.rank) if d != ivd]
     window = set(sd.update_window_dims)
-    upd_scatter = [d for d in range(updates[0].shape.rank) if d not in window]
+    upd_scatter = [d for d in range(updates[0].array_shape.rank) if d not in window]
     if len(upd_scatter) != len(idx_batch):
         return None
     partial_idx = [d for d in idx_batch if d not in idx_batching]
     # One iteration space: the operand's dims, then the indices' non-batching batch dims.
     source = like if not like.is_tuple and tile_map(like, op_rank, p.n).keep_dims(index_dims).num_tiles > 1 \
         else p.value(inputs[0]).sharding
-    space = tile_map(source, op_rank, p.n).keep_dims(index_dims + op_batching).remap(
+    passthrough = _scatter_passthrough_dims(instr)
+    space = tile_map(source, op_rank, p.n).keep_dims(index_dims + op_batching + list(passthrough)).remap(
         op_rank + len(partial_idx), {d: d for d in range(op_rank)})
-    idx_own = tile_map(p.value(indices).sharding, indices.shape.rank, p.n)
+    idx_own = tile_map(p.value(indices).sharding, indices.array_shape.rank, p.n)
     lifted = idx_own.remap(op_rank + len(partial_idx), {op_rank + j: d for j, d in enumerate(partial_idx)})
     if lifted.num_tiles > 1:
         merged = space.merge(lifted)
         if merged is not None:
             space = merged
     partial = [op_rank + j for j in range(len(partial_idx)) if space.dims[op_rank + j] > 1]
-    opcode = reducer_opcode(instr.called["to_apply"]) if n == 1 else None
+    opcode = reducer_opcode(instr.called_computation("to_apply")) if n == 1 else None
     if partial and opcode is None:
         space = space.keep_dims(range(op_rank))
         partial = []
     to_space = dict(zip(idx_batching, op_batching)) | {d: op_rank + j for j, d in enumerate(partial_idx)}
     op_tm = space.remap(op_rank, {d: d for d in range(op_rank)})
-    idx_tm = space.remap(indices.shape.rank, to_space)
-    upd_tm = space.remap(updates[0].shape.rank, {upd_scatter[idx_batch.index(d)]: s for d, s in to_space.items()})
+    idx_tm = space.remap(indices.array_shape.rank, to_space)
+    upd_tm = space.remap(updates[0].array_shape.rank, {upd_scatter[idx_batch.index(d)]: s for d, s in to_space.items()}
+                         | {u: d for d, u in passthrough.items()})
     if not (op_batching or partial):  # the plain form: every device reads all the updates
         model = p.ctx.cost_model
         moving = sum((cost(p.value(op).sharding, Sharding.replicated(), op.shape, p.n, model)
@@ -269,7 +314,7 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, to_sharding(idx_tm))
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
-    local = tm_local_dims(op_tm, tuple(inputs[0].shape.dims))
+    local = tm_local_dims(op_tm, tuple(inputs[0].array_shape.dims))
     tables = [op_tm.coords[:, d] * local[d] if d in index_dims else None
               for d in sd.scatter_dims_to_operand_dims]
     shifted = b.subtract(idx, _index_offsets(p, idx, ivd, tables))
@@ -277,11 +322,12 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     if not partial:
         new = p.clone(instr, [*xs, shifted, *upds], local_shape(instr.shape, result_sharding))
         return p.reshard(PValue(new, result_sharding, instr.shape), target)
-    etype = instr.shape.element_type
+    assert opcode is not None  # (partial sums only with one known reducer)
+    etype = instr.array_shape.element_type
     fill = Reduction(opcode, etype).identity
     partial_upd = [upd_scatter[idx_batch.index(partial_idx[s - op_rank])] for s in partial]
-    upd = em.mask_padding(upds[0], upd_tm, tuple(updates[0].shape.dims), partial_upd, fill)
-    base = em.broadcast_scalar(fill, etype, tuple(xs[0].shape.dims))
+    upd = em.mask_padding(upds[0], upd_tm, tuple(updates[0].array_shape.dims), partial_upd, fill)
+    base = em.broadcast_scalar(fill, etype, tuple(xs[0].array_shape.dims))
     scattered = p.clone(instr, [base, shifted, upd], local_shape(instr.shape, out))
     summed = em.all_reduce(scattered, groups_varying(space, partial), opcode)
     combined = em.b().op(opcode, summed.shape, [xs[0], summed])
@@ -299,22 +345,22 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
     if passthrough is not None:
         return passthrough
     window = set(instr.scatter_dimensions.update_window_dims)
-    upd_scatter = [d for d in range(updates[0].shape.rank) if d not in window]
-    found = _index_batch_tiling(p, instr, indices, p.value(updates[0]).sharding, updates[0].shape.rank,
-                                upd_scatter)
+    upd_scatter = [d for d in range(updates[0].array_shape.rank) if d not in window]
+    sd = instr.scatter_dimensions
+    found = _index_batch_tiling(p, instr, indices, p.value(updates[0]).sharding, updates[0].array_shape.rank,
+                                upd_scatter, inputs[0], dict(zip(sd.input_batching_dims, sd.scatter_indices_batching_dims)))
     if found is None:
         return replicate(p, instr, "scatter with neither passthrough dims nor index batch dims tiled")
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    sd = instr.scatter_dimensions
     op_batching, idx_batching = sd.input_batching_dims, sd.scatter_indices_batching_dims
     partial = [d for d in batch if idx_tm.dims[d] > 1 and d not in idx_batching]
-    opcode = reducer_opcode(instr.called["to_apply"]) if n == 1 else None
+    opcode = reducer_opcode(instr.called_computation("to_apply")) if n == 1 else None
     if partial and opcode is None:
         return replicate(p, instr, "scatter over tiled indices with a reducer that is not one binary op "
                                    "(or several inputs)")
-    op_tm = idx_tm.remap(inputs[0].shape.rank, dict(zip(op_batching, idx_batching)))
-    upd_tm = idx_tm.remap(updates[0].shape.rank, {upd_scatter[pos[d]]: d for d in batch})
+    op_tm = idx_tm.remap(inputs[0].array_shape.rank, dict(zip(op_batching, idx_batching)))
+    upd_tm = idx_tm.remap(updates[0].array_shape.rank, {upd_scatter[pos[d]]: d for d in batch})
     out = to_sharding(op_tm)
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, to_sharding(idx_tm))
@@ -325,40 +371,50 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
         new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))
         return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
     x, upd = xs[0], upds[0]
-    etype = instr.shape.element_type
+    assert opcode is not None  # (partial sums only with one known reducer)
+    etype = instr.array_shape.element_type
     fill = Reduction(opcode, etype).identity
     # padded (don't-care) updates of uneven index tiles must add nothing
-    upd = em.mask_padding(upd, upd_tm, tuple(updates[0].shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
-    base = em.broadcast_scalar(fill, etype, tuple(x.shape.dims))
+    upd = em.mask_padding(upd, upd_tm, tuple(updates[0].array_shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
+    base = em.broadcast_scalar(fill, etype, tuple(x.array_shape.dims))
     local = p.clone(instr, [base, idx, upd], local_shape(instr.shape, out))
     summed = em.all_reduce(local, groups_varying(idx_tm, partial), opcode)
     combined = em.b().op(opcode, summed.shape, [x, summed])
     return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
 
 
-def _scatter_passthrough(p: HandlerContext, instr, operand, updates) -> PValue | None:
+def _scatter_passthrough_dims(instr: Instruction) -> dict[int, int]:
+    """Operand dims the updates' windows cover whole and no index addresses (passthrough dims),
+    each with the update window dim that covers it."""
+    sd = instr.scatter_dimensions
+    n = (len(instr.operands) - 1) // 2
+    operand, updates = instr.operands[0], instr.operands[n + 1]
+    window_operand = [d for d in range(operand.array_shape.rank)
+                      if d not in sd.inserted_window_dims and d not in sd.input_batching_dims]
+    indexed = set(sd.scatter_dims_to_operand_dims)
+    return {d: sd.update_window_dims[k] for k, d in enumerate(window_operand)
+            if k < len(sd.update_window_dims) and d not in indexed
+            and updates.array_shape.dims[sd.update_window_dims[k]] == operand.array_shape.dims[d]}
+
+
+def _scatter_passthrough(p: HandlerContext, instr: Instruction, operand: Instruction,
+                         updates: Instruction) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
     indices — no communication (variadic scatters too).  None when the result tiles no such dim."""
-    sd = instr.scatter_dimensions
     n = (len(instr.operands) - 1) // 2
-    window_operand = [d for d in range(operand.shape.rank)
-                      if d not in sd.inserted_window_dims and d not in sd.input_batching_dims]
-    indexed = set(sd.scatter_dims_to_operand_dims)
-    to_update = {d: sd.update_window_dims[k] for k, d in enumerate(window_operand)
-                 if k < len(sd.update_window_dims) and d not in indexed
-                 and updates.shape.dims[sd.update_window_dims[k]] == operand.shape.dims[d]}
+    to_update = _scatter_passthrough_dims(instr)
     if not to_update:
         return None
     target = p.target(instr)
     first = target.element(0) if target.is_tuple else target
-    tm = tile_map(first, operand.shape.rank, p.n).keep_dims(list(to_update))
+    tm = tile_map(first, operand.array_shape.rank, p.n).keep_dims(list(to_update))
     if tm.num_tiles == 1:
-        tm = tile_map(p.value(operand).sharding, operand.shape.rank, p.n).keep_dims(list(to_update))
+        tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).keep_dims(list(to_update))
     if tm.num_tiles == 1:
         return None
     out = to_sharding(tm)
-    upd_tm = tm.remap(updates.shape.rank, {u: d for d, u in to_update.items()})
+    upd_tm = tm.remap(updates.array_shape.rank, {u: d for d, u in to_update.items()})
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, Sharding.replicated())
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]

@@ -42,7 +42,7 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
         raise ManualGroupsMismatch(f"{instr.name}: a variadic {instr.opcode.value} is not partitioned")
     if not is_partially_manual(target):  # propagation leaves collectives alone: keep the operand's tiling
         target = p.operand(instr, 0).sharding
-    rank = instr.shape.rank
+    rank = instr.array_shape.rank
     moving = list(instr.dimensions) if instr.opcode in _MOVING_DIMS else []
     if instr.opcode is Opcode.ALL_TO_ALL and not moving:
         raise ManualGroupsMismatch(f"{instr.name}: a tuple all-to-all is not partitioned")

@@ -28,18 +28,19 @@ def reduce(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     reduced = list(instr.dimensions)
     operand = instr.operands[0]
-    rank = operand.shape.rank
+    rank = operand.array_shape.rank
     kept = [d for d in range(rank) if d not in reduced]
     op_value = p.value(operand)
-    opcode = reducer_opcode(instr.called["to_apply"])
+    opcode = reducer_opcode(instr.called_computation("to_apply"))
     num_inputs = len(instr.operands) // 2
     op_tm = tile_map(op_value.sharding, rank, p.n) if not op_value.sharding.is_tuple else None
     partial = (num_inputs == 1 and opcode is not None and op_tm is not None
                and any(op_tm.dims[d] > 1 for d in reduced))
     em = p.em
     if partial:
-        x = em.mask_padding(op_value.instr, op_tm, tuple(operand.shape.dims), reduced,
-                            Reduction(opcode, operand.shape.element_type).identity)
+        assert op_tm is not None and opcode is not None  # (what `partial` says)
+        x = em.mask_padding(op_value.instr, op_tm, tuple(operand.array_shape.dims), reduced,
+                            Reduction(opcode, operand.array_shape.element_type).identity)
         init = p.operand_as(instr, 1, Sharding.replicated())
         out_tm = op_tm.remap(len(kept), {i: d for i, d in enumerate(kept)})
         local = p.clone(instr, [x, init], local_shape(instr.shape, to_sharding(out_tm)))

@@ -12,9 +12,12 @@ identity, not the init value, reproduces its result).
          (%a and %p tiled [4,1])
   is local: f32[2,8] reduce-window(f32[4,8] %a, %ninf), window={size=2x1 stride=2x1}
 
-Dims whose halo would move more than gathering them (or whose tiles do not
-line up with a base dilation) are untiled first; variadic reduce-windows and
-reducers that are not one known binary op untile every windowed dim
+Variadic reduce-windows exchange every operand's halo alike.  Rows outside the
+array need a value that adds nothing, so a dim whose windows reach them stays
+tiled only when the reducer is known binary ops, one per operand (a sum and a
+max at once); for other reducers (an argmax's select) only dims whose windows
+read real rows alone.  Dims whose halo would move more than gathering them (or
+whose tiles do not line up with a base dilation) are untiled first
 (`slicing.local_except`).
 
 select-and-scatter is local when every tile's windows cover exactly its own rows
@@ -33,74 +36,120 @@ from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
+from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
-from hlo_passes.ir.reduction import Reduction
-from hlo_passes.passes.spmd.partition_context import (PValue, local_shape, reducer_opcode,
+from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.reduction import REDUCTION_OPCODES, Reduction
+from hlo_passes.ir.shape import ArrayShape, TupleShape
+from hlo_passes.passes.spmd.partition_context import (PValue, local_shape, reducer_opcode, root_of,
                                                        tile_map, to_sharding)
 
 
 @handles(Opcode.REDUCE_WINDOW)
 def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     window = instr.window
+    assert window is not None, f"{instr.name}: a reduce-window has a window"
     windowed = [d for d, w in enumerate(window.dimensions)
                 if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
                 != (1, 1, 0, 0, 1, 1)]
-    reducer = None if instr.shape.is_tuple else reducer_opcode(instr.called["to_apply"])
-    if reducer is None:
-        return local_except(p, instr, windowed)
+    count = len(instr.operands) // 2  # operands, then as many init values
+    fills = _identities(instr.called_computation("to_apply"), count)
     target = p.target(instr)
+    first = target.element(0) if target.is_tuple else target
+    out = _first_array(instr)
     operand = instr.operands[0]
-    tm = tile_map(target, instr.shape.rank, p.n)
-    exchanges, fixed = [], []
+    tm = tile_map(first, out.rank, p.n)
+    exchanges: list[halos.Halo] = []
+    fixed: list[int] = []
     for d in windowed:
         t = tm.dims[d]
         if t == 1:
             continue
-        w, size = window.dimensions[d], operand.shape.dims[d]
-        out_local = -(-instr.shape.dims[d] // t)
+        w, size = window.dimensions[d], operand.array_shape.dims[d]
+        out_local = -(-out.dims[d] // t)
         rows = halos.window_rows(w, t, [i * out_local for i in range(t)], out_local, [0] * t, w.size)
-        active = [i * out_local < instr.shape.dims[d] for i in range(t)]
-        h = rows and halos.plan(d, size, t, rows, zero_padding=False, active=active)
+        active = [i * out_local < out.dims[d] for i in range(t)]
+        h = halos.plan(d, size, t, rows, zero_padding=False, active=active) if rows is not None else None
         if h is None or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
+            fixed.append(d)
+        elif h.mask and fills is None:  # rows outside the array, and no value that adds nothing
             fixed.append(d)
         else:
             exchanges.append(h)
     if not exchanges:
         return local_except(p, instr, windowed)
     s = to_sharding(tm.keep_dims([d for d in range(tm.rank) if d not in fixed]))
-    x = p.operand_as(instr, 0, s)
-    init = p.operand_as(instr, 1, Sharding.replicated())
-    etype = instr.shape.element_type
-    fill = p.em.constant(Reduction(reducer, etype).identity, etype) if any(h.mask for h in exchanges) else None
+    xs = [p.operand_as(instr, i, s) for i in range(count)]
+    inits = [p.operand_as(instr, count + i, Sharding.replicated()) for i in range(count)]
     dims = list(window.dimensions)
     for h in exchanges:
-        x = halos.exchange(p.em, x, tm, h, fill)
         dims[h.dim] = h.rows.local
-    new = p.clone(instr, [x, init], local_shape(instr.shape, s))
+    for i, x in enumerate(xs):
+        etype = x.array_shape.element_type
+        fill = p.em.constant(fills[i], etype) if fills is not None and any(h.mask for h in exchanges) else None
+        for h in exchanges:
+            x = halos.exchange(p.em, x, tm, h, fill)
+        xs[i] = x
+    result = Sharding.tuple_of([s] * count) if instr.shape.is_tuple else s
+    new = p.clone(instr, xs + inits, local_shape(instr.shape, result))
     new.set_attr("window", Window(tuple(dims)))
-    return p.reshard(PValue(new, s, instr.shape), target)
+    return p.reshard(PValue(new, result, instr.shape), target)
 
+
+def _first_array(instr: Instruction) -> ArrayShape:
+    """The result's shape, or a variadic reduce-window's first result's (all have its dims)."""
+    shape = instr.shape
+    out = shape.elements[0] if isinstance(shape, TupleShape) else shape
+    if not isinstance(out, ArrayShape):
+        raise TypeError(f"{instr.name}: expected array results, got {shape.to_hlo()}")
+    return out
+
+
+def _identities(comp: Computation, count: int) -> list[bool | int | float] | None:
+    """Per operand, the value that never changes the reduction (the padding rows of a halo take
+    it: XLA skips a window's rows outside the array, so they must add nothing), or None when
+    the reducer is not `count` independent binary reductions (`add` for one operand; for a
+    variadic one a tuple whose i-th element is `a_i OP b_i`, e.g. a sum and a max at once)."""
+    if count == 1:
+        reduction = Reduction.of(comp)
+        return None if reduction is None else [reduction.identity]
+    params, root = comp.parameters, comp.root
+    if len(params) != 2 * count or root is None or root.opcode is not Opcode.TUPLE or len(root.operands) != count:
+        return None
+    found: list[bool | int | float] = []
+    for i, element in enumerate(root.operands):
+        pair = {id(params[i]), id(params[count + i])}
+        if (element.opcode not in REDUCTION_OPCODES or len(element.operands) != 2
+                or {id(o) for o in element.operands} != pair
+                or not isinstance(element.shape, ArrayShape) or element.shape.rank != 0):
+            return None
+        try:
+            found.append(Reduction(element.opcode, element.shape.element_type).identity)
+        except ValueError:  # `and` over floats: no identity
+            return None
+    return found
 
 
 @handles(Opcode.SELECT_AND_SCATTER)
 def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
     window = instr.window
+    assert window is not None, f"{instr.name}: a select-and-scatter has a window"
     operand, source = instr.operands[0], instr.operands[1]
     target = p.target(instr)
-    tm = tile_map(target, instr.shape.rank, p.n)
+    tm = tile_map(target, instr.array_shape.rank, p.n)
     dims = list(window.dimensions)
-    crossing = []
+    crossing: list[int] = []
     for d, w in enumerate(window.dimensions):
         t = tm.dims[d]
         if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
             continue
-        size, out = operand.shape.dims[d], source.shape.dims[d]
+        size, out = operand.array_shape.dims[d], source.array_shape.dims[d]
         rows = None if size % t or out % t else halos.window_rows(
             w, t, [i * (out // t) for i in range(t)], out // t, [0] * t, w.size)
-        h = rows and halos.plan(d, size, t, rows, zero_padding=False)
-        if h is None or h.left or h.right or h.mask or rows.width != h.local or any(h.offsets):
+        h = halos.plan(d, size, t, rows, zero_padding=False) if rows is not None else None
+        if rows is None or h is None or h.left or h.right or h.mask or rows.width != h.local or any(h.offsets):
             crossing.append(d)
         else:
             dims[d] = rows.local
@@ -122,7 +171,8 @@ def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
 _NEVER_SELECTED = {"GE": Opcode.MAXIMUM, "GT": Opcode.MAXIMUM, "LE": Opcode.MINIMUM, "LT": Opcode.MINIMUM}
 
 
-def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PValue | None:
+def _select_and_scatter_with_halos(p: HandlerContext, instr: Instruction, tm: TileMap,
+                                   target: Sharding) -> PValue | None:
     """select-and-scatter whose windows straddle tile boundaries, as GSPMD does it: output
     rows [tL, tL+L) of tile t receive from every window that touches them, so tile t fetches
     the source values of those windows (source halo; windows outside the array get source 0)
@@ -136,23 +186,26 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PVal
     are all at the never-selected value (all -inf for a max-pool) scatters its gradient into
     the padding, where XLA would give it to the first of those rows."""
     window = instr.window
+    assert window is not None, f"{instr.name}: a select-and-scatter has a window"
     operand, source = instr.operands[0], instr.operands[1]
-    if reducer_opcode(instr.called["scatter"]) is not Opcode.ADD:
+    if reducer_opcode(instr.called_computation("scatter")) is not Opcode.ADD:
         return None
-    select_root = instr.called["select"].root
-    params = instr.called["select"].parameters
+    select_root = root_of(instr.called_computation("select"))
+    params = instr.called_computation("select").parameters
     direction = select_root.attr("direction", None) if select_root.opcode is Opcode.COMPARE else None
     if (direction is None or str(direction) not in _NEVER_SELECTED
             or list(select_root.operands) != list(params)):
         return None
-    etype = instr.shape.element_type
-    operand_halos, source_halos, keep = [], [], [np.zeros(p.n, np.int64) for _ in instr.shape.dims]
+    etype = instr.array_shape.element_type
+    operand_halos: list[halos.Halo] = []
+    source_halos: list[halos.Halo] = []
+    keep: list[Int64Array] = [np.zeros(p.n, np.int64) for _ in instr.array_shape.dims]
     local_dims = list(window.dimensions)
     for d, w in enumerate(window.dimensions):
         t = tm.dims[d]
         if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
             continue
-        size, out = operand.shape.dims[d], source.shape.dims[d]
+        size, out = operand.array_shape.dims[d], source.array_shape.dims[d]
         if size % t or w.lhs_dilation != 1 or w.rhs_dilation != 1:
             return None
         L, s, pl = size // t, w.stride, w.padding_low
@@ -182,7 +235,7 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr, tm, target) -> PVal
         src = halos.exchange(p.em, src, tm, h, None)
     extended = p.clone(instr, [x, src, init], x.shape)
     extended.set_attr("window", Window(tuple(local_dims)))
-    mine = p.em.local_slice(extended, keep, local_shape(instr.shape, s_).dims)
+    mine = p.em.local_slice(extended, keep, local_shape(instr.array_shape, s_).dims)
     return p.reshard(PValue(mine, s_, instr.shape), target)
 
 

@@ -21,11 +21,13 @@ from hlo_passes.ir.instruction import Instruction
 
 import itertools
 import math
+from typing import Iterator
 
 import numpy as np
 
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.cost_model import Estimate
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (PValue, is_manual, local_shape, same_placement, tile_map,
@@ -38,7 +40,7 @@ from hlo_passes.passes.spmd.tile_map import TileMap, reshape_tile_map
 def broadcast(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
     dims = instr.dimensions
-    tm = tile_map(target, instr.shape.rank, p.n)
+    tm = tile_map(target, instr.array_shape.rank, p.n)
     op_tm = tm.remap(len(dims), {k: d for k, d in enumerate(dims)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     return PValue(p.clone(instr, [x], local_shape(instr.shape, target)), target, instr.shape)
@@ -47,7 +49,7 @@ def broadcast(p: HandlerContext, instr: Instruction) -> PValue:
 @handles(Opcode.TRANSPOSE, Opcode.COPY)
 def transpose(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
-    rank = instr.shape.rank
+    rank = instr.array_shape.rank
     perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
     tm = tile_map(target, rank, p.n)
     op_tm = tm.remap(rank, {perm[i]: i for i in range(rank)})
@@ -61,7 +63,7 @@ def reshape(p: HandlerContext, instr: Instruction) -> PValue:
     price among: the target's tiling carried back to the operand, the operand's own tiling
     carried forward (then the result is resharded, e.g. by an all-to-all), and replication."""
     target = p.target(instr)
-    in_dims, out_dims = tuple(instr.operands[0].shape.dims), tuple(instr.shape.dims)
+    in_dims, out_dims = tuple(instr.operands[0].array_shape.dims), tuple(instr.array_shape.dims)
     n = p.n
     tm = tile_map(target, len(out_dims), n)
     op_value = p.operand(instr, 0)
@@ -75,7 +77,7 @@ def reshape(p: HandlerContext, instr: Instruction) -> PValue:
     replicated = TileMap.replicated(len(in_dims), n)
     candidates = [reshape_tile_map(c, out_dims, in_dims) for c in _coarsenings(tm)]
     candidates.append(tile_map(op_value.sharding, len(in_dims), n))
-    best = None
+    best: tuple[Estimate, TileMap, TileMap] | None = None
     for want in candidates:
         found = _local_reshape(want, in_dims, out_dims)
         if found is None:
@@ -99,14 +101,14 @@ def reshape(p: HandlerContext, instr: Instruction) -> PValue:
     return p.reshard(PValue(_local(p, instr, x, out), out, instr.shape), target)
 
 
-def _local(p: HandlerContext, instr, x, out):
+def _local(p: HandlerContext, instr: Instruction, x: Instruction, out: Sharding) -> Instruction:
     new = p.clone(instr, [x], local_shape(instr.shape, out))
     if new.opcode is Opcode.BITCAST:
         new.opcode = Opcode.RESHAPE
     return new
 
 
-def _coarsenings(tm: TileMap):
+def _coarsenings(tm: TileMap) -> Iterator[TileMap]:
     """`tm` itself, then `tm` with tiled dims cut into fewer, larger tiles (c -> c // g), from
     which the target is a local slice away: f32[10,4] -> f32[40] tiled 4 ways (tiles of 10)
     has no operand tiling, tiled 2 ways (tiles of 20) does."""
@@ -116,7 +118,8 @@ def _coarsenings(tm: TileMap):
         yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
 
 
-def _local_reshape(want: TileMap, in_dims, out_dims) -> tuple[TileMap, TileMap] | None:
+def _local_reshape(want: TileMap, in_dims: tuple[int, ...],
+                   out_dims: tuple[int, ...]) -> tuple[TileMap, TileMap] | None:
     """(operand map, result map) nearest `want` whose local reshape is exact: `want` less the
     tiling that does not carry across the reshape, when that round-trips; else None."""
     out_tm = reshape_tile_map(want, in_dims, out_dims)

@@ -16,20 +16,22 @@ from __future__ import annotations
 from hlo_passes.ir.instruction import Instruction
 
 import math
+from typing import Sequence
 
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.cost_model import ZERO
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
+from hlo_passes.passes.spmd.tile_map import TileMap
 
 
-def local_except(p: HandlerContext, instr, fixed) -> PValue:
+def local_except(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) -> PValue:
     """Run `instr` locally with every dim in `fixed` untiled in operands and result.
 
     Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
@@ -37,34 +39,36 @@ def local_except(p: HandlerContext, instr, fixed) -> PValue:
     that has none (an all-to-all there and back, every device working on its share instead of
     the whole array).  The cost model picks."""
     target = p.target(instr)
-    first = instr.shape.elements[0] if instr.shape.is_tuple else instr.shape
+    first = instr.shape.elements[0] if isinstance(instr.shape, TupleShape) else instr.shape
+    assert isinstance(first, ArrayShape), f"{instr.name}: expected an array or a tuple of arrays"
     first_target = target.element(0) if target.is_tuple else target
     tm = tile_map(first_target, first.rank, p.n)
     s = _cheapest_local_tiling(p, instr, first, first_target, tm, fixed)
-    operands = []
+    operands: list[Instruction] = []
     for i, op in enumerate(instr.operands):
-        want = s if op.shape.is_array and op.shape.rank == first.rank else Sharding.replicated()
+        want = s if isinstance(op.shape, ArrayShape) and op.shape.rank == first.rank else Sharding.replicated()
         operands.append(p.operand_as(instr, i, want))
-    out = Sharding.tuple_of([s] * len(instr.shape.elements)) if instr.shape.is_tuple else s
+    out = Sharding.tuple_of([s] * len(instr.shape.elements)) if isinstance(instr.shape, TupleShape) else s
     new = p.clone(instr, operands, local_shape(instr.shape, out))
     if instr.opcode is Opcode.SLICE:
-        spec = instr.attr("slice")
-        dims = new.operands[0].shape.dims
+        spec: SliceSpec = instr.attr("slice")
+        dims = new.operands[0].array_shape.dims
         limits = tuple(l if d in fixed else dims[d] for d, l in enumerate(spec.limits))
         new.set_attr("slice", SliceSpec(spec.starts, limits, spec.strides))
     elif instr.opcode is Opcode.DYNAMIC_SLICE:
-        new.set_attr("dynamic_slice_sizes", tuple(new.shape.dims))
+        new.set_attr("dynamic_slice_sizes", tuple(new.array_shape.dims))
     return p.reshard(PValue(new, out, instr.shape), target)
 
 
-def _cheapest_local_tiling(p: HandlerContext, instr, first, first_target, tm, fixed):
+def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArrayShape, first_target: Sharding,
+                          tm: TileMap, fixed: Sequence[int]) -> Sharding:
     """The sharding `local_except` runs `instr` in (see there)."""
     rank = first.rank
     free = [d for d in range(rank) if d not in fixed]
     candidates = [tm.keep_dims(free)]
     sources = [tm]
     data = instr.operands[0]
-    if data.shape.is_array and data.shape.rank == rank:
+    if isinstance(data.shape, ArrayShape) and data.shape.rank == rank:
         sources.append(tile_map(p.value(data).sharding, rank, p.n))
     for source in sources:
         base = source.keep_dims(free)
@@ -80,12 +84,13 @@ def _cheapest_local_tiling(p: HandlerContext, instr, first, first_target, tm, fi
     if len(candidates) == 1:
         return to_sharding(candidates[0])
     model, n = p.ctx.cost_model, p.n
-    best, best_cost = None, None
+    best: Sharding | None = None
+    best_cost: Estimate | None = None
     for cand in candidates:
         s = to_sharding(cand)
         c = ZERO
         for i, op in enumerate(instr.operands):
-            if op.shape.is_array and op.shape.rank == rank:
+            if isinstance(op.shape, ArrayShape) and op.shape.rank == rank:
                 c += cost(p.value(op).sharding, s, op.shape, n, model)
         local_bytes = local_shape(first, s).byte_size()
         flops = local_bytes // max(1, first.element_type.byte_size) * max(1, math.ceil(math.log2(
@@ -94,13 +99,14 @@ def _cheapest_local_tiling(p: HandlerContext, instr, first, first_target, tm, fi
         c += cost(s, first_target, first, n, model)
         if best_cost is None or c < best_cost:
             best, best_cost = s, c
+    assert best is not None  # (there are candidates)
     return best
 
 
 @handles(Opcode.SLICE)
 def slice_(p: HandlerContext, instr: Instruction) -> PValue:
-    spec = instr.attr("slice")
-    dims = instr.operands[0].shape.dims
+    spec: SliceSpec = instr.attr("slice")
+    dims = instr.operands[0].array_shape.dims
     fixed = [d for d in range(len(dims))
              if (spec.starts[d], spec.limits[d], spec.strides[d]) != (0, dims[d], 1)]
     # output row r reads input row r * stride + start: a size-1 window
@@ -119,7 +125,8 @@ def pad(p: HandlerContext, instr: Instruction) -> PValue:
     return done if done is not None else local_except(p, instr, fixed)
 
 
-def _shifted(p: HandlerContext, instr, fixed, windows, zero_padding: bool) -> PValue | None:
+def _shifted(p: HandlerContext, instr: Instruction, fixed: list[int], windows: dict[int, WindowDimension],
+             zero_padding: bool) -> PValue | None:
     """Slice or pad with the result's tiling kept on the dims it tiles among `fixed`: each device
     takes the input rows its output tile reads from its neighbours (halo exchange, as a
     reduce-window of size 1 would), then slices or pads them locally.  None when no dim gains
@@ -130,11 +137,12 @@ def _shifted(p: HandlerContext, instr, fixed, windows, zero_padding: bool) -> PV
       neighbour's -> one collective-permute, a dynamic-slice, no all-gather."""
     target = p.target(instr)
     operand = instr.operands[0]
-    tm = tile_map(target, instr.shape.rank, p.n)
-    exchanges, untiled = [], []
+    tm = tile_map(target, instr.array_shape.rank, p.n)
+    exchanges: list[halos.Halo] = []
+    untiled: list[int] = []
     for d in fixed:
         t = tm.dims[d]
-        size, out = operand.shape.dims[d], instr.shape.dims[d]
+        size, out = operand.array_shape.dims[d], instr.array_shape.dims[d]
         out_local = -(-out // t)
         rows = t > 1 and halos.window_rows(windows[d], t, [i * out_local for i in range(t)], out_local, [0] * t, 1)
         h = rows and halos.plan(d, size, t, rows, zero_padding,
@@ -155,9 +163,9 @@ def _shifted(p: HandlerContext, instr, fixed, windows, zero_padding: bool) -> PV
         x = halos.exchange(p.em, x, tm, h, fill)
     new = p.clone(instr, [x, *others], local_shape(instr.shape, s))
     local = {h.dim: h.rows.local for h in exchanges}
-    ext = x.shape.dims
+    ext = x.array_shape.dims
     if instr.opcode is Opcode.SLICE:
-        spec = instr.attr("slice")
+        spec: SliceSpec = instr.attr("slice")
         parts = [(spec.starts[d], spec.limits[d], spec.strides[d]) if d in untiled
                  else (local[d].padding_low, ext[d] - local[d].padding_high, local[d].stride) if d in local
                  else (0, ext[d], 1) for d in range(len(ext))]
@@ -188,14 +196,14 @@ def sort(p: HandlerContext, instr: Instruction) -> PValue:
 
 @handles(Opcode.DYNAMIC_SLICE)
 def dynamic_slice(p: HandlerContext, instr: Instruction) -> PValue:
-    sizes = instr.attr("dynamic_slice_sizes")
-    dims = instr.operands[0].shape.dims
+    sizes: tuple[int, ...] = instr.attr("dynamic_slice_sizes")
+    dims = instr.operands[0].array_shape.dims
     return local_except(p, instr, [d for d in range(len(dims)) if sizes[d] != dims[d]])
 
 
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
 def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
-    dims, upd = instr.shape.dims, instr.operands[1].shape.dims
+    dims, upd = instr.array_shape.dims, instr.operands[1].array_shape.dims
     sliced = [d for d in range(len(dims)) if upd[d] != dims[d]]
     target = p.target(instr)
     tm = tile_map(target, len(dims), p.n)
@@ -204,7 +212,7 @@ def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
         update_sharding = to_sharding(tm.keep_dims([d for d in range(len(dims)) if d not in sliced]))
         in_place = (cost(p.value(instr.operands[0]).sharding, target, instr.shape, n, model)
                     + cost(p.value(instr.operands[1]).sharding, update_sharding, instr.operands[1].shape, n, model))
-        moved = _cheapest_local_tiling(p, instr, instr.shape, target, tm, sliced)
+        moved = _cheapest_local_tiling(p, instr, instr.array_shape, target, tm, sliced)
         via = (cost(p.value(instr.operands[0]).sharding, moved, instr.shape, n, model)
                + cost(moved, target, instr.shape, n, model))
         if not via < in_place:
@@ -212,7 +220,8 @@ def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
     return local_except(p, instr, sliced)
 
 
-def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> PValue:
+def _update_in_place(p: HandlerContext, instr: Instruction, tm: TileMap, sliced: list[int],
+                     update_sharding: Sharding) -> PValue:
     """A dynamic-update-slice that keeps the operand tiled along the dims it updates part of:
     every device holds the whole update along those dims and writes the part that falls in its
     rows, wherever the (clamped, dynamic) offset puts it — no communication for the operand.
@@ -222,7 +231,7 @@ def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> P
         misses the tile lands (clamped) in the padding, which is cut off again."""
     b = p.em.b()
     update = instr.operands[1]
-    dims, upd = tuple(instr.shape.dims), tuple(update.shape.dims)
+    dims, upd = tuple(instr.array_shape.dims), tuple(update.array_shape.dims)
     out = to_sharding(tm)
     x = p.operand_as(instr, 0, out)
     u = p.operand_as(instr, 1, update_sharding)
@@ -230,21 +239,22 @@ def _update_in_place(p: HandlerContext, instr, tm, sliced, update_sharding) -> P
     rank = len(dims)
     s32 = PrimitiveType.S32
     zero = b.constant(0)
-    pad_cfg, starts = [], []
+    pad_cfg: list[tuple[int, int, int]] = []
+    starts: list[Instruction] = []
     for d in range(rank):
         if d not in sliced:
             pad_cfg.append((0, 0, 0))
             starts.append(zero)
             continue
         o = p.operand_as(instr, 2 + d, Sharding.replicated())
-        if o.shape.element_type is not s32:
+        if o.array_shape.element_type is not s32:
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
         o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
         first = p.em.device_scalar(tm.coords[:, d] * local[d])
         pad_cfg.append((upd[d], upd[d], 0))
         starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
-    padded = b.pad(x, b.constant(0, x.shape.element_type), PaddingConfig(tuple(pad_cfg)))
+    padded = b.pad(x, b.constant(0, x.array_shape.element_type), PaddingConfig(tuple(pad_cfg)))
     written = b.dynamic_update_slice(padded, u, starts)
     lows = [c[0] for c in pad_cfg]
     new = b.slice(written, lows, [lo + n for lo, n in zip(lows, local)])

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
@@ -46,8 +48,8 @@ def tuple_(p: HandlerContext, instr: Instruction) -> PValue:
 @handles(Opcode.GET_TUPLE_ELEMENT)
 def get_tuple_element(p: HandlerContext, instr: Instruction) -> PValue:
     t = p.operand(instr, 0)
-    index = instr.attr("index")
-    new = p.clone(instr, [t.instr], t.instr.shape.elements[index])
+    index: int = instr.attr("index")
+    new = p.clone(instr, [t.instr], _tuple_shape_of(t.instr).elements[index])
     return PValue(new, t.sharding.element(index), instr.shape)
 
 
@@ -71,18 +73,18 @@ def full_to_shard(p: HandlerContext, instr: Instruction) -> PValue:
     automatic axes, the operand is resharded to the tiling that cuts every group's block by
     the region's tiling (`_blocks_cut`), and the local tile is the region's value as it is."""
     operand = instr.operands[0]
-    operand_sharding = operand.sharding if "sharding" in operand.attributes else p.operand(instr, 0).sharding
+    operand_sharding = operand.sharding or p.operand(instr, 0).sharding
     region = p.target(instr)
-    cut = _blocks_cut(operand_sharding, region, operand.shape, instr.shape, p.n)
+    cut = _blocks_cut(operand_sharding, region, operand.array_shape, instr.array_shape, p.n)
     if cut is not None:
         return PValue(p.operand_as(instr, 0, cut), region, instr.shape)
-    whole = _manual_part(operand_sharding, region, instr.shape.rank, p.n)
+    whole = _manual_part(operand_sharding, region, instr.array_shape.rank, p.n)
     x = p.operand_as(instr, 0, whole)
-    want = local_shape(operand.shape, whole)
-    if tuple(want.dims) != tuple(instr.shape.dims):
+    want = local_shape(operand.array_shape, whole)
+    if tuple(want.dims) != tuple(instr.array_shape.dims):
         p.em.metadata = instr.attributes.get("metadata")
-        x = p.em.slice_to(x, tuple(instr.shape.dims))
-    if is_partially_manual(region) and any(t > 1 for t in tile_map(region, instr.shape.rank, p.n).dims):
+        x = p.em.slice_to(x, tuple(instr.array_shape.dims))
+    if is_partially_manual(region) and any(t > 1 for t in tile_map(region, instr.array_shape.rank, p.n).dims):
         p.remark(instr, "replicated: the region's input is gathered over its automatic axes (its blocks are "
                  "not cut evenly by the region's tiling)", kind="missed")
         whole_region = whole_in_manual_groups(region, instr.shape, p.n)
@@ -96,25 +98,26 @@ def shard_to_full(p: HandlerContext, instr: Instruction) -> PValue:
     region = p.target(operand) if "sharding" in operand.attributes else p.operand(instr, 0).sharding
     target = p.target(instr)
     if is_partially_manual(region):
-        cut = _blocks_cut(target, region, instr.shape, operand.shape, p.n)
+        cut = _blocks_cut(target, region, instr.array_shape, operand.array_shape, p.n)
         if cut is not None:
             x = p.operand_as(instr, 0, region)
             return p.reshard(PValue(x, cut, instr.shape), target)
-        if any(t > 1 for t in tile_map(region, operand.shape.rank, p.n).dims):
+        if any(t > 1 for t in tile_map(region, operand.array_shape.rank, p.n).dims):
             p.remark(instr, "replicated: the region's result is gathered over its automatic axes (its blocks are "
                      "not cut evenly by the region's tiling)", kind="missed")
         x = p.operand_as(instr, 0, whole_in_manual_groups(region, operand.shape, p.n))
     else:
         x = p.operand(instr, 0).instr
     if "sharding" in operand.attributes:
-        target = _manual_part(target, region, instr.shape.rank, p.n)
-    want = local_shape(instr.shape, target)
-    if tuple(want.dims) != tuple(x.shape.dims):
+        target = _manual_part(target, region, instr.array_shape.rank, p.n)
+    want = local_shape(instr.array_shape, target)
+    if tuple(want.dims) != tuple(x.array_shape.dims):
         x = p.em.pad_to(x, tuple(want.dims))
     return PValue(x, target, instr.shape)
 
 
-def _blocks_cut(full: Sharding, region: Sharding, full_shape, region_shape, n: int) -> Sharding | None:
+def _blocks_cut(full: Sharding, region: Sharding, full_shape: ArrayShape, region_shape: ArrayShape,
+                n: int) -> Sharding | None:
     """The sharding of the global array (`full_shape`) whose tile on each device is that device's
     tile of the partially manual `region` value (`region_shape`, one block of the global array per
     manual group): block coordinates times the region's tile counts plus the region's own
@@ -132,7 +135,7 @@ def _blocks_cut(full: Sharding, region: Sharding, full_shape, region_shape, n: i
     if inner is None or outer is None or all(t == 1 for t in inner.dims):
         return None
     coords = np.zeros((n, rank), np.int64)
-    dims = []
+    dims: list[int] = []
     for k in range(rank):
         size, part = full_shape.dims[k], region_shape.dims[k]
         if part == 0 or size % part:
@@ -184,7 +187,7 @@ def manual(p: HandlerContext, instr: Instruction) -> PValue:
     without a sharding)."""
     if instr.custom_call_target == "Sharding":
         return PValue(p.value(instr.operands[0]).instr, p.target(instr), instr.shape)
-    called = {}
+    called: dict[str, Computation | tuple[Computation, ...]] = {}
     for key, comp in instr.called.items():
         if instr.opcode in (Opcode.CALL, Opcode.WHILE, Opcode.CONDITIONAL):
             comps = comp if isinstance(comp, tuple) else (comp,)
@@ -194,10 +197,15 @@ def manual(p: HandlerContext, instr: Instruction) -> PValue:
     return PValue(p.clone(instr, operands, instr.shape, **called), p.target(instr), instr.shape)
 
 
-def _tuple_shape(elements):
-    from hlo_passes.ir.shape import TupleShape
-
+def _tuple_shape(elements: list[Shape]) -> TupleShape:
     return TupleShape(tuple(elements))
+
+
+def _tuple_shape_of(instr: Instruction) -> TupleShape:
+    shape = instr.shape
+    if not isinstance(shape, TupleShape):
+        raise TypeError(f"{instr.name}: expected a tuple shape, got {shape.to_hlo()}")
+    return shape
 
 
 __all__ = ["barrier", "full_to_shard", "get_tuple_element", "manual", "shard_to_full", "sharding_annotation",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
 from hlo_passes.ir.sharding import Sharding
@@ -36,22 +37,22 @@ from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, lo
 @handles_custom_call("TopK")
 def topk(p: HandlerContext, instr: Instruction) -> PValue:
     x = instr.operands[0]
-    last = x.shape.rank - 1
-    values, indices = instr.shape.elements
+    last = x.array_shape.rank - 1
+    values, indices = instr.shape.leaves()  # (values, indices): two arrays
     k = values.dims[last]
     largest = instr.opcode is Opcode.CUSTOM_CALL or bool(instr.attr("largest", True))
-    cur = tile_map(p.value(x).sharding, x.shape.rank, p.n)
+    cur = tile_map(p.value(x).sharding, x.array_shape.rank, p.n)
     t = cur.dims[last]
-    size = x.shape.dims[last]
-    if t == 1 or k > size // t or x.shape.element_type.is_complex:
+    size = x.array_shape.dims[last]
+    if t == 1 or k > size // t or x.array_shape.element_type.is_complex:
         return local_except(p, instr, [last])
     em, b = p.em, p.em.b()
     op_sharding = to_sharding(cur)
     xl = p.operand_as(instr, 0, op_sharding)
-    etype = x.shape.element_type
+    etype = x.array_shape.element_type
     never = Reduction(Opcode.MAXIMUM if largest else Opcode.MINIMUM, etype).identity
-    xl = em.mask_padding(xl, cur, tuple(x.shape.dims), [last], never)
-    local_dims = tm_local_dims(cur, tuple(x.shape.dims))
+    xl = em.mask_padding(xl, cur, tuple(x.array_shape.dims), [last], never)
+    local_dims = tm_local_dims(cur, tuple(x.array_shape.dims))
     out_dims = tuple(local_dims[:last]) + (k,)
     pair = TupleShape((ArrayShape(etype, out_dims), ArrayShape(indices.element_type, out_dims)))
     local = p.clone(instr, [xl], pair)
@@ -59,7 +60,7 @@ def topk(p: HandlerContext, instr: Instruction) -> PValue:
     pos = b.get_tuple_element(local, 1)
     offsets = em.device_scalar(cur.coords[:, last] * local_dims[last],
                                indices.element_type)
-    pos = b.add(pos, b.broadcast(offsets, pos.shape))
+    pos = b.add(pos, b.broadcast(offsets, pos.array_shape))
     groups = groups_varying(cur, [last])
     vals = em.all_gather(vals, last, groups)
     pos = em.all_gather(pos, last, groups)
@@ -74,7 +75,7 @@ def topk(p: HandlerContext, instr: Instruction) -> PValue:
     return p.reshard(value, p.target(instr))
 
 
-def _comparator(module, value_type: PrimitiveType, index_type: PrimitiveType, largest: bool) -> Computation:
+def _comparator(module: Module, value_type: PrimitiveType, index_type: PrimitiveType, largest: bool) -> Computation:
     """`compare(a, b)` GT (largest) or LT, the positions riding along (a stable sort keeps the
     lower position first among equal values)."""
     name = f"topk.{value_type.value}.{'gt' if largest else 'lt'}.comparator"
@@ -82,7 +83,7 @@ def _comparator(module, value_type: PrimitiveType, index_type: PrimitiveType, la
         if comp.name == name:
             return comp
     comp = Computation(name)
-    params = []
+    params: list[Instruction] = []
     for i, (pname, etype) in enumerate((("a", value_type), ("b", value_type), ("i", index_type),
                                         ("j", index_type))):
         params.append(comp.add(Instruction(Opcode.PARAMETER, ArrayShape(etype, ()), name=pname,

@@ -1,0 +1,149 @@
+"""Gathers and scatters whose operand is tiled on what XLA calls trivially sliced dims (indexed,
+slice size 1) together with passthrough dims, or only on explicit batching dims
+(handlers/gather.py).  Each case states the collectives and local shapes it expects and is
+verified on 8 devices against the unpartitioned module."""
+
+from collections import Counter
+
+import pytest
+
+from hlo_passes import parse_module, print_module
+from hlo_passes.ir import Opcode
+from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+from hlo_passes.runtime import verify_equivalent
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+"""
+
+
+def _partition(text: str):
+    module = parse_module(text)
+    p = SpmdPartitioner(num_partitions=8)
+    p.run(module)
+    out = print_module(module)
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format() + "\n" + out
+    assert not [r for r in p.remarks if r.kind == "missed"], p.remarks
+    return module, out
+
+
+def _collectives(module) -> dict[str, int]:
+    return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
+
+
+def _only(module, opcode: Opcode):
+    (op,) = [i for i in module.entry.instructions if i.opcode is opcode]
+    return op
+
+
+@pytest.mark.parametrize("v,out", [
+    (512, "{devices=[1,1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}"),   # result split like the columns
+    (500, "{devices=[1,1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}"),   # uneven vocabulary tiles
+])
+def test_table_tiled_by_vocabulary_and_embedding_keeps_both(v, out):
+    """A [vocab, embed] table tiled [4,2]: each device gathers its 32 columns of its 128 rows
+    with shifted, masked ids, and the four vocabulary tiles' partial rows are summed — one
+    all-reduce over groups of 4, the table never moves (it was all-gathered over embed)."""
+    text = f"""HloModule emb2d, num_partitions=8
+ENTRY e {{
+  table = f32[{v},64] parameter(0), sharding={{devices=[4,2]<=[8]}}
+  ids = s32[4,16] parameter(1), sharding={{replicated}}
+  ROOT g = f32[4,16,64] gather(table, ids), offset_dims={{2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=2, slice_sizes={{1,64}}, sharding={out}
+}}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {"all-reduce": 1}
+    g = _only(module, Opcode.GATHER)
+    assert g.shape.to_hlo(False) == "f32[4,16,32]" and g.attr("slice_sizes") == (1, 32)
+    assert [list(x) for x in _only(module, Opcode.ALL_REDUCE).replica_groups.groups] == [
+        [0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+def test_gradient_scattered_into_a_table_tiled_both_ways_stays_local():
+    """The matching scatter-add: every device adds the updates' columns it holds into its rows
+    (indices shifted; updates of other rows fall outside and are skipped): no collective."""
+    text = f"""HloModule emb2d_grad, num_partitions=8
+{ADD}
+ENTRY e {{
+  table = f32[512,64] parameter(0), sharding={{devices=[4,2]<=[8]}}
+  ids = s32[4,16] parameter(1), sharding={{replicated}}
+  u = f32[4,16,64] parameter(2), sharding={{replicated}}
+  ROOT s = f32[512,64] scatter(table, ids, u), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=add, sharding={{devices=[4,2]<=[8]}}
+}}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {}
+    assert _only(module, Opcode.SCATTER).shape.to_hlo(False) == "f32[128,32]"
+
+
+def test_take_along_axis_of_batch_tiled_logits_with_whole_labels():
+    """Logits tiled by batch, labels whole: each device takes its batch rows of the labels (a
+    local slice) and gathers from its own logits; only the small result is gathered (XLA does
+    the same; this was replicated, the logits all-gathered)."""
+    text = """HloModule tal, num_partitions=8
+ENTRY e {
+  logits = f32[8,6,40] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  labels = s32[8,6,1] parameter(1), sharding={replicated}
+  ROOT g = f32[8,6,1] gather(logits, labels), offset_dims={}, collapsed_slice_dims={2}, start_index_map={2}, operand_batching_dims={0,1}, start_indices_batching_dims={0,1}, index_vector_dim=3, slice_sizes={1,1,1}, sharding={replicated}
+}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {"all-gather": 1}
+    assert _only(module, Opcode.GATHER).shape.to_hlo(False) == "f32[1,6,1]"
+    assert _only(module, Opcode.ALL_GATHER).shape.to_hlo(False) == "f32[8,6,1]"
+
+
+def test_scatter_with_batching_dims_into_batch_tiled_operand_stays_local():
+    text = f"""HloModule sbatch, num_partitions=8
+{ADD}
+ENTRY e {{
+  x = f32[8,6,40] parameter(0), sharding={{devices=[8,1,1]<=[8]}}
+  labels = s32[8,6,1] parameter(1), sharding={{replicated}}
+  u = f32[8,6] parameter(2), sharding={{replicated}}
+  ROOT s = f32[8,6,40] scatter(x, labels, u), update_window_dims={{}}, inserted_window_dims={{2}}, scatter_dims_to_operand_dims={{2}}, input_batching_dims={{0,1}}, scatter_indices_batching_dims={{0,1}}, index_vector_dim=2, to_apply=add, sharding={{devices=[8,1,1]<=[8]}}
+}}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {}
+    assert _only(module, Opcode.SCATTER).shape.to_hlo(False) == "f32[1,6,40]"
+
+
+@pytest.mark.parametrize("v", [64, 60])
+def test_out_of_range_ids_clamp_like_the_unpartitioned_gather(v):
+    """A gather clamps a start index into the operand: id 70 of 60 rows reads row 59, -3 reads
+    row 0.  Shifted into each device's rows without that clamp, id 70 was found on no device
+    (zeros; XLA's own partitioner does the same) or, with uneven tiles, in the last device's
+    padding."""
+    text = f"""HloModule oob, num_partitions=8
+ENTRY e {{
+  table = f32[{v},16] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  ids = s32[6,1] constant({{{{70}}, {{-3}}, {{{v - 1}}}, {{{v}}}, {{63}}, {{7}}}})
+  ROOT g = f32[6,16] gather(table, ids), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,16}}, sharding={{replicated}}
+}}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {"all-reduce": 1}
+
+
+def test_pred_and_complex_tables_gather_by_rows():
+    """Row-sharded pred and c64 tables take the same masked local gather (false / zero
+    elsewhere) with an OR / add all-reduce, instead of being gathered whole."""
+    text = """HloModule kinds, num_partitions=8
+ENTRY e {
+  t0 = f32[64,6] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[64,6] broadcast(f32[] constant(0)), dimensions={}, sharding={devices=[8,1]<=[8]}
+  table = pred[64,6] compare(t0, z), direction=GT, sharding={devices=[8,1]<=[8]}
+  c = c64[64,6] complex(t0, t0), sharding={devices=[8,1]<=[8]}
+  ids = s32[5,1] parameter(1), sharding={replicated}
+  g = pred[5,6] gather(table, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}
+  h = c64[5,6] gather(c, ids), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}
+  ROOT t = (pred[5,6], c64[5,6]) tuple(g, h), sharding={{replicated}, {replicated}}
+}
+"""
+    module, out = _partition(text)
+    assert _collectives(module) == {"all-reduce": 2}
+    assert "to_apply=or.pred.reduction" in out and "to_apply=add.c64.reduction" in out
