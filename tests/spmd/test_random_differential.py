@@ -16,7 +16,10 @@ def _check(outcome):
     assert outcome.kind in ("ok", "skipped"), f"{outcome.kind}: {outcome.detail}\n{outcome.text}\n{outcome.output}"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI runs the same 25 modules every time (a random module that makes XLA itself abort,
+# as an FFT layout or a new family might, would otherwise fail one CI run in many, far from its
+# cause); `make fuzz-spmd` is where new random modules are drawn.
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(random_module())
 def test_random_modules_partition_to_the_same_program(text):
     _check(judge_text(text))
