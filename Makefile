@@ -6,7 +6,7 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz startup typecheck
+.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz-propagation fuzz startup typecheck
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
@@ -38,6 +38,11 @@ check-dumps: venv
 # Differential fuzzing of spmd-partition: random sharded modules against XLA's run of the original (long profile).
 fuzz-spmd: venv
 	$(PY) tests/spmd/fuzz_spmd.py --seeds $${SEEDS:-2000} --start $${START:-0}
+
+# Random differential agreement of sharding-propagation with XLA's: per-opcode agreement and the
+# disagreements grouped by rule (random modules with few annotations; a few minutes for 300).
+fuzz-propagation: venv
+	$(PY) benchmarks/fuzz_propagation.py --seeds $${SEEDS:-300} --start $${START:-0}
 
 bench: venv
 	$(PY) benchmarks/parse_speed.py

@@ -4,7 +4,8 @@ For each module (HLO files in GSPMD form, a folder of them, or the generated mod
 spmd_models.py), XLA's ShardingPropagation runs inside a compile for the module's device
 count and its result is read from the `after_sharding-propagation` dump; ours runs on the
 same text.  XLA's import renames some instructions (`param0` -> `param0.1`, keeping the old
-name as `op_name` metadata), so instructions are matched by name, else by that op_name, else
+name as `op_name` metadata), so instructions are matched by name (not to an XLA instruction
+whose op_name names another: its own name is then XLA's invention), else by that op_name, else
 by name without XLA's `.N` suffix — always of the same opcode and shape — and compared by
 meaning (Sharding equality: the same device for every tile).  An instruction both leave
 without a sharding is not counted.  Prints per module the agreement and the first
@@ -93,10 +94,12 @@ def match(ours, theirs):
     """Pairs (our instruction, XLA's) of the same opcode and shape (see the module docstring)."""
     by_name, by_op_name, by_stem = {}, {}, {}
     for i in theirs.all_instructions():
-        by_name.setdefault(i.name, []).append(i)
         md = i.metadata
         if md is not None and md.op_name:
             by_op_name.setdefault(md.op_name, []).append(i)
+            if md.op_name != i.name:
+                continue  # renamed by XLA: its name may be another instruction's
+        by_name.setdefault(i.name, []).append(i)
         stem, dot, suffix = i.name.rpartition(".")
         if dot and suffix.isdigit():
             by_stem.setdefault(stem, []).append(i)
@@ -110,12 +113,32 @@ def match(ours, theirs):
         keys.append((by_stem, instr.name))
         for table, key in keys:
             found = [o for o in table.get(key, ()) if o.opcode is instr.opcode and o.shape.to_hlo(False) == instr.shape.to_hlo(False)
-                     and id(o) not in taken]
+                     and id(o) not in taken and _same_literal(o, instr)
+                     and (table is by_op_name or _same_operands(o, instr))]
             if len(found) == 1:
                 taken.add(id(found[0]))
                 pairs.append((instr, found[0]))
                 break
     return pairs
+
+
+def _same_operands(theirs, ours) -> bool:
+    """A match by name reads the same values: each XLA operand that names its origin (op_name)
+    names our operand (XLA gives the instructions it makes names ours may have too)."""
+    if len(theirs.operands) != len(ours.operands):
+        return False
+    for t, o in zip(theirs.operands, ours.operands):
+        md = t.metadata
+        if md is not None and md.op_name and md.op_name != o.name:
+            return False
+    return True
+
+
+def _same_literal(a, b) -> bool:
+    """Constants match only with the same value (XLA names the constants it makes afresh)."""
+    if a.literal is None or b.literal is None:
+        return a.literal is b.literal
+    return "".join(str(a.literal).split()) == "".join(str(b.literal).split())
 
 
 def agreement(text: str, show: int = 0, isolate: bool = False) -> tuple[int, int, list[str]]:

@@ -362,21 +362,31 @@ def compile_hlo(text: str, *, num_replicas: int = 1, num_partitions: int = 1, sp
 
 def pass_dump(text: str, pass_name: str, *, num_partitions: int, shardy: bool = False,
               propagate_to_output: tuple[bool, ...] = (), propagate_to_parameters: tuple[bool, ...] = (),
-              platform: str | None = None) -> str:
+              platform: str | None = None, dump_dir: str | None = None) -> str:
     """XLA's module right after its pass `pass_name` (e.g. "spmd-partitioning"), when XLA compiles
     `text` for `num_partitions` devices with SPMD partitioning — how benchmarks read XLA's own
-    partition beside ours."""
+    partition beside ours.
+
+    `dump_dir`: write the dump there and keep it.  A later pass of the compile may fail (the
+    dump is then still returned) or abort the process (a CHECK): a caller running XLA in a
+    worker process reads the dump from there after the worker died."""
     import tempfile
     from pathlib import Path
 
     options = CompileOptions(num_partitions=num_partitions, spmd=True, platform=platform or "cpu",
                              propagate_to_output=tuple(propagate_to_output),
                              propagate_to_parameters=tuple(propagate_to_parameters), shardy=shardy)
-    with tempfile.TemporaryDirectory() as d:
-        _compile(text, options, {"xla_dump_to": d, "xla_dump_hlo_pass_re": pass_name,
-                                 "xla_dump_hlo_as_text": True})
+    with tempfile.TemporaryDirectory() if dump_dir is None else contextlib.nullcontext(dump_dir) as d:
+        error: Exception | None = None
+        try:
+            _compile(text, options, {"xla_dump_to": d, "xla_dump_hlo_pass_re": pass_name,
+                                     "xla_dump_hlo_as_text": True})
+        except Exception as e:  # noqa: BLE001 - a pass after `pass_name` failed: its dump is the answer
+            error = e
         found = sorted(Path(d).glob(f"*after_{pass_name}*.txt"))
         if not found:
+            if error is not None:
+                raise error
             raise BackendUnavailable(f"XLA wrote no dump after {pass_name}")
         return found[-1].read_text()
 

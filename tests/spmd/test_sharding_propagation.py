@@ -13,6 +13,7 @@
 """
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +35,18 @@ GOLDEN = REPO / "golden" / "sharding-propagation"
 CASES = sorted(p for p in GOLDEN.glob("*.hlo") if not p.name.endswith(".expected.hlo"))
 
 
-def _agreement_module():
-    spec = importlib.util.spec_from_file_location("propagation_agreement",
-                                                  REPO / "benchmarks" / "propagation_agreement.py")
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    if name in sys.modules:
+        return sys.modules[name]
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
+
+
+def _agreement_module():
+    return _benchmark("propagation_agreement")
 
 
 def propagate(text: str, **options):
@@ -68,6 +75,19 @@ def test_golden_case_agrees_with_xla(path):
     agree, total, lines = _agreement_module().agreement(text, show=20, isolate="manual" in text)
     assert total > 0
     assert agree == total, f"{path.name}: {agree}/{total} agree\n" + "\n".join(lines)
+
+
+def test_random_modules_agree_with_xla():
+    """The differential fuzzer (benchmarks/fuzz_propagation.py, `make fuzz-propagation`) on 20
+    fixed seeds: random modules with few annotations over every op family, propagated by us and
+    by XLA (in a worker process), about 10 s.  Measured 2026-11-26: 166 of 166 instructions;
+    before the rules the fuzzer found were fixed, 146 of 166 (88%)."""
+    fuzz = _benchmark("fuzz_propagation")
+    report = fuzz.run(range(20))
+    totals = report.totals()
+    assert report.modules >= 18, report.failed
+    assert report.agreement() >= 0.97, (f"{totals['agree'] + totals['reorder']}/{sum(totals.values())}\n"
+                                         + "\n".join(line for lines in report.rules.values() for line in lines if line))
 
 
 def test_oracle_sees_a_disagreement():
@@ -217,7 +237,9 @@ def test_partially_manual_region_takes_the_automatic_part_of_an_input_split_over
     automatic y (2); the open dims take the part that cuts each manual group's block further
     (dim 1 over y), and the psum over x keeps it, each of its groups holding one y tile.  XLA's
     RefineManualAutoShardingFromAuto needs the tiling replicated over the manual devices and
-    leaves the region whole per group.  A psum whose groups span y tiles keeps nothing."""
+    leaves the region whole per group.  A psum whose groups span y tiles (a program XLA
+    rejects) takes the tiling too, as XLA's rule for all-reduce gives it: the partitioner then
+    gathers before the psum."""
     m = propagate(PARTIAL_MANUAL_BLOCKS_CUT)
     region = S("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dims={manual}}")
     assert sharding_of(m, "open") == S("{devices=[4,2]<=[8]}")
@@ -226,7 +248,7 @@ def test_partially_manual_region_takes_the_automatic_part_of_an_input_split_over
     assert sharding_of(m, "back") == region
     across = propagate(PARTIAL_MANUAL_BLOCKS_CUT.replace("{{0,2,4,6},{1,3,5,7}}", "{{0,1,2,3,4,5,6,7}}"))
     assert sharding_of(across, "inside") == region
-    assert sharding_of(across, "psum") in (None, S("{devices=[1,1,4,2]<=[8] last_tile_dims={manual, replicated}}"))
+    assert sharding_of(across, "psum") == region
 
 
 def test_wide_reduce_window_keeps_no_tiling_on_purpose():

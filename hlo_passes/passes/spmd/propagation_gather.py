@@ -182,12 +182,32 @@ def _nontrivial(s: Sharding | None) -> Sharding | None:
     return None if s is None or su.is_tile_maximal(s) else s
 
 
+def _explicit_batch_dims(operand_dims: Sequence[int], indices_dims: Sequence[int], index_vector_dim: int,
+                         window_dims: Sequence[int]) -> Connected | None:
+    if not operand_dims:
+        return None
+    result = Connected(list(operand_dims), list(indices_dims))
+    result.fill_output(index_vector_dim, window_dims)
+    return result
+
+
 def _gather_forward(ctx: PropagationContext, instr: Instruction) -> bool:
+    """In XLA's order (the first sharding a gather takes settles which later ones can refine
+    it): explicit batching dims, the indices' batch dims, the dims an iota index walks in
+    step, then the operand's dims sliced whole."""
     gd = instr.gather_dimensions
     operand, indices = instr.operands
     rank = instr.array_shape.rank
     changed = False
-    parallel = gather_parallel_dims(instr)
+    explicit = _explicit_batch_dims(gd.operand_batching_dims, gd.start_indices_batching_dims, gd.index_vector_dim,
+                                    gd.offset_dims)
+    parallel = gather_parallel_dims(instr, explicit=False)
+    if explicit is not None and is_spatial(ctx, operand):
+        changed |= ctx.improve(su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank),
+                               instr)
+    if explicit is not None and is_spatial(ctx, indices):
+        changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank),
+                               instr)
     if is_spatial(ctx, indices):
         conn = _index_output_dims(indices.array_shape.rank, gd.index_vector_dim, rank, gd.offset_dims)
         changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank), instr)
@@ -262,11 +282,11 @@ def _scatter_slice_sizes(scatter: Instruction) -> list[int]:
     return sizes
 
 
-def scatter_parallel_dims(scatter: Instruction) -> Connected | None:
+def scatter_parallel_dims(scatter: Instruction, explicit: bool = True) -> Connected | None:
     sd = scatter.scatter_dimensions
     _, inputs, indices, _ = _scatter_parts(scatter)
     result = Connected()
-    if sd.input_batching_dims:
+    if explicit and sd.input_batching_dims:
         result.operand = list(sd.input_batching_dims)
         result.indices = list(sd.scatter_indices_batching_dims)
         result.fill_output(sd.index_vector_dim, sd.update_window_dims)
@@ -278,30 +298,45 @@ def scatter_parallel_dims(scatter: Instruction) -> Connected | None:
     return result if result.operand else None
 
 
-def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
-    sd = instr.scatter_dimensions
+def _scatter_parallel(ctx: PropagationContext, instr: Instruction, parallel: Connected) -> bool:
+    """The results' parallel dims from the operands', the indices' and the updates' ones."""
     n, inputs, indices, updates = _scatter_parts(instr)
     rank = inputs[0].array_shape.rank
     changed = False
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
+            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand,
+                                                     parallel.operand, rank), instr, i)
+    if is_spatial(ctx, indices):
+        s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
+        for i in range(n):
+            changed |= ctx.improve_sub(s, instr, i)
+    for i, update in enumerate(updates):
+        if is_spatial(ctx, update):
+            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand,
+                                                     rank), instr, i)
+    return changed
+
+
+def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
+    """In XLA's order: explicit batching dims, the operands whole, the dims an iota index walks
+    in step, then the updates' window dims."""
+    sd = instr.scatter_dimensions
+    n, inputs, indices, updates = _scatter_parts(instr)
+    rank = inputs[0].array_shape.rank
+    changed = False
+    explicit = _explicit_batch_dims(sd.input_batching_dims, sd.scatter_indices_batching_dims, sd.index_vector_dim,
+                                    sd.update_window_dims)
+    if explicit is not None:
+        changed |= _scatter_parallel(ctx, instr, explicit)
+    for i, operand in enumerate(inputs):
+        if is_spatial(ctx, operand):
             changed |= ctx.improve_sub(known_sharding(ctx, operand), instr, i)
     if not is_spatial(ctx, indices) and not any(is_spatial(ctx, u) for u in updates):
         return changed
-    parallel = scatter_parallel_dims(instr)
+    parallel = scatter_parallel_dims(instr, explicit=False)
     if parallel is not None:
-        for i, operand in enumerate(inputs):
-            if is_spatial(ctx, operand):
-                changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand,
-                                                         parallel.operand, rank), instr, i)
-        if is_spatial(ctx, indices):
-            s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
-            for i in range(n):
-                changed |= ctx.improve_sub(s, instr, i)
-        for i, update in enumerate(updates):
-            if is_spatial(ctx, update):
-                changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand,
-                                                         rank), instr, i)
+        changed |= _scatter_parallel(ctx, instr, parallel)
     conn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
                         _scatter_slice_sizes(instr))
     for i, update in enumerate(updates):

@@ -87,6 +87,20 @@ def is_elementwise(instr: Instruction) -> bool:
 _ELEMENTWISE = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {Opcode.MAP, Opcode.RNG}
 
 
+_LAYOUT_BOUND_COLLECTIVES = frozenset({
+    Opcode.ALL_GATHER, Opcode.ALL_REDUCE, Opcode.ALL_TO_ALL, Opcode.REDUCE_SCATTER, Opcode.RAGGED_ALL_TO_ALL,
+    Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_BROADCAST})
+
+
+def has_side_effect(instr: Instruction) -> bool:
+    """XLA's HasSideEffect, which decides whether an op propagation cannot shard still turns
+    replicated with a replicated operand: a collective only when it constrains its layout
+    (the IR's own `has_side_effect`, which keeps DCE and CSE off every collective, is wider)."""
+    if instr.opcode in _LAYOUT_BOUND_COLLECTIVES:
+        return bool(instr.attr("constrain_layout", False))
+    return instr.has_side_effect
+
+
 def is_custom_call(instr: Instruction, *targets: str) -> bool:
     return instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in targets
 
@@ -169,7 +183,7 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
     if op in _SPATIAL:
         return True
     if op in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER):
-        return instr.channel_id is None
+        return True  # with a channel too (XLA's current rule)
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
@@ -437,11 +451,13 @@ def sort_dimension(instr: Instruction) -> int:
 
 
 def sort_sharding_movable(s: Sharding, shape: ArrayShape, sort_dim: int) -> bool:
-    """A sharding split on the sort dim can still be used when some other dim is whole and
-    longer than 1: the partitioner moves the split there (XLA's IsSortOperandShardingMovable)."""
-    if shape.rank < 2 or s.kind is not ShardingKind.TILED or s.tile_dims[sort_dim] == 1:
+    """A sharding split on the sort dim can still be used when another dim divides evenly by
+    its own tiles times the sort dim's: the partitioner can move the split there (XLA's
+    GetFirstMergeableDimForSortOperand)."""
+    if shape.rank < 2 or shape.dims[sort_dim] == 1 or s.kind is not ShardingKind.TILED or s.tile_dims[sort_dim] == 1:
         return False
-    return any(d != sort_dim and s.tile_dims[d] == 1 and shape.dims[d] != 1 for d in range(shape.rank))
+    return any(d != sort_dim and shape.dims[d] % (s.tile_dims[sort_dim] * s.tile_dims[d]) == 0
+               for d in range(shape.rank))
 
 
 @forward(Opcode.SORT)
@@ -457,20 +473,20 @@ def _sort_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
 
 
+def _cut_dims(instr: Instruction, operand: Instruction) -> list[int]:
+    """The dims a dynamic-slice (or a dynamic-update-slice's update) does not span whole."""
+    return [i for i in range(instr.array_shape.rank) if instr.array_shape.dims[i] != operand.array_shape.dims[i]]
+
+
 @forward(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
 def _dynamic_slice_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """A dynamic-slice takes its operand's sharding (a dynamic-update-slice its update's), with
-    the split dims it cuts replicated — not at level 0, where such a split stops it; a
-    dynamic-update-slice also takes its base operand's sharding whole."""
+    the dims it cuts replicated, from level 0 on; a dynamic-update-slice also takes its base
+    operand's sharding whole."""
     is_ds = instr.opcode is Opcode.DYNAMIC_SLICE
     operand = instr.operands[0] if is_ds else instr.operands[1]
     s = ctx.sharding(operand)
-    cut: list[int] = []
-    if s is not None and su.is_spatially_partitioned(s) and s.kind is ShardingKind.TILED:
-        cut = [i for i in range(instr.array_shape.rank)
-               if s.tile_dims[i] > 1 and instr.array_shape.dims[i] != operand.array_shape.dims[i]]
-    if ctx.aggressiveness == 0 and cut:
-        return False
+    cut = _cut_dims(instr, operand)
     changed = False
     if s is not None and su.is_spatially_partitioned(s):
         changed |= ctx.improve(su.replicate_dims(s, cut), instr, aggressive=_single_user(ctx, instr))
@@ -561,8 +577,9 @@ def _concatenate_backward(ctx: PropagationContext, instr: Instruction, user: Ins
 
 @from_user(Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE)
 def _dynamic_slice_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
-    """The sliced operand (or a dynamic-update-slice's base and update) takes the slice's
-    sharding as is; the index operands nothing."""
+    """A dynamic-update-slice's base takes its sharding whole; the sliced operand (or the
+    update) with the dims the slice cuts replicated; the index operands only a replicated
+    sharding."""
     if ctx.aggressiveness == 0:
         return None
     s = known_sharding(ctx, user)
@@ -571,7 +588,9 @@ def _dynamic_slice_backward(ctx: PropagationContext, instr: Instruction, user: I
     if user.opcode is Opcode.DYNAMIC_UPDATE_SLICE and instr is user.operands[0]:
         return s
     operand = user.operands[0] if user.opcode is Opcode.DYNAMIC_SLICE else user.operands[1]
-    return s if instr is operand else None
+    if instr is not operand:
+        return None
+    return su.replicate_dims(s, _cut_dims(user, operand))
 
 
 @from_user(Opcode.REDUCE_WINDOW)

@@ -71,8 +71,8 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.partition_context import pair_on_other_tiles, root_of
 from hlo_passes.passes.spmd.tile_map import TileMap
 from hlo_passes.passes.spmd.propagation_rules import (BARRIER_FROM, BARRIER_TO, FULL_TO_SHARD, SHARD_TO_FULL,
-                                                      SHARDING, forward_rule, is_custom_call, propagation_level,
-                                                      supports_spatial_partitioning, user_rule)
+                                                      SHARDING, forward_rule, has_side_effect, is_custom_call,
+                                                      propagation_level, supports_spatial_partitioning, user_rule)
 from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
@@ -186,6 +186,40 @@ def propagated_computations(module: Module) -> list[Computation]:
     return [c for c in module.computation_post_order() if id(c) in keep]
 
 
+def xla_post_order(comp: Computation) -> list[Instruction]:
+    """The order XLA's MakeInstructionPostOrder visits `comp` in, which decides which of two
+    competing shardings reaches a value first: depth first from each instruction no one uses
+    (the root, unused parameters and side effects), in stored order, operands in order and
+    control predecessors before them.  (Computation.post_order starts from every instruction
+    in stored order instead: a value defined early but read late comes first there.)"""
+    order: list[Instruction] = []
+    state: dict[Instruction, int] = {}
+    for start in comp.instructions:
+        if start.users or start in state:
+            continue
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                if state.get(node) != 2:
+                    state[node] = 2
+                    order.append(node)
+                continue
+            if state.get(node):
+                continue
+            state[node] = 1
+            stack.append((node, True))
+            for op in reversed(node.operands):
+                if op.parent is comp and not state.get(op):
+                    stack.append((op, False))
+            for op in node.control_predecessors or ():
+                if op.parent is comp and not state.get(op):
+                    stack.append((op, False))
+    if len(order) != len(comp.instructions):  # a cycle through control edges: keep every instruction
+        order += [i for i in comp.post_order() if i not in state]
+    return order
+
+
 _UNSPECIFIED = re.compile(r"unspecified_dims\s*=\s*\[([^\]]*)\]")
 
 
@@ -221,6 +255,9 @@ class _Flat:
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
         self.dead_tuples: dict[Instruction, list[Instruction]] = {}
+        # Elements read from an inlined call's result: XLA's CallInliner leaves them reading the
+        # callee's ROOT tuple (the import folded tuples before; nothing folds these).
+        self.call_results: set[Instruction] = set()
         comps = propagated_computations(module)
         needed = any(_reshaped_by_import(i) for c in comps for i in c.instructions)
         if not needed:
@@ -244,8 +281,11 @@ class _Flat:
             self._inline_calls(comp, values)
         for comp in propagated_computations(self.module):
             self._canonicalize_conditionals(comp)
+            self._import_rewrites(comp, values)
         for comp in propagated_computations(self.module):
             self._fold_tuples(comp, values)
+            if comp is self.module.entry:
+                self._single_result(comp, values)
             self._tuple_root(comp)
         for flat_instr, orig in self.origin.items():
             if flat_instr.parent is not None and flat_instr.parent.module is self.module:
@@ -297,6 +337,7 @@ class _Flat:
                 self.aliases.setdefault(root, []).extend(stands_for)
             self.replaced[call] = root
             was_root = comp.root is call
+            self.call_results.update(u for u in call.users if u.opcode is Opcode.GET_TUPLE_ELEMENT)
             call.replace_all_uses_with(root)
             if was_root:
                 comp.root = root
@@ -312,7 +353,7 @@ class _Flat:
         element itself, and values nothing uses disappear (with their annotations)."""
         for instr in comp.post_order():
             if (instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE
-                    and instr.parent is comp):
+                    and instr.parent is comp and instr not in self.call_results):
                 value = instr.operands[0].operands[instr.attr("index")]
                 was_root = comp.root is instr
                 instr.replace_all_uses_with(value)
@@ -335,6 +376,21 @@ class _Flat:
                 comp.remove(instr)
                 dead = True
 
+    def _single_result(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """The import returns an entry whose result is an unannotated one-element tuple as the
+        element itself (a function of one result): the element is then the root, which
+        propagation may only shard as the output flag allows.  (An annotated one keeps a root
+        of its own that holds the annotation.)"""
+        root = root_of(comp)
+        if root.opcode is not Opcode.TUPLE or len(root.operands) != 1 or "sharding" in root.attributes:
+            return
+        comp.root = root.operands[0]
+        orig = self.origin.pop(root, None)
+        if orig is not None:
+            values.setdefault(orig, []).append(root)
+        self.dead_tuples[root] = list(root.operands)
+        comp.remove(root)
+
     def _tuple_root(self, comp: Computation) -> None:
         """The import also returns a tuple-shaped result as a `tuple` of its elements: the op
         that made the value is then an ordinary instruction that may take a sharding, and the
@@ -353,6 +409,8 @@ class _Flat:
 
     def _canonicalize_conditionals(self, comp: Computation) -> None:
         for instr in list(comp.instructions):
+            if instr.opcode is Opcode.CONDITIONAL:
+                self._tuple_branch_operands(instr)
             if instr.opcode is not Opcode.CONDITIONAL or instr.shape.is_tuple:
                 continue
             for branch in instr.called_computations():
@@ -369,10 +427,79 @@ class _Flat:
             s = instr.sharding if "sharding" in instr.attributes else None
             if s is not None and s.kind is not ShardingKind.TUPLE:
                 gte.sharding = s
-                instr.sharding = su.single(instr.shape, s)
+                if s.kind is ShardingKind.UNKNOWN:  # only a shard group: the element joins it
+                    del instr.attributes["sharding"]
+                else:
+                    instr.sharding = su.single(instr.shape, _without_group(s))  # the group is the element's
             orig = self.origin.pop(instr, None)
             if orig is not None:
                 self.origin[gte] = orig
+
+    def _import_rewrites(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
+        """Ops the import (its MLIR canonicalization) drops or writes in another form, which
+        propagation treats otherwise: an identity transpose and a reverse of size-1 dims go
+        (their users read the operand, and they take its sharding back; an annotated one stays,
+        as the user's annotation must); a broadcast of a broadcast is one broadcast of the
+        inner operand; a transpose that keeps
+        the order of the dims longer than 1 is a reshape; a dynamic-slice at constant offsets is
+        a slice (offsets clamped)."""
+        for instr in list(comp.instructions):
+            b = Builder(comp, before=instr)
+            if _is_no_op(instr) and comp.root is not instr and "sharding" not in instr.attributes:
+                instr.replace_all_uses_with(instr.operands[0])
+                self.replaced[instr] = instr.operands[0]
+                orig = self.origin.pop(instr, None)
+                if orig is not None:
+                    values.setdefault(orig, []).append(instr)
+                comp.remove(instr)
+                continue
+            if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
+                new = b.reshape(instr.operands[0], instr.array_shape)
+            elif instr.opcode is Opcode.BROADCAST and instr.operands[0].opcode is Opcode.BROADCAST:
+                inner = instr.operands[0]
+                new = b.broadcast(inner.operands[0], instr.array_shape,
+                                  [instr.dimensions[d] for d in inner.dimensions])
+            elif instr.opcode is Opcode.DYNAMIC_SLICE and (starts := _constant_offsets(instr)) is not None:
+                new = b.slice(instr.operands[0], starts, [st + d for st, d in zip(starts, instr.array_shape.dims)])
+            else:
+                continue
+            if "sharding" in instr.attributes:
+                new.sharding = instr.sharding
+            comp.replace(instr, new)
+            self.replaced[instr] = new
+            orig = self.origin.pop(instr, None)
+            if orig is not None:
+                self.origin[new] = orig
+
+    def _tuple_branch_operands(self, cond: Instruction) -> None:
+        """The import passes each branch the values it reads as one tuple (a branch region
+        captures them; the export gathers them into a tuple operand and a tuple parameter): an
+        array operand is wrapped in a tuple of its own, and the branch reads it back with a
+        get-tuple-element.  The tuple is an ordinary user of the operand, so the operand takes
+        the sharding the conditional gives that tuple (when shapes allow, its own)."""
+        comp = cond.parent
+        assert comp is not None
+        for i, branch in enumerate(cond.called_computations()):
+            operand = cond.operands[i + 1]
+            if operand.shape.is_tuple:
+                continue
+            cond.set_operand(i + 1, Builder(comp, before=cond).tuple([operand]))
+            param = branch.parameters[0]
+            users = list(param.users)
+            was_root = branch.root is param
+            param.shape = TupleShape((param.shape,))
+            element = Builder(branch).get_tuple_element(param, 0)
+            for user in users:
+                user.replace_operand(param, element)
+            if was_root:
+                branch.root = element
+            orig = self.origin.pop(param, None)
+            if orig is not None:
+                self.origin[element] = orig
+            s = param.sharding if "sharding" in param.attributes else None
+            if s is not None and s.kind is not ShardingKind.TUPLE:
+                element.sharding = s
+                param.sharding = su.single(param.shape, _without_group(s))
 
     def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
         """Write the walk's shardings onto the module (see the class docstring)."""
@@ -449,6 +576,8 @@ class _Walk:
         self._remarked: set[tuple[str, str]] = set()
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
         self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
+        self.position: dict[Instruction, int] = {}  # the place in XLA's post order (see `_users`)
+        self._ordered_users: dict[Instruction, list[Instruction]] = {}
         # What the graph alone decides, per instruction, kept for the walk (the graph is fixed):
         # the level from which propagation crosses it, whether it may take a sharding from its
         # operands / users (less the collective case, which reads a sharding), the manual
@@ -661,13 +790,24 @@ class _Walk:
             self._overlay = outer
 
     # ----------------------------------------------------------------- run --
+    def _users(self, instr: Instruction) -> list[Instruction]:
+        """`instr`'s users in the order XLA lists them, which decides between users that offer
+        incompatible shardings at the same level: XLA's import builds the module in post order
+        (xla_post_order), so a user comes in the order of its place there."""
+        users = self._ordered_users.get(instr)
+        if users is None:
+            users = self._ordered_users[instr] = sorted(instr.users, key=lambda u: self.position.get(u, 0))
+        return users
+
     def run(self) -> None:
+        self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
         self._load()
         self._process_annotations()
         self._link_computations()
         self._fix_provided()
-        # Propagation sets shardings only; the graph, so each post order, is fixed.
-        self.orders = {comp: comp.post_order() for comp in self.comps}
+        # Propagation sets shardings only; the graph, so each post order and user order, is fixed.
+        self.orders = {comp: xla_post_order(comp) for comp in self.comps}
+        self._ordered_users.clear()
         self._conversions = {i for order in self.orders.values() for i in order
                              if is_custom_call(i, FULL_TO_SHARD, SHARD_TO_FULL)}
         for level in range(3):
@@ -711,7 +851,7 @@ class _Walk:
         """XLA's ProcessShardingInstruction: Sharding custom-calls give their sharding to
         unsharded operands; shard groups are collected (and removed from the shardings)."""
         for comp in self.comps:
-            for instr in reversed(comp.post_order()):
+            for instr in reversed(xla_post_order(comp)):
                 if instr.parent is None:
                     continue
                 s = self.state.get(instr)
@@ -763,6 +903,16 @@ class _Walk:
             return [instr] + [root_of(c) for c in instr.called_computations()]
         if instr.opcode is Opcode.CALL:
             return [instr, root_of(instr.called_computations()[0])]
+        if instr.opcode is Opcode.PARAMETER:
+            # a branch's or callee's parameter and the operand passed to it
+            caller = self.caller.get(instr.parent)
+            if caller is not None and caller.opcode is Opcode.CONDITIONAL:
+                for i, branch in enumerate(caller.called_computations()):
+                    if branch is instr.parent:
+                        return [instr, caller.operands[i + 1]]
+            if caller is not None and caller.opcode is Opcode.CALL:
+                assert instr.parameter_number is not None
+                return [instr, caller.operands[instr.parameter_number]]
         return []
 
     def _link_computations(self) -> None:
@@ -813,6 +963,11 @@ class _Walk:
                 done_users.discard(operand)
             for user in (for_users or hlo).users:
                 done_ops.discard(user)
+                if user.opcode in _CONTROL_FLOW:  # the bodies' parameters read the operands
+                    for callee in user.called_computations():
+                        for param in callee.parameters:
+                            if param is not None:
+                                done_ops.discard(param)
             group = self.group_of.get(hlo)
             if group is not None:
                 for m in self.groups[group]:
@@ -923,7 +1078,7 @@ class _Walk:
                 return
             s = self.state.get(instr)
             for other in related:
-                if s is not None and self.state.get(other) != s:
+                if s is not None and self.state.get(other) != s and other not in self.provided:
                     self.state[other] = s
                     changed.add(other)
                     self._propagate_related(other, changed)
@@ -934,6 +1089,8 @@ class _Walk:
             caller = self.caller.get(instr.parent)
             if caller is not None:
                 to_related(caller)
+                if instr.opcode is Opcode.PARAMETER and caller.opcode in (Opcode.CONDITIONAL, Opcode.CALL):
+                    to_related(instr)  # back to the operand passed in
 
     def _supports(self, instr: Instruction, *, from_users: bool) -> bool:
         """May `instr` take a sharding from its operands (the entry root only if the output may
@@ -982,7 +1139,7 @@ class _Walk:
                 return True
         if not self._supports(instr, from_users=False):
             if (instr.shape.is_tuple or not instr.operands or instr.is_root
-                    or instr.has_side_effect):
+                    or has_side_effect(instr)):
                 return False
             for op in instr.operands:
                 s = self.sharding(op)
@@ -1002,7 +1159,7 @@ class _Walk:
         # are pure: asked again on the same shardings, a user answers the same).
         asked: dict[Instruction, Sharding | None] = {}
         if cur is None or su.is_tile_maximal(cur):
-            for user in instr.users:
+            for user in self._users(instr):
                 us = self.sharding(user)
                 if us is None or is_custom_call(user, FULL_TO_SHARD):
                     continue
@@ -1016,7 +1173,12 @@ class _Walk:
         if not self._supports(instr, from_users=True):
             return False
         improved = False
-        for user in instr.users:
+        for user in self._users(instr):
+            if user.opcode is Opcode.RNG_BIT_GENERATOR:  # its state is one value: XLA replicates it
+                if cur is not None and su.is_replicated(cur):
+                    return improved
+                self.set_sharding(instr, su.replicated())
+                return True
             found = asked[user] if not improved and user in asked else self.sharding_from_user(instr, user)
             if found is not None and is_custom_call(instr, BARRIER_TO):
                 found = su.replicated()
@@ -1138,7 +1300,7 @@ class _Walk:
         if conv is False:
             return False
         changed = False
-        for user in list((conv or annotation).users):
+        for user in self._users(conv or annotation):
             us = self.state.get(user)
             if us is None or us.kind is not ShardingKind.TILED:
                 continue
@@ -1428,14 +1590,53 @@ def _check_device_count(module: Module, n: int) -> None:
                                    f"program has {n} (num_partitions)")
 
 
+def _is_no_op(instr: Instruction) -> bool:
+    """An identity transpose or a reverse of size-1 dims (the import drops them)."""
+    if instr.opcode is Opcode.TRANSPOSE:
+        return list(instr.dimensions) == sorted(instr.dimensions)
+    return instr.opcode is Opcode.REVERSE and all(instr.array_shape.dims[d] == 1 for d in instr.dimensions)
+
+
+def _moves_only_unit_dims(transpose: Instruction) -> bool:
+    operand = transpose.operands[0].array_shape
+    kept = [d for d in transpose.dimensions if operand.dims[d] != 1]
+    return kept == sorted(kept)
+
+
+def _constant_offsets(ds: Instruction) -> list[int] | None:
+    """A dynamic-slice's start offsets when all are scalar constants, clamped as XLA clamps them."""
+    starts: list[int] = []
+    for offset, size, dim in zip(ds.operands[1:], ds.array_shape.dims, ds.operands[0].array_shape.dims):
+        if offset.opcode is not Opcode.CONSTANT or offset.array_shape.rank != 0:
+            return None
+        try:
+            value = int(str(offset.literal))
+        except ValueError:
+            return None
+        starts.append(min(max(value, 0), dim - size))
+    return starts if len(ds.operands) == len(ds.array_shape.dims) + 1 else None
+
+
 def _reshaped_by_import(instr: Instruction) -> bool:
     """Does XLA's pipeline (or the import its compile of HLO text goes through) change the graph
     around `instr` before propagating (see _Flat)?"""
-    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and not instr.shape.is_tuple):
+    if instr.opcode is Opcode.TRANSPOSE and _moves_only_unit_dims(instr):
+        return True
+    if _is_no_op(instr):
+        return True
+    if instr.opcode is Opcode.BROADCAST and instr.operands[0].opcode is Opcode.BROADCAST:
+        return True
+    if instr.opcode is Opcode.DYNAMIC_SLICE and _constant_offsets(instr) is not None:
+        return True
+    if instr.opcode is Opcode.CALL or (instr.opcode is Opcode.CONDITIONAL and (
+            not instr.shape.is_tuple or any(not o.shape.is_tuple for o in instr.operands[1:]))):
         return True
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT and instr.operands[0].opcode is Opcode.TUPLE:
         return True
     if instr.is_root and instr.shape.is_tuple and instr.opcode is not Opcode.TUPLE:
+        return True
+    if (instr.parent is not None and instr.parent.is_entry and instr.is_root and instr.opcode is Opcode.TUPLE
+            and len(instr.operands) == 1 and "sharding" not in instr.attributes):
         return True
     return (not instr.users and not instr.is_root and instr.opcode is not Opcode.PARAMETER
             and not instr.has_side_effect)
