@@ -24,7 +24,8 @@ The algorithm (XLA's, in our words):
    reshape, transpose, tuple, while; 1: every op, and compatible partial shardings merge;
    2: broadcasts backward; 3: broadcasts forward).  Each round repeats, per computation
    (callees first), shard groups → forward in post order → backward in reverse post order,
-   until nothing changes.  A value only takes a sharding that improves on its current one
+   until nothing changes (XLA's post order, and a value's users in its order: see
+   xla_post_order).  A value only takes a sharding that improves on its current one
    (propagation_rules.PropagationContext.improve): more tiles, compatible with what it has.
    A while, its body parameter and root and its condition parameter share one sharding; so do
    a conditional and its branch roots, a call and its body root.
@@ -41,9 +42,11 @@ by the pass options, else by the module's `allow_spmd_sharding_propagation_to_pa
 without them, not (XLA's default).  A JAX `.lower().as_text()` module does not record what
 JAX passes to the compiler: give `propagate-to-parameters` / `propagate-to-output` then.
 
-Where we differ from XLA on purpose: nothing in the propagation itself; the `Sharding`
-custom-calls stay custom-calls (option `keep-sharding-custom-calls`; XLA turns them into
-copies) and XLA's CSE-prevention mode is not offered.
+Where we differ from XLA on purpose: the `Sharding` custom-calls stay custom-calls (option
+`keep-sharding-custom-calls`; XLA turns them into copies), an annotation on an op XLA's import
+drops or rewrites stays (XLA loses it with the op), and XLA's CSE-prevention mode is not
+offered; propagation_rules.wide_window_dims and the partially manual refinement say why they
+differ where they do.
 """
 
 from __future__ import annotations
@@ -237,11 +240,13 @@ def unspecified_dims(instr: Instruction) -> list[int] | None:
 
 
 class _Flat:
-    """The module as XLA's pipeline hands it to propagation: calls inlined (CallInliner) and
-    every conditional returning a tuple (ConditionalCanonicalizer).  Both change where
-    shardings flow: a call body's values belong to its caller's graph (propagation reaches
-    them in the caller's order and crosses the call both ways), and a branch's result is
-    linked to the conditional only through the tuple wrapping it.
+    """The module as XLA's pipeline hands it to propagation: calls inlined (CallInliner), every
+    conditional returning a tuple (ConditionalCanonicalizer) and taking its branch operands in
+    tuples, and the rewrites XLA's import of HLO text makes (see _fold_tuples, _single_result,
+    _import_rewrites).  All change where shardings flow: a call body's values belong to its
+    caller's graph (propagation reaches them in the caller's order and crosses the call both
+    ways), and a branch's result is linked to the conditional only through the tuple wrapping
+    it.
 
     The walk runs on a copy so built; `transfer` writes its shardings back onto the module,
     which keeps its calls: a call takes its inlined result's sharding, a call body's
