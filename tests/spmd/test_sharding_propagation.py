@@ -251,6 +251,28 @@ def test_partially_manual_region_takes_the_automatic_part_of_an_input_split_over
     assert sharding_of(across, "psum") == region
 
 
+@pytest.mark.parametrize("groups, copies", [("{{0,2,4,6},{1,3,5,7}}", 1), ("{{0,1,2,3,4,5,6,7}}", 2)])
+def test_partially_manual_psum_partitions_to_the_sum_derived_by_hand(groups, copies):
+    """The programs above, partitioned and run on 8 devices.  XLA refuses to run the original with
+    groups spanning y, so the oracle is derived by hand: the manual x cuts `b` into four blocks of
+    four rows, and the psum adds its group's blocks; a group spanning both y copies of the
+    (y-replicated) region adds each block twice."""
+    from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+    from hlo_passes.runtime.partitioned import run_global_partitioned
+
+    text = PARTIAL_MANUAL_BLOCKS_CUT.replace("{{0,2,4,6},{1,3,5,7}}", groups)
+    original = parse_module(text)
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    partitioned = parse_module(print_module(module))
+    b = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    outputs, problems, _ = run_global_partitioned(
+        partitioned, [b], param_shardings=[p.sharding for p in original.entry.parameters],
+        root_sharding=partitioned.entry.root.sharding, global_root_shape=original.entry.root.shape)
+    assert problems == []
+    np.testing.assert_allclose(outputs[0], copies * b.reshape(4, 4, 8).sum(0), rtol=1e-5, atol=1e-5)
+
+
 def test_wide_reduce_window_keeps_no_tiling_on_purpose():
     """Deliberate difference from XLA (see propagation_rules.wide_window_dims): a cumsum's window
     as wide as the dim does not take that dim's tiling; a remark says why."""
