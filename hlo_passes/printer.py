@@ -117,13 +117,14 @@ class _Printer:
         root = "ROOT " if parent is not None and parent.root is instr else ""
         text = f"{root}{pct}{instr.name} = {instr.shape.to_hlo()} {_OPCODE_TEXT[opcode]}({operands})"
         called = instr.called
+        attributes = instr._attributes or {}  # (the dict itself: most instructions have none)
         if not called and not instr.control_predecessors:
-            if not instr.attributes:
+            if not attributes:
                 return text
             return text + "".join([f", {key}={attr.raw if attr.raw is not None else attr.text(key)}"
-                                   for key, attr in instr.attributes.items()])
+                                   for key, attr in attributes.items()])
         parts = []
-        for key, attr in instr.attributes.items():
+        for key, attr in attributes.items():
             if key in called:
                 parts.append(f"{key}={self.called(called[key])}")
             elif key == "control-predecessors" or key in CALLED_COMPUTATION_KEYS:
@@ -131,7 +132,7 @@ class _Printer:
             else:
                 parts.append(f"{key}={attr.text(key)}")
         for key, callee in called.items():
-            if key not in instr.attributes:
+            if key not in attributes:
                 parts.append(f"{key}={self.called(callee)}")
         if instr.control_predecessors:
             parts.append("control-predecessors={" + ", ".join(pct + p.name for p in instr.control_predecessors) + "}")
