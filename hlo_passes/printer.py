@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import io
+from typing import TextIO
 
 from hlo_passes.ir.attributes import quote
 from hlo_passes.ir.computation import Computation
@@ -27,6 +28,13 @@ _OPCODE_TEXT = {op: op.value for op in Opcode}
 
 def print_module(module: Module) -> str:
     out = io.StringIO()
+    write_module(module, out)
+    return out.getvalue()
+
+
+def write_module(module: Module, out: TextIO) -> None:
+    """`print_module`'s text, written to `out` as it is made: a big module's text (as large
+    as the module's file, twice that while a string of it is built) need not be held whole."""
     gc_was_enabled = gc.isenabled()
     gc.disable()  # printing allocates many short strings and no cycles
     try:
@@ -34,7 +42,6 @@ def print_module(module: Module) -> str:
     finally:
         if gc_was_enabled:
             gc.enable()
-    return out.getvalue()
 
 
 def print_instruction(instr: Instruction) -> str:
@@ -44,7 +51,7 @@ def print_instruction(instr: Instruction) -> str:
 
 
 class _Printer:
-    def __init__(self, module: Module, out: io.StringIO):
+    def __init__(self, module: Module, out: TextIO):
         self.m = module
         self.out = out
         self.pct = "%" if module.style.percent_names else ""
