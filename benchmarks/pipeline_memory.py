@@ -3,7 +3,8 @@
     python benchmarks/pipeline_memory.py FILE [--passes P] [--num-partitions N] [--trace [--collect]] [--top K]
 
 Stages: read, parse, each pass of the pipeline (through `PassManager`, as `run` does), the
-final structural check, print.  Per stage: CPU and wall seconds, and either the process's peak
+final structural check, print (written as it is made, as `run` writes its output: to `-o`, or
+to the null device).  Per stage: CPU and wall seconds, and either the process's peak
 resident set so far (`ru_maxrss`; the default, what `--stats` shows) or, with `--trace`,
 tracemalloc's peak and live Python allocations during and after the stage (tracemalloc slows
 the run 2-3x; its figures count Python objects only, not the interpreter, the imported modules
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import sys
 import time
@@ -31,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from hlo_passes.parse.module_parser import parse_module  # noqa: E402
 from hlo_passes.passes.manager import PassManager, structural_problems  # noqa: E402
 from hlo_passes.passes.pipeline import parse_pipeline, set_option_everywhere  # noqa: E402
-from hlo_passes.printer import print_module  # noqa: E402
+from hlo_passes.printer import print_module, write_module  # noqa: E402
 
 
 def _rss_mib() -> float:
@@ -94,11 +96,10 @@ def main() -> None:
     for p in pipeline.passes:
         stage(p.pipeline_text(), lambda: PassManager([p]).run(module))
     stage("structural check", lambda: structural_problems(module))
-    out = stage("print", lambda: print_module(module))
+    with open(args.output if args.output is not None else os.devnull, "w", encoding="utf-8", newline="") as f:
+        stage("print", lambda: write_module(module, f))
     print(f"{'total':<34} cpu {time.process_time() - total_cpu:7.2f} s  "
           f"wall {time.perf_counter() - total_wall:7.2f} s", file=sys.stderr)
-    if args.output is not None:
-        args.output.write_text(out)
 
 
 if __name__ == "__main__":

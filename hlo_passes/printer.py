@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import io
+from typing import TextIO
 
 from hlo_passes.ir.attributes import quote
 from hlo_passes.ir.computation import Computation
@@ -27,6 +28,13 @@ _OPCODE_TEXT = {op: op.value for op in Opcode}
 
 def print_module(module: Module) -> str:
     out = io.StringIO()
+    write_module(module, out)
+    return out.getvalue()
+
+
+def write_module(module: Module, out: TextIO) -> None:
+    """`print_module`'s text, written to `out` as it is made: a big module's text (as large
+    as the module's file, twice that while a string of it is built) need not be held whole."""
     gc_was_enabled = gc.isenabled()
     gc.disable()  # printing allocates many short strings and no cycles
     try:
@@ -34,7 +42,6 @@ def print_module(module: Module) -> str:
     finally:
         if gc_was_enabled:
             gc.enable()
-    return out.getvalue()
 
 
 def print_instruction(instr: Instruction) -> str:
@@ -44,7 +51,7 @@ def print_instruction(instr: Instruction) -> str:
 
 
 class _Printer:
-    def __init__(self, module: Module, out: io.StringIO):
+    def __init__(self, module: Module, out: TextIO):
         self.m = module
         self.out = out
         self.pct = "%" if module.style.percent_names else ""
@@ -117,13 +124,14 @@ class _Printer:
         root = "ROOT " if parent is not None and parent.root is instr else ""
         text = f"{root}{pct}{instr.name} = {instr.shape.to_hlo()} {_OPCODE_TEXT[opcode]}({operands})"
         called = instr.called
+        attributes = instr._attributes or {}  # (the dict itself: most instructions have none)
         if not called and not instr.control_predecessors:
-            if not instr.attributes:
+            if not attributes:
                 return text
             return text + "".join([f", {key}={attr.raw if attr.raw is not None else attr.text(key)}"
-                                   for key, attr in instr.attributes.items()])
+                                   for key, attr in attributes.items()])
         parts = []
-        for key, attr in instr.attributes.items():
+        for key, attr in attributes.items():
             if key in called:
                 parts.append(f"{key}={self.called(called[key])}")
             elif key == "control-predecessors" or key in CALLED_COMPUTATION_KEYS:
@@ -131,7 +139,7 @@ class _Printer:
             else:
                 parts.append(f"{key}={attr.text(key)}")
         for key, callee in called.items():
-            if key not in instr.attributes:
+            if key not in attributes:
                 parts.append(f"{key}={self.called(callee)}")
         if instr.control_predecessors:
             parts.append("control-predecessors={" + ", ".join(pct + p.name for p in instr.control_predecessors) + "}")

@@ -20,11 +20,13 @@ Outputs are written only after the command succeeded, and never damage what is a
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable, TextIO
 
 from hlo_passes.cli.main import UserError
 from hlo_passes.ir.module import Module
@@ -150,17 +152,51 @@ def two_modules(first: str, second: str | None, module: str | None, stages: str 
     return out
 
 
-def write_text(path: str, text: str) -> None:
-    """Write `text` to `path` ('-' is stdout) without damaging what is there (module docstring)."""
+# What writes a text (or bytes) to a stream, for outputs too big to hold whole.
+TextWriter = Callable[[TextIO], None]
+BytesWriter = Callable[[BinaryIO], None]
+
+
+def write_text(path: str, text: str | TextWriter) -> None:
+    """Write `text` to `path` ('-' is stdout) without damaging what is there (module docstring).
+
+    `text` may be a function that writes the text to a stream.  Where the path is replaced
+    through a temporary file (a new file, or a regular file with one link: the usual case) it
+    writes into that file as it goes, and the text is never held whole; elsewhere (stdout, a
+    FIFO or device, a file with several links) the text is made in memory first, so that
+    nothing is written unless it is complete."""
     if path == "-":
+        if not isinstance(text, str):
+            made = io.StringIO()
+            text(made)
+            text = made.getvalue()
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    write_bytes(path, text.encode())
+    write_bytes(path, text.encode() if isinstance(text, str) else _utf8(text))
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write `data` to the file `path` by the rules of the module docstring."""
+def _utf8(write: TextWriter) -> BytesWriter:
+    def write_bytes_to(f: BinaryIO) -> None:
+        stream = io.TextIOWrapper(f, encoding="utf-8", newline="")  # (no newline translation)
+        write(stream)
+        stream.flush()
+        stream.detach()  # `f` stays open: its owner closes it
+
+    return write_bytes_to
+
+
+def _complete(data: bytes | BytesWriter) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    made = io.BytesIO()
+    data(made)
+    return made.getvalue()
+
+
+def write_bytes(path: str, data: bytes | BytesWriter) -> None:
+    """Write `data` (or what the function `data` writes) to the file `path` by the rules of
+    the module docstring."""
     if path == "":
         raise UserError("the output file name is empty (use - for standard output)")
     target = path
@@ -193,15 +229,17 @@ def write_bytes(path: str, data: bytes) -> None:
         raise UserError(f"{path}: cannot write it ({e.strerror or e})") from None
 
 
-def _write_through(path: str, data: bytes, *, truncate: bool) -> None:
-    """Write into the existing file: no new inode, no creation (O_CREAT is not given)."""
+def _write_through(path: str, data: bytes | BytesWriter, *, truncate: bool) -> None:
+    """Write into the existing file: no new inode, no creation (O_CREAT is not given).  The
+    data is complete before the file is opened (truncated)."""
+    data = _complete(data)
     flags = os.O_WRONLY | (os.O_TRUNC if truncate else 0) | getattr(os, "O_NOCTTY", 0)
     fd = os.open(path, flags)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
 
 
-def _replace_atomically(path: str, data: bytes, old: os.stat_result | None) -> None:
+def _replace_atomically(path: str, data: bytes | BytesWriter, old: os.stat_result | None) -> None:
     """A temporary file in the target's directory, renamed over it; the old file's mode (and
     owner, where allowed) carry over.  A directory we may not create files in, holding a file
     we may write, gets the file rewritten in place instead."""
@@ -224,7 +262,10 @@ def _replace_atomically(path: str, data: bytes, old: os.stat_result | None) -> N
             except PermissionError:
                 pass
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)  # straight into the temporary file: renamed only once complete
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

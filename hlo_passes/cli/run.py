@@ -22,7 +22,7 @@ from hlo_passes.cli.progress import Progress
 from hlo_passes.ir.sharding import ShardingKind
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.pipeline import PipelineError, parse_pipeline, set_option_everywhere
-from hlo_passes.printer import print_module
+from hlo_passes.printer import print_module, write_module
 from hlo_passes.stats import module_stats
 
 COMMAND = "run"
@@ -132,7 +132,6 @@ def main(args) -> int:
             print(f"error: the final module is malformed (structural verifier), nothing written:\n{problems}\n"
                   "(run with --verify-each to find the pass that broke it)", file=sys.stderr)
             return 1
-    out = print_module(module)
     if pass_report is not None:  # a diagnostic, like --dump-dir: written before --verify judges
         write_text(args.report, pass_report.html(manager, module))
     _print_remarks(manager, args.remarks)
@@ -141,17 +140,22 @@ def main(args) -> int:
         print(module_stats(module).format("after:"), file=sys.stderr)
         print("passes:", file=sys.stderr)
         print(manager.timing_report(), file=sys.stderr)
-    if args.verify:
-        # deferred: the runtime loads numpy and xla_backend (jax on first use)
-        from hlo_passes.runtime import verify_equivalent
-        from hlo_passes.runtime.xla_backend import quiet_cpp_logs
+    output = args.output if args.output is not None else "-"
+    if not args.verify:
+        # Printed into the output file as it is made: a big module's text is not held whole.
+        write_text(output, lambda stream: write_module(module, stream))
+        return 0
+    out = print_module(module)
+    # deferred: the runtime loads numpy and xla_backend (jax on first use)
+    from hlo_passes.runtime import verify_equivalent
+    from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
-        quiet_cpp_logs()
-        report = verify_equivalent(cast(str, original), out, original_as=args.as_kind)
-        print(report.format(), file=sys.stderr)
-        if not report.ok:
-            return 1
-    write_text(args.output if args.output is not None else "-", out)
+    quiet_cpp_logs()
+    report = verify_equivalent(cast(str, original), out, original_as=args.as_kind)
+    print(report.format(), file=sys.stderr)
+    if not report.ok:
+        return 1
+    write_text(output, out)
     return 0
 
 

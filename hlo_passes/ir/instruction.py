@@ -8,17 +8,18 @@ sides, so `users` is always exact.
 A big module holds hundreds of thousands of instructions, most of them with one
 user, no called computation and no control edges, so those are stored compactly:
 `users` is a read-only view over a single user, a tuple of a few (an ordered set costs
-four times as much) or, past `FEW_USERS`, an ordered set (a dict), and `called`,
-`control_predecessors` and `control_successors` are shared empty immutables
-until something is put in them (`called` is replaced by assigning a new dict;
-control edges change through `add_control_predecessor`).  The source span the parser gives
+four times as much) or, past `FEW_USERS`, an ordered set (a dict); an instruction
+without attributes holds no dict (`attributes` reads as an empty mapping that makes one on
+the first write); and `called`, `control_predecessors` and `control_successors` are shared
+empty immutables until something is put in them (`called` is replaced by assigning a new
+dict; control edges change through `add_control_predecessor`).  The source span the parser gives
 each instruction is kept packed in one int (ir/source.py) until it is first read (`span`).
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator, Mapping, MutableMapping, cast
 
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, FrontendAttributes, GatherDimensions,
                                       OpMetadata, ScatterDimensions, ShapeList, Window, WindowDimension, reader_for)
@@ -56,12 +57,12 @@ NO_CONTROL_EDGES: tuple[()] = ()
 
 class Instruction:
     __slots__ = (
-        "name", "opcode", "shape", "operands", "_users", "attributes", "called", "parent",
+        "name", "opcode", "shape", "operands", "_users", "_attributes", "called", "parent",
         "control_predecessors", "control_successors", "literal", "parameter_number", "_span",
     )
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
-                 *, name: str = "", attributes: dict[str, Attr] | None = None,
+                 *, name: str = "", attributes: Mapping[str, Attr] | None = None,
                  called: Mapping[str, "Computation | tuple[Computation, ...]"] | None = None,
                  literal: str | None = None, parameter_number: int | None = None,
                  span: SpanFields | SourceSpan | None = None):
@@ -70,7 +71,7 @@ class Instruction:
         self.shape = shape
         # None, the only user, a tuple of a few, or an ordered set (dict) of users: see `users`.
         self._users: Instruction | tuple[Instruction, ...] | dict[Instruction, None] | None = None
-        self.attributes: dict[str, Attr] = dict(attributes) if attributes else {}
+        self._attributes: dict[str, Attr] | None = dict(attributes) if attributes else None  # see `attributes`
         self.called: Mapping[str, Computation | tuple[Computation, ...]] = dict(called) if called else NO_CALLS
         self.parent: Computation | None = None
         self.control_predecessors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
@@ -203,10 +204,30 @@ class Instruction:
         return shape
 
     # ---------------------------------------------------------- attributes --
+    @property
+    def attributes(self) -> MutableMapping[str, Attr]:
+        """The attribute slots by key, in source order.  Most instructions of a big module have
+        none and hold no dict for them (64 bytes each): for those this is an empty mapping that
+        makes the instruction's dict on the first write (reads and writes behave as on a dict)."""
+        attributes = self._attributes
+        return attributes if attributes is not None else _NoAttributes(self)
+
+    @attributes.setter
+    def attributes(self, value: dict[str, Attr]) -> None:
+        self._attributes = value
+
+    def _own_attributes(self) -> dict[str, Attr]:
+        """The instruction's dict of attributes, made if it has none yet."""
+        attributes = self._attributes
+        if attributes is None:
+            attributes = self._attributes = {}
+        return attributes
+
     def attr(self, key: str, default: Any = None) -> Any:
         """Typed value of attribute `key` (read from its text on first use).  Prefer the typed
         views below, which know each opcode's defaults."""
-        slot = self.attributes.get(key)
+        attributes = self._attributes
+        slot = attributes.get(key) if attributes is not None else None
         if slot is None:
             return default
         return slot.value(reader_for(key))
@@ -285,13 +306,15 @@ class Instruction:
         return None if found is None else cast(ShapeList, found).shapes
 
     def set_attr(self, key: str, value: Any) -> None:
-        self.attributes[key] = Attr(value=value)
+        self._own_attributes()[key] = Attr(value=value)
 
     def remove_attr(self, key: str) -> None:
-        self.attributes.pop(key, None)
+        if self._attributes is not None:
+            self._attributes.pop(key, None)
 
     def has_attr(self, key: str) -> bool:
-        return key in self.attributes
+        attributes = self._attributes
+        return attributes is not None and key in attributes
 
     @property
     def sharding(self) -> Sharding | None:
@@ -366,6 +389,50 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"<{self.opcode.value} %{self.name}: {self.shape.to_hlo(False)}>"
+
+
+class _NoAttributes(MutableMapping[str, Attr]):
+    """`Instruction.attributes` of an instruction that holds no dict: reads see its attributes
+    (none, or those a write has since given it), a write makes its dict.  Made when asked for,
+    not kept."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Instruction):
+        self._owner = owner
+
+    def __getitem__(self, key: str) -> Attr:
+        attributes = self._owner._attributes
+        if attributes is None:
+            raise KeyError(key)
+        return attributes[key]
+
+    def __contains__(self, key: object) -> bool:
+        attributes = self._owner._attributes
+        return attributes is not None and key in attributes
+
+    def get(self, key: str, default: Any = None) -> Any:
+        attributes = self._owner._attributes
+        return attributes.get(key, default) if attributes is not None else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._owner._attributes or ())
+
+    def __len__(self) -> int:
+        attributes = self._owner._attributes
+        return len(attributes) if attributes is not None else 0
+
+    def __setitem__(self, key: str, value: Attr) -> None:
+        self._owner._own_attributes()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        attributes = self._owner._attributes
+        if attributes is None:
+            raise KeyError(key)
+        del attributes[key]
+
+    def __repr__(self) -> str:
+        return repr(self._owner._attributes or {})
 
 
 def _with_user(users: tuple[Instruction, ...], user: Instruction) -> "tuple[Instruction, ...] | dict[Instruction, None]":

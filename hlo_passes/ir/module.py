@@ -118,7 +118,7 @@ class Module:
         """A channel id no instruction of the module uses: the one allocator every pass that
         creates a collective takes ids from (the module is scanned once, on first use)."""
         if self._next_channel is None:
-            used = [i.attr("channel_id") for i in self.all_instructions() if "channel_id" in i.attributes]
+            used = [i.attr("channel_id") for i in self.all_instructions() if i.has_attr("channel_id")]
             self._next_channel = max([0] + [c for c in used if isinstance(c, int)]) + 1
         cid = self._next_channel
         self._next_channel += 1
@@ -207,7 +207,7 @@ class Module:
         mapping: dict[Instruction, Instruction] = {}
         for instr in comp.post_order():
             copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands],
-                               name=f"{instr.name}.{suffix}", attributes=dict(instr.attributes),
+                               name=f"{instr.name}.{suffix}", attributes=instr._attributes,
                                called=dict(instr.called), literal=instr.literal,
                                parameter_number=instr.parameter_number, span=instr._span)
             mapping[instr] = copy

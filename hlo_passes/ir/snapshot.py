@@ -101,7 +101,7 @@ class ModuleSnapshot:
         self.opcodes += [i.opcode for i in post_order]
         self.shapes += [i.shape for i in post_order]
         self.names += [i.name for i in post_order]
-        self.attribute_items += [tuple(x for item in i.attributes.items() for x in item) if i.attributes else ()
+        self.attribute_items += [tuple(x for item in i._attributes.items() for x in item) if i._attributes else ()
                                  for i in post_order]
         self.rare += [(i.literal, i.parameter_number, _called_positions(i, comp_position) if i.called else None)
                       if i.literal is not None or i.parameter_number is not None or i.called else None

@@ -253,7 +253,7 @@ class ModuleBuilder(ShapeBuilder):
             self._infer(instr, opcode_tok)
         if plan.wrapped is not None:
             instr = self._async_sugar(instr, opcode_tok, plan.wrapped)
-        if plan.shape_checks or "parameter_replication" in instr.attributes or type(instr.shape) is TupleShape:
+        if plan.shape_checks or instr.has_attr("parameter_replication") or type(instr.shape) is TupleShape:
             self._shape_checks(instr, opcode_tok)
         self._define(instr, name_tok)
         return instr
@@ -425,7 +425,7 @@ class ModuleBuilder(ShapeBuilder):
                     opcode_tok: TokenLike, nested: bool) -> None:
         slots = self.attr_slots
         checked = self.checked
-        attributes = instr.attributes
+        attributes: dict[str, Attr] = {}  # the instruction's (it is new, without any), kept if not empty
         checks = keys.checks
         for key_tok, attr in attrs:
             key = intern(key_tok.value)  # one string per key, not one per use
@@ -447,6 +447,8 @@ class ModuleBuilder(ShapeBuilder):
             if key not in attributes:
                 where = " (a nested instruction takes no attributes)" if nested else ""
                 raise SemanticError(f"attribute {key} is expected but not seen{where}", opcode_tok)
+        if attributes:
+            instr.attributes = attributes
 
     def _references(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]]) -> None:
         """Called computations and control predecessors, defined above their use."""

@@ -115,7 +115,7 @@ def channel_errors(module: Module) -> list[VerifierError]:
     errors: list[VerifierError] = []
     by_channel: dict[int, list[Instruction]] = {}
     for instr in module.all_instructions():
-        channel = instr.attr("channel_id") if "channel_id" in instr.attributes else None
+        channel = instr.attr("channel_id") if instr.has_attr("channel_id") else None
         if channel is None:
             continue
         by_channel.setdefault(channel, []).append(instr)

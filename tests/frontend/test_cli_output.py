@@ -157,6 +157,39 @@ def test_run_output_rules_are_the_same(src, tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_run_streams_its_output_by_the_same_rules(src, tmp_path, capsys, monkeypatch):
+    """`run` prints the module straight into the output (no whole text in memory): the bytes
+    are print_module's for a new file, a replaced one (its mode kept), a hard link, a symlink's
+    target and stdout; a printer that fails midway leaves every target as it was."""
+    expected = print_module(parse_module(GOOD))
+    new, old, linked, other, link = (tmp_path / n for n in ("new.hlo", "old.hlo", "a.hlo", "b.hlo", "link.hlo"))
+    old.write_text(OLD)
+    old.chmod(0o640)
+    linked.write_text(OLD)
+    os.link(linked, other)
+    link.symlink_to(old.name)
+    for target in (new, old, other, link):
+        assert main(["run", str(src), "--passes=dce", "-q", "-o", str(target)]) == 0
+    assert new.read_text() == old.read_text() == linked.read_text() == expected
+    assert stat.S_IMODE(old.stat().st_mode) == 0o640 and link.is_symlink() and linked.stat().st_nlink == 2
+    capsys.readouterr()
+    assert main(["run", str(src), "--passes=dce", "-q"]) == 0
+    assert capsys.readouterr().out == expected
+
+    from hlo_passes import printer
+
+    def broken(self, instr):
+        raise RuntimeError("printer broke")
+
+    monkeypatch.setattr(printer._Printer, "instruction", broken)
+    for target in (tmp_path / "fresh.hlo", old, other):
+        before = target.read_text() if target.exists() else None
+        assert main(["run", str(src), "--passes=dce", "-q", "-o", str(target)]) != 0
+        assert "printer broke" in capsys.readouterr().err
+        assert (target.read_text() if target.exists() else None) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 # ----------------------------------------------------------------- inputs --
 def test_dev_zero_ends_at_the_first_nul(capsys):
     assert fmt("/dev/zero") == 2

@@ -115,6 +115,33 @@ def test_empty_called_and_control_edges_are_shared_and_read_only():
     assert not b.control_predecessors and not a.control_successors
 
 
+def test_attributes_of_an_instruction_without_any_behave_as_a_dict():
+    """An instruction without attributes holds no dict; its `attributes` still reads and writes
+    like one, and a view taken before a write sees the write."""
+    from hlo_passes.ir import Attr
+
+    m = parse_module(TEXT)
+    a, b, c = (m.entry.find(n) for n in "abc")
+    assert a._attributes is None and not a.attributes and len(a.attributes) == 0
+    assert "x" not in a.attributes and a.attributes.get("x", 3) == 3 and list(a.attributes.items()) == []
+    with pytest.raises(KeyError):
+        a.attributes["x"]
+    view = a.attributes
+    a.set_attr("dimensions", (0,))
+    assert "dimensions" in view and dict(view) == dict(a.attributes) and a._attributes is not None
+    b.attributes["metadata"] = Attr(raw='{op_name="b"}')
+    c.attributes.update({"metadata": Attr(raw='{op_name="c"}')})
+    assert b.metadata.op_name == "b" and c.metadata.op_name == "c"
+    assert c.attributes.pop("metadata").raw == '{op_name="c"}' and c.attributes.pop("metadata", None) is None
+    assert c.attributes.setdefault("metadata", Attr(raw='{op_name="d"}')).raw == '{op_name="d"}'
+    del c.attributes["metadata"]
+    c.attributes.clear()
+    assert not c.attributes and print_module(m).count("metadata") == 1
+    fresh = m.entry.find("p")
+    fresh.remove_attr("sharding")  # nothing to remove: no dict made
+    assert fresh._attributes is None and not fresh.has_attr("sharding") and fresh.sharding is None
+
+
 def test_repeated_attribute_texts_share_one_slot_and_stay_independent():
     m = parse_module(_dump(3))
     slots = {id(i.attributes["metadata"]) for i in m.entry.instructions if i.has_attr("metadata")}
