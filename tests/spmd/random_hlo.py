@@ -3,7 +3,8 @@
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
-(variadic too), convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially
+(variadic too), select-and-scatter, convolution, sort, gather, scatter (variadic too), cholesky,
+triangular-solve, fft, partially
 manual shard_map regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
@@ -588,6 +589,31 @@ def op_scatter(p: Program) -> None:
         p.emit("count", x.dims, f"convert({second.name})")
 
 
+def op_select_and_scatter(p: Program) -> None:
+    """A max- or min-pool gradient over the rows of a matrix: a select-and-scatter (select a
+    comparison, scatter add) with a random window, stride and padding along dim 0, so that
+    windows overlap tiles, and rows that do not divide the devices (uneven tiles) are common."""
+    x = p.pick(2)
+    if len(x.dims) != 2:
+        x = p.parameter((p.rng.choice(DIMS), p.rng.choice(DIMS)))
+    r = p.rng
+    rows, cols = x.dims
+    k = r.randint(1, min(rows, 4))
+    stride = r.randint(1, 3)
+    lo, hi = (r.randint(0, k - 1), r.randint(0, k - 1)) if k > 1 else (0, 0)
+    out = (rows + lo + hi - k) // stride + 1
+    src = next((v for v in p.values if v.dims == (out, cols)), None) or p.parameter((out, cols))
+    direction = r.choice(("GE", "GT", "LE", "LT"))
+    name = f"select_{direction.lower()}"
+    p.computations[name] = (f"{name} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                            f"  ROOT c = pred[] compare(a, b), direction={direction}\n}}\n")
+    zero = p.emit("zero", (), "constant(0)")
+    p.values.remove(zero)
+    p.emit("pool_grad", x.dims, f"select-and-scatter({x.name}, {src.name}, {zero.name}), "
+                                f"window={{size={k}x1 stride={stride}x1 pad={lo}_{hi}x0_0}}, select={name}, "
+                                f"scatter={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
+
+
 def _dominant_matrices(p: Program, dims: tuple[int, ...], scale: int) -> Value:
     """A fresh parameter of `dims` (last two equal) plus `scale` on the diagonal: inputs lie in
     [-1, 1), so it is positive definite by its lower triangle and well conditioned."""
@@ -799,6 +825,7 @@ OPS = {
     "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
     "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
     "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
+    "select-and-scatter": op_select_and_scatter,
 }
 
 
