@@ -3,7 +3,8 @@
 A module is a short random program over a few parameters: every op family the partitioner
 handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, concatenate,
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
-(variadic too), convolution, sort, gather, scatter, cholesky, triangular-solve, fft, partially
+(variadic too), select-and-scatter, convolution, sort, gather, scatter (variadic too), cholesky,
+triangular-solve, fft, partially
 manual shard_map regions), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
@@ -522,18 +523,95 @@ def op_gather(p: Program) -> None:
            sharding=p.maybe_sharding((count, cols)))
 
 
+SCATTER_REDUCERS = {
+    # per-output reductions (the partitioner may sum each output's partial scatters)
+    "sum_max": VARIADIC_REDUCERS["sum_max"][::3],
+    "sum_count": ("s32", """sum_count {
+  a0 = f32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = s32[] parameter(3)
+  s = f32[] add(a0, b0)
+  c = s32[] add(a1, b1)
+  ROOT t = (f32[], s32[]) tuple(s, c)
+}
+"""),
+    # outputs paired by a select: no per-output reduction (replicated where indices are tiled)
+    "argmax": VARIADIC_REDUCERS["argmax"][::3],
+}
+
+
 def op_scatter(p: Program) -> None:
+    """A scatter of rows into a matrix: one operand (add, max or min) or two (a variadic
+    scatter: a sum and a max, a sum and an integer count, an argmax over values and positions),
+    a few updates or many (more than the rows: the index-tiled, partially summed form pays),
+    the indices sometimes tiled, and now and then an index out of range (its row is skipped).
+    Without a matrix to scatter into it takes a new one."""
     x = p.pick(2)
     if len(x.dims) != 2:
-        return
+        x = p.parameter((p.rng.choice(DIMS), p.rng.choice(DIMS)))
+    r = p.rng
     rows, cols = x.dims
-    count = p.rng.randint(1, 4)
-    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{p.rng.randrange(rows)}}}" for _ in range(count))
-                 + "})", etype="s32")
+    count = r.randint(1, 4) if r.random() < 0.5 else r.randint(5, 40)
+    low, high = (-1, rows) if r.random() < 0.3 else (0, rows - 1)
+    idx = p.emit("idx", (count, 1), "constant({" + ", ".join(f"{{{r.randint(low, high)}}}" for _ in range(count))
+                 + "})", etype="s32", sharding=p.maybe_sharding((count, 1)))
     upd = next((v for v in p.values if v.dims == (count, cols)), None) or p.parameter((count, cols))
-    p.emit("scatter", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{1}}, "
-                              f"inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, "
-                              f"to_apply={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
+    dnums = ("update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, "
+             "index_vector_dim=1")
+    if r.random() < 0.5:
+        reducer = p.reducer(r.choice(("add", "add", "maximum", "minimum")))
+        p.emit("scatter", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), {dnums}, to_apply={reducer}",
+               sharding=p.maybe_sharding(x.dims))
+        return
+    name = r.choice(sorted(SCATTER_REDUCERS))
+    etype, text = SCATTER_REDUCERS[name]
+    p.computations[name] = text
+    if etype == "f32":  # distinct operands: XLA:CPU fails to compile a scatter reading one twice
+        y = r.choice([v for v in p.values if v.dims == x.dims and v is not x] or
+                     [p.emit("neg", x.dims, f"negate({x.name})")])
+        upd2 = r.choice([v for v in p.values if v.dims == upd.dims and v is not upd] or
+                        [p.emit("neg", upd.dims, f"negate({upd.name})")])
+    else:
+        y = p.emit("pos", x.dims, f"iota(), iota_dimension={r.randrange(2)}", etype="s32",
+                   sharding=p.maybe_sharding(x.dims))
+        upd2 = p.emit("upos", upd.dims, f"iota(), iota_dimension={r.randrange(2)}", etype="s32",
+                      sharding=p.maybe_sharding(upd.dims))
+    shape = ",".join(map(str, x.dims))
+    out = Value(p.fresh("scatter"), x.dims)
+    sh = p.maybe_sharding(x.dims)
+    attr = f", sharding={{{sh}, {sh}}}" if sh else ""
+    p.lines.append(f"  {out.name} = (f32[{shape}], {etype}[{shape}]) scatter({x.name}, {y.name}, {idx.name}, "
+                   f"{upd.name}, {upd2.name}), {dnums}, to_apply={name}{attr}")
+    p.emit("first", x.dims, f"get-tuple-element({out.name}), index=0")
+    second = p.emit("second", x.dims, f"get-tuple-element({out.name}), index=1", etype=etype)
+    if etype == "s32":  # back to a value later ops may read
+        p.emit("count", x.dims, f"convert({second.name})")
+
+
+def op_select_and_scatter(p: Program) -> None:
+    """A max- or min-pool gradient over the rows of a matrix: a select-and-scatter (select a
+    comparison, scatter add) with a random window, stride and padding along dim 0, so that
+    windows overlap tiles, and rows that do not divide the devices (uneven tiles) are common."""
+    x = p.pick(2)
+    if len(x.dims) != 2:
+        x = p.parameter((p.rng.choice(DIMS), p.rng.choice(DIMS)))
+    r = p.rng
+    rows, cols = x.dims
+    k = r.randint(1, min(rows, 4))
+    stride = r.randint(1, 3)
+    lo, hi = (r.randint(0, k - 1), r.randint(0, k - 1)) if k > 1 else (0, 0)
+    out = (rows + lo + hi - k) // stride + 1
+    src = next((v for v in p.values if v.dims == (out, cols)), None) or p.parameter((out, cols))
+    direction = r.choice(("GE", "GT", "LE", "LT"))
+    name = f"select_{direction.lower()}"
+    p.computations[name] = (f"{name} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                            f"  ROOT c = pred[] compare(a, b), direction={direction}\n}}\n")
+    zero = p.emit("zero", (), "constant(0)")
+    p.values.remove(zero)
+    p.emit("pool_grad", x.dims, f"select-and-scatter({x.name}, {src.name}, {zero.name}), "
+                                f"window={{size={k}x1 stride={stride}x1 pad={lo}_{hi}x0_0}}, select={name}, "
+                                f"scatter={p.reducer('add')}", sharding=p.maybe_sharding(x.dims))
 
 
 def _dominant_matrices(p: Program, dims: tuple[int, ...], scale: int) -> Value:
@@ -747,6 +825,7 @@ OPS = {
     "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
     "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
     "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
+    "select-and-scatter": op_select_and_scatter,
 }
 
 

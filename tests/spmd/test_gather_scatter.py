@@ -147,3 +147,102 @@ ENTRY e {
     module, out = _partition(text)
     assert _collectives(module) == {"all-reduce": 2}
     assert "to_apply=or.pred.reduction" in out and "to_apply=add.c64.reduction" in out
+
+
+SUM_MAX = """sum_max {
+  a0 = f32[] parameter(0)
+  a1 = s32[] parameter(1)
+  b0 = f32[] parameter(2)
+  b1 = s32[] parameter(3)
+  s = f32[] add(a0, b0)
+  m = s32[] maximum(a1, b1)
+  ROOT t = (f32[], s32[]) tuple(s, m)
+}
+"""
+
+ARGMAX = """argmax {
+  av = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  bv = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  ge = pred[] compare(av, bv), direction=GE
+  v = f32[] select(ge, av, bv)
+  i = s32[] select(ge, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+"""
+
+
+def _variadic_segments(updates: int, rows: int = 16, idx_sharding: str = "{devices=[8,1]<=[8]}",
+                       reducer: str = "sum_max") -> str:
+    ids = ", ".join(f"{{{(7 * k + 3) % (rows + 2) - 1}}}" for k in range(updates))  # -1 and `rows`: skipped
+    return f"""HloModule segments, num_partitions=8
+{SUM_MAX}
+{ARGMAX}
+ENTRY e {{
+  x = f32[{rows},4] parameter(0), sharding={{replicated}}
+  y = s32[{rows},4] parameter(1), sharding={{replicated}}
+  idx = s32[{updates},1] constant({{{ids}}}), sharding={idx_sharding}
+  u = f32[{updates},4] parameter(2), sharding={{devices=[8,1]<=[8]}}
+  v = s32[{updates},4] parameter(3), sharding={{devices=[8,1]<=[8]}}
+  ROOT s = (f32[{rows},4], s32[{rows},4]) scatter(x, y, idx, u, v), update_window_dims={{1}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply={reducer}, sharding={{{{replicated}}, {{replicated}}}}
+}}
+"""
+
+
+@pytest.mark.parametrize("updates", [256, 250])
+def test_variadic_scatter_over_tiled_indices_sums_each_output(updates):
+    """A segment sum and max at once, the updates (many more than the rows) tiled by index
+    batch: each device scatters its 32 updates into (0, INT_MIN), each output's partials are
+    all-reduced with its own reducer (add, max) and combined with its operand once.  250
+    updates: the last tile's padded updates are set to the identities.  XLA replicates
+    variadic scatters (gathers the updates)."""
+    module, out = _partition(_variadic_segments(updates))
+    assert _collectives(module) == {"all-reduce": 2}
+    assert "to_apply=add.f32.reduction" in out and "to_apply=maximum.s32.reduction" in out
+    assert _only(module, Opcode.SCATTER).shape.to_hlo(False) == "(f32[16,4], s32[16,4])"
+
+
+def test_variadic_scatter_with_few_updates_gathers_them():
+    """Eight updates into 64 rows: all-reducing both outputs would move more than gathering
+    the updates and indices, so those are gathered and every device scatters them all (no
+    all-reduce); a note, not a fallback."""
+    module, _ = _partition(_variadic_segments(8, rows=64))
+    counts = _collectives(module)
+    assert "all-reduce" not in counts and counts.get("all-gather", 0) >= 2
+
+
+def test_variadic_scatter_with_a_pairing_reducer_still_replicates():
+    """An argmax pairs its outputs (the index follows the value's comparison): no output has a
+    reduction of its own, and no identity, so partial results cannot be combined — replicated
+    with its remark, and still right."""
+    text = _variadic_segments(256, reducer="argmax")
+    module = parse_module(text)
+    p = SpmdPartitioner(num_partitions=8)
+    p.run(module)
+    out = print_module(module)
+    assert [r for r in p.remarks if r.kind == "missed" and "scatter" in r.message], p.remarks
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format()
+
+
+def test_variadic_gradient_into_vocabulary_rows_sums_over_the_data_axis():
+    """Rows tiled over model=4, token ids and updates tiled by batch over data=2 (a variadic
+    embedding gradient with counts): each device scatters its batch into its rows with shifted
+    indices, and the two data halves' partials are all-reduced per output (groups of 2)."""
+    text = f"""HloModule vgrad, num_partitions=8
+{SUM_MAX}
+ENTRY e {{
+  x = f32[64,16] parameter(0), sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+  y = s32[64,16] parameter(1), sharding={{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}
+  ids = s32[8,32] parameter(2), sharding={{devices=[2,1,4]<=[8] last_tile_dim_replicate}}
+  u = f32[8,32,16] parameter(3), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  v = s32[8,32,16] parameter(4), sharding={{devices=[2,1,1,4]<=[8] last_tile_dim_replicate}}
+  ROOT s = (f32[64,16], s32[64,16]) scatter(x, y, ids, u, v), update_window_dims={{2}}, inserted_window_dims={{0}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=2, to_apply=sum_max, sharding={{{{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}, {{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}}}}
+}}
+"""
+    module, _ = _partition(text)
+    assert _collectives(module) == {"all-reduce": 2}
+    assert _only(module, Opcode.SCATTER).shape.to_hlo(False) == "(f32[16,16], s32[16,16])"
+    for ar in [i for i in module.entry.instructions if i.opcode is Opcode.ALL_REDUCE]:
+        assert all(len(g) == 2 for g in ar.replica_groups.groups)

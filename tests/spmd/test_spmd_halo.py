@@ -294,11 +294,18 @@ ENTRY main {{
     ("LE", 16, 3, 1, "1_1", 16, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"),  # min, stride 1
     ("GT", 24, 4, 3, "2_1", 8, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"),  # pad 2_1, stride 3
     ("GE", 16, 5, 2, "2_2", 8, "{devices=[8,1]<=[8]}"),       # halo of two rows from farther tiles
+    # uneven operand tiles (these were replicated)
+    ("GE", 15, 3, 2, "0_0", 7, "{devices=[8,1]<=[8]}"),       # last tile holds one real row
+    ("GE", 14, 3, 2, "1_1", 7, "{devices=[4,2]<=[8]}"),       # 4 rows a tile, 2 in the last
+    ("LE", 10, 3, 1, "1_1", 10, "{devices=[8,1]<=[8]}"),      # tiles 5-7 hold no real row
+    ("GT", 9, 2, 2, "0_1", 5, "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"),  # last window padded
 ])
 def test_select_and_scatter_with_windows_across_tiles_exchanges_halos(sel, n, k, st, pad, o, s):
     """The max-pool gradient with overlapping windows: each tile fetches the operand rows and
     source values of every window touching its rows, scatters locally and keeps its own rows —
-    collective-permutes only, and equal to the unpartitioned module."""
+    collective-permutes only, and equal to the unpartitioned module.  With uneven tiles the
+    rows past the array take the never-selected value and the windows past the last one a
+    zero source, so they add nothing."""
     text = SELECT_AND_SCATTER.format(sel=sel, n=n, k=k, st=st, pad=pad, o=o, s=s)
     out = _check(text, expect={"all-gather": 0, "all-reduce": 0})
     assert " collective-permute(" in out
@@ -497,3 +504,33 @@ def test_variadic_reduce_window_exchanges_every_operand_halo(reducer, etype, n, 
         assert " all-to-all(" in out and " collective-permute(" not in out
     else:
         assert " collective-permute(" in out and " all-to-all(" not in out
+
+
+def test_select_and_scatter_with_dilation_on_a_tiled_dim_stays_replicated():
+    """A dilated select-and-scatter has no executable meaning to check against (StableHLO's
+    select_and_scatter has no dilation; XLA:CPU rejects the dilated form), so a tiled dilated
+    dim is not split: replicated, with a remark saying why."""
+    text = """HloModule dil, num_partitions=8
+ge {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[16,6] parameter(0), sharding={devices=[8,1]<=[8]}
+  g = f32[7,6] parameter(1), sharding={devices=[8,1]<=[8]}
+  zero = f32[] constant(0)
+  ROOT y = f32[16,6] select-and-scatter(x, g, zero), window={size=2x1 stride=2x1 rhs_dilate=2x1}, select=ge, scatter=add, sharding={devices=[8,1]<=[8]}
+}
+"""
+    module = parse_module(text)
+    p = SpmdPartitioner(num_partitions=8)
+    p.run(module)
+    assert [r for r in p.remarks if r.kind == "missed" and "dilation" in r.message], p.remarks
+    (sas,) = [i for i in module.entry.instructions if i.opcode.value == "select-and-scatter"]
+    assert sas.shape.to_hlo(False) == "f32[16,6]"

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel
 from hlo_passes.ir.attributes import Attr, PaddingConfig
 from hlo_passes.ir.builder import Builder
-from hlo_passes.ir.reduction import Reduction
+from hlo_passes.ir.reduction import REDUCTION_OPCODES, Reduction
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
@@ -246,6 +246,34 @@ def reducer_opcode(comp: Computation) -> Opcode | None:
         return None
     allowed = ALL_REDUCIBLE_OVER_PRED if reduction.element_type is PRED else ALL_REDUCIBLE
     return reduction.opcode if reduction.opcode in allowed else None
+
+
+def reducer_opcodes(comp: Computation, n: int) -> list[Opcode] | None:
+    """Per output, the all-reducible opcode of a scatter's (or reduce's) `to_apply` over `n`
+    operands, when the computation is `n` independent scalar reductions: output i is
+    `OP_i(param i, param n + i)` over one type (a variadic sum-and-max, a sum of values and of
+    counts).  Then a variadic op is `n` single ones sharing its indices or window, and each
+    output's partial results can be all-reduced on their own.  None for anything else (an
+    argmax's select pairs the outputs: it has no per-output reduction and no identity)."""
+    if n == 1:
+        opcode = reducer_opcode(comp)
+        return None if opcode is None else [opcode]
+    params, root = comp.parameters, comp.root
+    if len(params) != 2 * n or root is None or root.opcode is not Opcode.TUPLE or len(root.operands) != n:
+        return None
+    opcodes: list[Opcode] = []
+    for i, out in enumerate(root.operands):
+        lhs, rhs = params[i], params[n + i]
+        shape = out.shape
+        if (out.opcode not in REDUCTION_OPCODES or not isinstance(shape, ArrayShape) or shape.rank != 0
+                or len(out.operands) != 2 or lhs.shape != shape or rhs.shape != shape
+                or {id(o) for o in out.operands} != {id(lhs), id(rhs)}):
+            return None
+        allowed = ALL_REDUCIBLE_OVER_PRED if shape.element_type is PRED else ALL_REDUCIBLE
+        if out.opcode not in allowed:
+            return None
+        opcodes.append(out.opcode)
+    return opcodes
 
 
 # ------------------------------------------------------- the emitter --

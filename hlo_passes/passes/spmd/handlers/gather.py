@@ -18,9 +18,11 @@ scatter mirrors both: operand passthrough dims (covered whole by the update wind
 addressed by no index) tiled like the result scatter locally with all the indices;
 otherwise updates and indices tiled along the index batch dims scatter locally, and
 where those dims are not batching dims every device scatters its updates into the
-reducer's identity, the partial results are all-reduced and combined with the operand
-(reducers that are one binary op: add, max, ...).  Variadic scatters take the same
-paths except the partial sums.  Anything else is replicated.
+reducer's identity (one device of each group into the operand) and the partial results are
+all-reduced (reducers that are one binary op: add, max, ...; a variadic scatter's reducer must
+be one such op per output, each output all-reduced with its own), unless gathering the updates
+and indices moves less.  Variadic scatters take every path; one whose reducer pairs its outputs
+(an argmax) is replicated where it would need partial sums.  Anything else is replicated.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
+from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape,
-                                                       reducer_opcode, tile_map, tm_local_dims, to_sharding)
-from hlo_passes.passes.spmd.cost_model import ZERO
+                                                       reducer_opcodes, tile_map, tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
@@ -292,8 +295,8 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
         if merged is not None:
             space = merged
     partial = [op_rank + j for j in range(len(partial_idx)) if space.dims[op_rank + j] > 1]
-    opcode = reducer_opcode(instr.called_computation("to_apply")) if n == 1 else None
-    if partial and opcode is None:
+    opcodes = reducer_opcodes(instr.called_computation("to_apply"), n)
+    if partial and opcodes is None:
         space = space.keep_dims(range(op_rank))
         partial = []
     to_space = dict(zip(idx_batching, op_batching)) | {d: op_rank + j for j, d in enumerate(partial_idx)}
@@ -322,16 +325,9 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
     if not partial:
         new = p.clone(instr, [*xs, shifted, *upds], local_shape(instr.shape, result_sharding))
         return p.reshard(PValue(new, result_sharding, instr.shape), target)
-    assert opcode is not None  # (partial sums only with one known reducer)
-    etype = instr.array_shape.element_type
-    fill = Reduction(opcode, etype).identity
+    assert opcodes is not None  # (partial sums only with known per-output reducers)
     partial_upd = [upd_scatter[idx_batch.index(partial_idx[s - op_rank])] for s in partial]
-    upd = em.mask_padding(upds[0], upd_tm, tuple(updates[0].array_shape.dims), partial_upd, fill)
-    base = em.broadcast_scalar(fill, etype, tuple(xs[0].array_shape.dims))
-    scattered = p.clone(instr, [base, shifted, upd], local_shape(instr.shape, out))
-    summed = em.all_reduce(scattered, groups_varying(space, partial), opcode)
-    combined = em.b().op(opcode, summed.shape, [xs[0], summed])
-    return p.reshard(PValue(combined, out, instr.shape), target)
+    return _scatter_partial_sums(p, instr, xs, shifted, upds, upd_tm, partial_upd, opcodes, out, space, partial)
 
 
 @handles(Opcode.SCATTER)
@@ -355,32 +351,94 @@ def scatter(p: HandlerContext, instr: Instruction) -> PValue:
     pos = {d: k for k, d in enumerate(batch)}
     op_batching, idx_batching = sd.input_batching_dims, sd.scatter_indices_batching_dims
     partial = [d for d in batch if idx_tm.dims[d] > 1 and d not in idx_batching]
-    opcode = reducer_opcode(instr.called_computation("to_apply")) if n == 1 else None
-    if partial and opcode is None:
-        return replicate(p, instr, "scatter over tiled indices with a reducer that is not one binary op "
-                                   "(or several inputs)")
+    opcodes = reducer_opcodes(instr.called_computation("to_apply"), n)
+    if partial and opcodes is None:
+        return replicate(p, instr, "scatter over tiled indices with a reducer that is not one all-reducible "
+                                   "binary op per output")
     op_tm = idx_tm.remap(inputs[0].array_shape.rank, dict(zip(op_batching, idx_batching)))
     upd_tm = idx_tm.remap(updates[0].array_shape.rank, {upd_scatter[pos[d]]: d for d in batch})
     out = to_sharding(op_tm)
+    if partial and _gathering_is_cheaper(p, instr, idx_tm, upd_tm, out, partial, [upd_scatter[pos[d]] for d in partial]):
+        # The result's partial sums would move more than the updates and indices do: gather
+        # those over the non-batching dims instead and scatter them all locally (XLA's
+        # partitioner does this for a variadic scatter, and for a single one always sums).
+        p.remark(instr, "scatter over tiled indices: updates gathered (cheaper than all-reducing the result)")
+        idx_tm = idx_tm.keep_dims([d for d in batch if d not in partial])
+        upd_tm = upd_tm.keep_dims([upd_scatter[pos[d]] for d in batch if d not in partial])
+        partial = []
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, to_sharding(idx_tm))
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
-    em = p.em
     result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
     if not partial:  # every tiled index dim is a batching dim: independent local scatters
         new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))
         return p.reshard(PValue(new, result_sharding, instr.shape), p.target(instr))
-    x, upd = xs[0], upds[0]
-    assert opcode is not None  # (partial sums only with one known reducer)
-    etype = instr.array_shape.element_type
-    fill = Reduction(opcode, etype).identity
-    # padded (don't-care) updates of uneven index tiles must add nothing
-    upd = em.mask_padding(upd, upd_tm, tuple(updates[0].array_shape.dims), [upd_scatter[pos[d]] for d in partial], fill)
-    base = em.broadcast_scalar(fill, etype, tuple(x.array_shape.dims))
-    local = p.clone(instr, [base, idx, upd], local_shape(instr.shape, out))
-    summed = em.all_reduce(local, groups_varying(idx_tm, partial), opcode)
-    combined = em.b().op(opcode, summed.shape, [x, summed])
-    return p.reshard(PValue(combined, out, instr.shape), p.target(instr))
+    assert opcodes is not None  # (partial sums only with known per-output reducers)
+    return _scatter_partial_sums(p, instr, xs, idx, upds, upd_tm, [upd_scatter[pos[d]] for d in partial], opcodes,
+                                 out, idx_tm, partial)
+
+
+def _gathering_is_cheaper(p: HandlerContext, instr: Instruction, idx_tm: TileMap, upd_tm: TileMap, out: Sharding,
+                          partial: Sequence[int], upd_partial: Sequence[int]) -> bool:
+    """Whether gathering the indices and updates over their `partial` (index) / `upd_partial`
+    (update) dims costs less than the partial-sum form: its all-reduce of every output's local
+    result over those dims' devices (both move the indices and updates from where they are;
+    the operands go to `out` either way)."""
+    n = (len(instr.operands) - 1) // 2
+    model = p.ctx.cost_model
+    indices, updates = instr.operands[n], instr.operands[n + 1:]
+
+    def moving(idx_to: TileMap, upd_to: TileMap) -> Estimate:
+        total = cost(p.value(indices).sharding, to_sharding(idx_to), indices.shape, p.n, model)
+        for u in updates:
+            total = total + cost(p.value(u).sharding, to_sharding(upd_to), u.shape, p.n, model)
+        return total
+
+    group = int(np.prod([idx_tm.dims[d] for d in partial]))
+    summing = moving(idx_tm, upd_tm)
+    for x in instr.operands[:n]:
+        summing = summing + model.collective("all-reduce", local_shape(x.shape, out).byte_size(), group)
+    kept = [d for d in range(idx_tm.rank) if d not in partial]
+    gathering = moving(idx_tm.keep_dims(kept), upd_tm.keep_dims([d for d in range(upd_tm.rank) if d not in upd_partial]))
+    return bool(gathering < summing)
+
+
+def _scatter_partial_sums(p: HandlerContext, instr: Instruction, xs: Sequence[Instruction], idx: Instruction,
+                          upds: Sequence[Instruction], upd_tm: TileMap, upd_dims: Sequence[int],
+                          opcodes: Sequence[Opcode], out: Sharding, space: TileMap, partial: Sequence[int]) -> PValue:
+    """A scatter whose updates (and indices) are split along index batch dims that are not
+    batching dims (`upd_dims` of the updates; `partial`, dims of the tiling `space`, say which
+    devices share the sum): each device scatters its updates, the first device of each group
+    into the operands and the others into the reducers' identities, and output i's partial
+    results are all-reduced with its own opcode — `opcodes[i]` is output i's reduction, so a
+    variadic scatter (a sum and a max, a sum of values and of counts) is that many single
+    scatters sharing the indices.  XLA's partitioner does this for single-operand scatters only
+    (PartitionScatterIndexPassthroughDimensions) and replicates variadic ones.  Selecting the
+    operand on one device keeps every scatter input distinct: XLA:CPU fails to compile a
+    variadic scatter that reads one array twice (two identical identity fills, once CSE'd).
+    Padded (don't-care) updates of uneven index tiles are set to the identity: they must add
+    nothing."""
+    em, b = p.em, p.em.b()
+    n = len(xs)
+    global_dims = tuple(instr.operands[n + 1].array_shape.dims)
+    lead_table = np.all(space.coords[:, list(partial)] == 0, axis=1).astype(np.int64)
+    lead = b.compare(em.device_scalar(lead_table), b.constant(0), "NE")
+    bases: list[Instruction] = []
+    masked: list[Instruction] = []
+    for x, upd, opcode in zip(xs, upds, opcodes):
+        etype = x.array_shape.element_type
+        fill = Reduction(opcode, etype).identity
+        masked.append(em.mask_padding(upd, upd_tm, global_dims, upd_dims, fill))
+        dims = tuple(x.array_shape.dims)
+        keep = b.broadcast(lead, ArrayShape(PrimitiveType.PRED, dims))
+        bases.append(b.select(keep, x, em.broadcast_scalar(fill, etype, dims)))
+    result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
+    scattered = p.clone(instr, [*bases, idx, *masked], local_shape(instr.shape, result_sharding))
+    parts = [scattered] if n == 1 else [b.get_tuple_element(scattered, i) for i in range(n)]
+    groups = groups_varying(space, list(partial))
+    summed = [em.all_reduce(part, groups, opcode) for part, opcode in zip(parts, opcodes)]
+    value = summed[0] if n == 1 else b.tuple(summed)
+    return p.reshard(PValue(value, result_sharding, instr.shape), p.target(instr))
 
 
 def _scatter_passthrough_dims(instr: Instruction) -> dict[int, int]:

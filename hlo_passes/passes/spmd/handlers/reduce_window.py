@@ -22,8 +22,13 @@ whose tiles do not line up with a base dilation) are untiled first
 
 select-and-scatter is local when every tile's windows cover exactly its own rows
 (pooling windows that tile the tiles, as in a 2x2 stride-2 max pool over even
-tiles); scattering into a neighbour's rows would need the halo sent back and
-summed, so other forms are computed replicated.
+tiles); otherwise each tile fetches the operand rows and source values of every
+window touching its rows (halos; uneven tiles too, their padding masked) and
+recomputes the shared windows, for scatter = add, a comparison select and windows
+without gaps (stride <= size).  With
+base or window dilation it stays replicated: StableHLO's select_and_scatter has
+no dilation and XLA:CPU cannot run the dilated form (its source shape check
+disagrees with HLO's), so there is no executable meaning to preserve.
 """
 
 from __future__ import annotations
@@ -153,11 +158,16 @@ def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
             crossing.append(d)
         else:
             dims[d] = rows.local
+    if crossing and any(window.dimensions[d].lhs_dilation != 1 or window.dimensions[d].rhs_dilation != 1
+                        for d in crossing):
+        return replicate(p, instr, "select-and-scatter with base or window dilation on a tiled dim: StableHLO's "
+                                   "select_and_scatter has no dilation and XLA cannot run the dilated form, "
+                                   "so there is no semantics to split across tiles")
     if crossing:
         return _select_and_scatter_with_halos(p, instr, tm, target) or replicate(
             p, instr, "select-and-scatter windows cross tile boundaries and no halo exchange "
-                      "applies (dilation, uneven operand tiles, a scatter other than add, a select "
-                      "other than a comparison, or halos larger than a gather)")
+                      "applies (a scatter other than add, a select other than a comparison, a stride "
+                      "larger than the window, or halos larger than a gather)")
     s = to_sharding(tm)
     x = p.operand_as(instr, 0, s)
     src = p.operand_as(instr, 1, s)
@@ -206,9 +216,15 @@ def _select_and_scatter_with_halos(p: HandlerContext, instr: Instruction, tm: Ti
         if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
             continue
         size, out = operand.array_shape.dims[d], source.array_shape.dims[d]
-        if size % t or w.lhs_dilation != 1 or w.rhs_dilation != 1:
+        if w.lhs_dilation != 1 or w.rhs_dilation != 1 or w.stride > w.size:
+            # (windows with gaps between them: a tile may meet no window, and the rows its
+            # windows read do not start at a whole stride of its own; random modules gave
+            # out-of-bounds slices and wrong sums there)
             return None
-        L, s, pl = size // t, w.stride, w.padding_low
+        # Uneven tiles: the last tiles' padded rows lie past the array, where the operand halo's
+        # mask puts the never-selected value and the source halo's puts 0 (windows past the
+        # last one add nothing); the padded result rows are don't-care.
+        L, s, pl = -(-size // t), w.stride, w.padding_low
         first = [-(-(i * L + pl - w.size + 1) // s) for i in range(t)]    # first window touching tile i
         last = [((i + 1) * L - 1 + pl) // s for i in range(t)]             # last window touching tile i
         count = max(b - a + 1 for a, b in zip(first, last))
