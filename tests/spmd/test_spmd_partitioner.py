@@ -459,3 +459,31 @@ ENTRY main {{
     out = _partition_and_verify(text, 8, [rng.standard_normal(s).astype(np.float32)
                                           for s in ((8, 32, 64), (64, 64), (64, 64), (64, 64))])
     assert collectives(parse_module(out)) == {"all-gather": 1, "all-to-all": 3}, out
+
+
+TUPLE_COPY = """HloModule m, num_partitions=4
+
+ENTRY e {
+  a = f32[8,4] parameter(0)
+  b = f32[8] parameter(1)
+  n = f32[8,4] negate(a), sharding={devices=[4,1]<=[4]}
+  t = (f32[8,4], f32[8]) tuple(n, b)
+  ROOT c = (f32[8,4], f32[8]) copy(t)ROOT_SHARDING
+}
+"""
+
+
+@pytest.mark.parametrize("root_sharding, all_to_alls", [
+    ("", 0),  # the output unannotated: replicated, one all-gather
+    (", sharding={{devices=[1,4]<=[4]}, {devices=[2,2]<=[4] last_tile_dim_replicate}}", 1),
+])
+def test_tuple_shaped_copy_takes_each_elements_sharding(root_sharding, all_to_alls):
+    """XLA allows a copy of a tuple (it crashed the transpose/copy handler, which read an array
+    shape): each element is resharded to its own target, checked against XLA's run."""
+    text = TUPLE_COPY.replace("ROOT_SHARDING", root_sharding)
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    out = print_module(module)
+    assert collectives(module).get("all-to-all", 0) == all_to_alls
+    report = verify_equivalent(text, out)
+    assert report.ok, report.format()

@@ -51,6 +51,9 @@ def broadcast(p: HandlerContext, instr: Instruction) -> PValue:
 @handles(Opcode.TRANSPOSE, Opcode.COPY)
 def transpose(p: HandlerContext, instr: Instruction) -> PValue:
     target = p.target(instr)
+    if instr.shape.is_tuple:  # a tuple-shaped copy (XLA allows one): each element takes its target
+        x = p.operand_as(instr, 0, target)
+        return PValue(p.clone(instr, [x], x.shape), target, instr.shape)
     rank = instr.array_shape.rank
     perm = instr.dimensions if instr.opcode is Opcode.TRANSPOSE else tuple(range(rank))
     tm = tile_map(target, rank, p.n)
