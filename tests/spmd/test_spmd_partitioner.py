@@ -487,3 +487,48 @@ def test_tuple_shaped_copy_takes_each_elements_sharding(root_sharding, all_to_al
     assert collectives(module).get("all-to-all", 0) == all_to_alls
     report = verify_equivalent(text, out)
     assert report.ok, report.format()
+
+
+RNG = """HloModule m, num_partitions=8
+
+ENTRY e {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  r = f32[16,8] rng(a, b), distribution=DISTRIBUTION, sharding=SHARDING
+  ROOT n = f32[16,8] negate(r), sharding=SHARDING
+}
+"""
+
+
+@pytest.mark.parametrize("sharding, local, all_reduces", [
+    ("{devices=[4,2]<=[8]}", (4, 4), 0),
+    ("{devices=[4,1,2]<=[8] last_tile_dim_replicate}", (4, 8), 1),
+    ("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}", (16, 4), 1),
+    ("{replicated}", (16, 8), 1),
+    ("{maximal device=3}", (16, 8), 1),
+])
+@pytest.mark.parametrize("distribution", ["rng_uniform", "rng_normal"])
+def test_rng_draws_each_tile_once_and_replicas_agree(sharding, local, all_reduces, distribution):
+    """XLA's HandleRng: each device draws only its tile (no gathered full draw); devices that
+    hold the same tile get the first one's numbers through an all-reduce.  rng's numbers cannot
+    be compared with an unpartitioned run, so the run checks what can be: every replica of a
+    tile holds the same numbers, and uniform draws lie in [a, b)."""
+    from hlo_passes.runtime.partitioned import run_global_partitioned
+
+    text = RNG.replace("SHARDING", sharding).replace("DISTRIBUTION", distribution)
+    module, out, remarks = partition(text)
+    assert not [r for r in remarks if r.kind == "missed"]
+    (draw,) = [i for i in module.all_instructions() if i.opcode is Opcode.RNG]
+    assert tuple(draw.array_shape.dims) == local
+    assert collectives(module).get("all-reduce", 0) == all_reduces
+    assert set(collectives(module)) <= {"all-reduce"}
+    run_on = parse_module(out)
+    original = parse_module(text)
+    outputs, problems, _ = run_global_partitioned(
+        run_on, [np.float32(2.0), np.float32(5.0)], param_shardings=[None, None],
+        root_sharding=run_on.entry.root.sharding, global_root_shape=original.entry.root.shape)
+    assert problems == []  # replicas agree
+    drawn = -outputs[0]
+    assert np.isfinite(drawn).all()
+    if distribution == "rng_uniform":
+        assert ((drawn >= 2.0) & (drawn < 5.0)).all()

@@ -10,6 +10,8 @@ until a reduction or dot over that dimension masks them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
@@ -76,6 +78,35 @@ def iota(p: HandlerContext, instr: Instruction) -> PValue:
     line = b.add(line, b.broadcast(offset, rows))
     x = b.broadcast(line, shape, [dim]) if shape.rank > 1 else line
     return PValue(x, target, instr.shape)
+
+
+@handles(Opcode.RNG)
+def rng(p: HandlerContext, instr: Instruction) -> PValue:
+    """XLA's HandleRng: each device draws only what it holds, its tile, from the replicated
+    distribution parameters (the numbers differ from an unpartitioned draw, as any two rng draws
+    do: XLA gives rng no fixed stream).  Devices that hold the same tile (replicated or partially
+    replicated shardings, maximal ones read as replicated) must hold the same numbers: the first
+    of each such group draws and an all-reduce (add over zeros from the others) hands its tile to
+    the rest, as XLA does for a replicated rng."""
+    target = p.target(instr)
+    tm = tile_map(target, instr.array_shape.rank, p.n)
+    params = [p.operand_as(instr, i, Sharding.replicated()) for i in range(len(instr.operands))]
+    shape = local_shape(instr.array_shape, target)
+    drawn = p.clone(instr, params, shape)
+    holders = np.concatenate([tm.coords, tm.manual[:, None]], axis=1)
+    _, same_tile = np.unique(holders, axis=0, return_inverse=True)
+    same_tile = same_tile.reshape(-1)
+    if len(np.unique(same_tile)) == p.n:  # every device its own tile: nothing to share
+        return PValue(drawn, target, instr.shape)
+    groups = [np.flatnonzero(same_tile == k).tolist() for k in np.unique(same_tile)]
+    first = np.zeros(p.n, np.int64)
+    first[[g[0] for g in groups]] = 1
+    em, b = p.em, p.em.b()
+    etype = instr.array_shape.element_type
+    draws = b.compare(em.device_scalar(first), b.constant(0), "NE")
+    zeros = em.broadcast_scalar(0, etype, tuple(shape.dims))
+    mine = b.select(b.broadcast(draws, shape.with_element_type(PrimitiveType.PRED)), drawn, zeros)
+    return PValue(em.all_reduce(mine, groups, Opcode.ADD), target, instr.shape)
 
 
 # Custom-calls that change where a value lives (host offloading) or only annotate it, not its
