@@ -341,3 +341,15 @@ def test_typed_views_of_shapes_and_called_computations():
         "branch_computations={neg, neg}", "true_computation=neg, false_computation=neg"))
     pneg = predicated.computation("neg")
     assert predicated.entry.find("c").branch_computations == (pneg, pneg)
+
+
+def test_a_shape_cut_to_a_scalar_prints_as_xla_parses_it():
+    """A rank-0 shape made from a laid-out array keeps an empty layout, which prints as no braces
+    (XLA's parser rejects `f32[]{}`, and so does ours); a scalar's memory space still prints."""
+    laid_out = parse_module("HloModule m\n\nENTRY e {\n  ROOT p = f32[4]{0} parameter(0)\n}\n").entry.root.shape
+    scalar = laid_out.with_dims(())
+    assert scalar.to_hlo() == "f32[]"
+    for shape in (scalar.to_hlo(), "f32[]{:S(5)}"):
+        text = f"HloModule m\n\nENTRY e {{\n  ROOT p = {shape} parameter(0)\n}}\n"
+        xla_canonical(text)  # XLA's parser accepts it
+        assert parse_module(text).entry.root.shape.to_hlo() == shape

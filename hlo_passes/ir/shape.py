@@ -106,7 +106,8 @@ class ArrayShape(Shape):
             return cached
         dims = ",".join(self._dim_text(i) for i in range(self.rank))
         text = f"{self.element_type.value}[{dims}]"
-        if with_layout and self.layout is not None:
+        if with_layout and self.layout is not None and (self.rank or self.layout.extras):
+            # a scalar's default layout is empty, and XLA prints (and parses) no `{}` for it
             text += self.layout.to_hlo()
         # shapes are shared and printed often (and layout-insensitive CSE keys every value by
         # its text without layout)
