@@ -4,30 +4,14 @@ tiles; a tiled core dim moves onto a free batch dim (all-to-all) or is gathered,
 cost model prices lower.  Each case states the collectives and local shapes it expects and is
 verified on 8 devices against the unpartitioned module."""
 
-from collections import Counter
-
 import pytest
 
-from hlo_passes import parse_module, print_module
+from hlo_passes import parse_module
 from hlo_passes.ir import Opcode
 from hlo_passes.passes.spmd.batch_dims import BATCH_PARTITIONABLE_TARGETS
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
-from hlo_passes.runtime import verify_equivalent
-
-
-def _partition(text: str):
-    module = parse_module(text)
-    p = SpmdPartitioner(num_partitions=8)
-    p.run(module)
-    out = print_module(module)
-    report = verify_equivalent(text, out, num_devices=8)
-    assert report.ok, report.format() + "\n" + out
-    assert not [r for r in p.remarks if r.kind == "missed"], p.remarks
-    return module, out
-
-
-def _collectives(module) -> dict[str, int]:
-    return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
+from tests.spmd.partitioning import collectives as _collectives
+from tests.spmd.partitioning import partition_verified as _partition
 
 
 def _local(module, opcode: Opcode, target: str | None = None) -> str:

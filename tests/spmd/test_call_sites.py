@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from hlo_passes import parse_module, print_module
-from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
+from tests.spmd.partitioning import collectives as _collectives
+from tests.spmd.partitioning import partition as _partition
 
 PICK = """HloModule sites, num_partitions=8
 
@@ -35,17 +35,6 @@ ENTRY main {
   ROOT t = (f32[16,32], f32[16,32]) tuple(ea, eb), sharding={{devices=[8,1]<=[8]}, {devices=[1,8]<=[8]}}
 }
 """
-
-
-def _partition(text: str, n: int = 8):
-    module = parse_module(text)
-    p = SpmdPartitioner(num_partitions=n)
-    p.run(module)
-    return module, print_module(module), p.remarks
-
-
-def _collectives(module) -> Counter:
-    return Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective)
 
 
 def _verify(text: str, out: str, n: int = 8) -> None:

@@ -3,7 +3,6 @@ slice size 1) together with passthrough dims, or only on explicit batching dims
 (handlers/gather.py).  Each case states the collectives and local shapes it expects and is
 verified on 8 devices against the unpartitioned module."""
 
-from collections import Counter
 
 import pytest
 
@@ -11,6 +10,8 @@ from hlo_passes import parse_module, print_module
 from hlo_passes.ir import Opcode
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
+from tests.spmd.partitioning import collectives as _collectives
+from tests.spmd.partitioning import partition_verified as _partition
 
 ADD = """add {
   a = f32[] parameter(0)
@@ -18,21 +19,6 @@ ADD = """add {
   ROOT c = f32[] add(a, b)
 }
 """
-
-
-def _partition(text: str):
-    module = parse_module(text)
-    p = SpmdPartitioner(num_partitions=8)
-    p.run(module)
-    out = print_module(module)
-    report = verify_equivalent(text, out, num_devices=8)
-    assert report.ok, report.format() + "\n" + out
-    assert not [r for r in p.remarks if r.kind == "missed"], p.remarks
-    return module, out
-
-
-def _collectives(module) -> dict[str, int]:
-    return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
 
 
 def _only(module, opcode: Opcode):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlo_passes import parse_module, print_module
+from hlo_passes import parse_module
 from hlo_passes.ir import Opcode, Sharding, SubgroupKind
-from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
+from tests.spmd.partitioning import partition as _partition
 
 MESHES = [((2, 4), 0), ((2, 4), 1), ((4, 2), 0), ((4, 2), 1)]  # (mesh shape, manual axis)
 MESH_IDS = ["2x4-manual-major", "2x4-manual-minor", "4x2-manual-major", "4x2-manual-minor"]
@@ -183,13 +183,6 @@ def misannotated(mesh: Mesh, annotation: str) -> str:
             f"  n = f32[8,32] add(m, e), sharding={r}"]
     return _module("pm_misannotated", _into_region(mesh, "x", 0, (8 * mesh.m, 32), 1) + body
                    + _out_of_region(mesh, "n", (8, 32), 1))
-
-
-def _partition(text: str):
-    module = parse_module(text)
-    p = SpmdPartitioner(num_partitions=8)
-    p.run(module)
-    return module, print_module(module), p.remarks
 
 
 def _check(text: str, mesh: Mesh):

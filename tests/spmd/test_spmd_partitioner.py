@@ -5,7 +5,6 @@ unpartitioned module.  Unannotated corpus programs are sharded on their float pa
 
 import importlib.util
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from hlo_passes.passes.registry import lookup
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
 from hlo_passes.runtime.xla_backend import pass_dump
+from tests.spmd.partitioning import collectives
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "golden" / "corpus"
@@ -31,10 +31,6 @@ def partition(text: str, n: int = 8):
     p = SpmdPartitioner(num_partitions=n)
     assert p.run(module)
     return module, print_module(module), p.remarks
-
-
-def collectives(module) -> dict[str, int]:
-    return dict(Counter(i.opcode.value for i in module.all_instructions() if i.opcode.is_collective))
 
 
 def test_registered_with_num_partitions_cleanup_and_cost_profile_options():
