@@ -258,6 +258,31 @@ ENTRY e {
     assert comp.root.operands[0] is new
 
 
+def test_merging_two_instructions_ordered_by_a_control_edge_leaves_no_self_edge():
+    """Two instructions replaced by one (a combiner's merge): the edge between them is dropped,
+    not turned into an edge from the merged instruction to itself; outside edges move."""
+    from hlo_passes.ir.instruction import Instruction
+    from hlo_passes.passes.collectives.common import replace_members
+
+    module = parse_module("""HloModule m
+ENTRY e {
+  p = f32[4] parameter(0)
+  z = f32[4] exponential(p)
+  a = f32[4] negate(p), control-predecessors={z}
+  b = f32[4] abs(p), control-predecessors={a}
+  c = f32[4] sine(p), control-predecessors={b}
+  ROOT t = (f32[4], f32[4], f32[4]) tuple(a, b, c)
+}
+""")
+    comp = module.entry
+    z, a, b, c = (next(i for i in comp.instructions if i.name == n) for n in "zabc")
+    merged = comp.add(Instruction(Opcode.COS, a.shape, [p := a.operands[0]], name="m"), before=a)
+    replace_members(comp, [a, b], merged, [merged, merged])
+    assert list(merged.control_predecessors) == [z] and list(merged.control_successors) == [c]
+    assert list(z.control_successors) == [merged] and list(c.control_predecessors) == [merged]
+    assert p.users and parse_module(print_module(module)).entry.root.operands[0].name == "m"
+
+
 def test_insertion_order_matches_a_plain_list_under_random_edits():
     """Insertions before/after an instruction are folded into the order lazily; after any mix
     of appends, insertions next to new or old instructions and removals, the order is the one a

@@ -221,16 +221,8 @@ class Computation:
         if new.parent is None:
             self.add(new, before=old)
         old.replace_all_uses_with(new)
-        for succ in list(old.control_successors):
-            cast("list[Instruction]", succ.control_predecessors).remove(old)  # both hold the edge: lists
-            cast("list[Instruction]", old.control_successors).remove(succ)
-            if succ is not new:
-                succ.add_control_predecessor(new)
-        for pred in list(old.control_predecessors):
-            cast("list[Instruction]", pred.control_successors).remove(old)
-            cast("list[Instruction]", old.control_predecessors).remove(pred)
-            if pred is not new and pred not in new.control_predecessors:
-                new.add_control_predecessor(pred)
+        old.move_control_successors_to(new)
+        old.move_control_predecessors_to(new)
         self.remove(old)
         return new
 

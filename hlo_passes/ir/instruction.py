@@ -180,6 +180,23 @@ class Instruction:
                 pred.control_successors = []
             pred.control_successors.append(self)
 
+    def move_control_successors_to(self, new: "Instruction") -> None:
+        """What had to run after `self` runs after `new` instead (a rewrite that replaces `self`
+        by `new`, or by a value computed from `new`).  Both ends hold each edge, so both move."""
+        for succ in list(self.control_successors):
+            cast("list[Instruction]", succ.control_predecessors).remove(self)
+            cast("list[Instruction]", self.control_successors).remove(succ)
+            if succ is not new:
+                succ.add_control_predecessor(new)
+
+    def move_control_predecessors_to(self, new: "Instruction") -> None:
+        """What had to run before `self` runs before `new` instead (see above)."""
+        for pred in list(self.control_predecessors):
+            cast("list[Instruction]", pred.control_successors).remove(self)
+            cast("list[Instruction]", self.control_predecessors).remove(pred)
+            if pred is not new:
+                new.add_control_predecessor(pred)
+
     # -------------------------------------------------------------- source --
     @property
     def span(self) -> SourceSpan | None:

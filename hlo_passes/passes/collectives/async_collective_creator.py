@@ -89,12 +89,8 @@ class AsyncCollectiveCreator(ModulePass):
         start.attributes.update(instr.attributes)
         walk.position[start] = walk.position[instr] - 0.5  # it was put right before instr
         done = Builder(comp, before=first_user).op(done_op, instr.shape, [start], name=f"{instr.name}-done")
-        for pred in instr.control_predecessors:
-            start.add_control_predecessor(pred)
-        for succ in list(instr.control_successors):
-            succ.control_predecessors.remove(instr)
-            instr.control_successors.remove(succ)
-            succ.add_control_predecessor(done)
+        instr.move_control_predecessors_to(start)
+        instr.move_control_successors_to(done)
         instr.replace_all_uses_with(done)
         comp.remove(instr)
         between = walk.between(instr, first_user) if first_user is not None else 0

@@ -153,12 +153,8 @@ def replace_members(comp: Computation, members: Sequence[Instruction], combined:
     from `combined`; members' control edges move onto `combined`."""
     for member, value in zip(members, results):
         member.replace_all_uses_with(value)
-        for pred in list(member.control_predecessors):
-            combined.add_control_predecessor(pred)
-        for succ in list(member.control_successors):
-            succ.control_predecessors.remove(member)
-            member.control_successors.remove(succ)
-            succ.add_control_predecessor(combined)
+        member.move_control_predecessors_to(combined)
+        member.move_control_successors_to(combined)
         comp.remove(member)
 
 

@@ -202,10 +202,7 @@ class ReduceScatterCreator(ModulePass):
             erase_if_dead(off)
         if found.reshape is not None:
             comp.replace(found.reshape, rs)  # moves its control successors; it has no users left
-        for succ in list(ar.control_successors):
-            succ.control_predecessors.remove(ar)
-            ar.control_successors.remove(succ)
-            succ.add_control_predecessor(rs)
+        ar.move_control_successors_to(rs)
         comp.remove(ar)
         self.remark(rs, f"all-reduce {ar.name} + dynamic-slice became a reduce-scatter over dimension "
                         f"{found.dimension}", "applied")

@@ -346,10 +346,11 @@ class _Flat:
             call.replace_all_uses_with(root)
             if was_root:
                 comp.root = root
+            # Control edges order nothing shardings depend on: the call's are dropped with it
+            # (from both ends: `remove` drops its predecessors' edges to it).
             for succ in list(call.control_successors or ()):
                 cast("list[Instruction]", succ.control_predecessors).remove(call)  # both hold the edge: lists
                 cast("list[Instruction]", call.control_successors).remove(succ)
-            call.control_predecessors = []
             comp.remove(call)
 
     def _fold_tuples(self, comp: Computation, values: dict[Instruction, list[Instruction]]) -> None:
