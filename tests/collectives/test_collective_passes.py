@@ -279,6 +279,65 @@ def test_all_reduce_simplifier():
     assert [a.name for a in ops(m, Opcode.ALL_REDUCE)] == ["k"] and not ops(m, Opcode.ALL_GATHER)
 
 
+def test_all_reduce_simplifier_folds_values_an_earlier_collective_made_alike():
+    """An all-reduce of a value its groups already share (`pmean` of a reduced gradient) is the
+    value times the group size (max: the value); shared means alike within *each* group, so a
+    sum over groups of 4 is not shared over all 8 devices or by groups its groups straddle.
+    Each device gets its own input: a wrong fold shows in the run."""
+    all8 = "replica_groups={{0,1,2,3,4,5,6,7}}"
+    text = module(f"""
+  p = f32[4] parameter(0)
+  s = f32[4] all-reduce(p), {G4}, to_apply=add
+  twice = f32[4] all-reduce(s), {G4}, to_apply=add
+  inner = f32[4] all-reduce(s), {G2}, to_apply=mx
+  e = f32[4] exponential(s)
+  of_expr = f32[4] all-reduce(e), {G2}, to_apply=add
+  wider = f32[4] all-reduce(s), {all8}, to_apply=add
+  pairs = f32[4] all-reduce(p), {G2}, to_apply=add
+  straddled = f32[4] all-reduce(pairs), {G4}, to_apply=add
+  r = u32[] replica-id()
+  four = u32[] constant(4)
+  q = u32[] divide(r, four)
+  by_group = u32[] all-reduce(q), {G4}, to_apply=addu
+  by_device = u32[] all-reduce(r), {G4}, to_apply=addu
+  ROOT t = (f32[4], f32[4], f32[4], f32[4], f32[4], u32[], u32[]) tuple(twice, inner, of_expr, wider, straddled, by_group, by_device)""")
+    text = text.replace("ENTRY e", "addu { a = u32[] parameter(0)\n b = u32[] parameter(1)\n ROOT s = u32[] add(a, b) }\n\nENTRY e")
+    _, m, _ = run("all-reduce-simplifier", text)
+    kept = {a.name for a in ops(m, Opcode.ALL_REDUCE)}
+    assert kept == {"s", "wider", "pairs", "straddled", "by_device"}
+    assert m.entry.root.operands[1].name == "s"  # the max of a shared value is the value
+
+
+def test_all_reduce_simplifier_reads_shardings_of_partitioned_parameters():
+    """After partitioning, a parameter is alike within a group when every device of the group
+    holds the same tile: replicated, or tiled so each group sees one tile; not otherwise."""
+    text = module("""
+  w = f32[4] parameter(0), sharding={replicated}
+  t = f32[4] parameter(1), sharding={devices=[2,4]<=[8] last_tile_dim_replicate}
+  a = f32[4] all-reduce(w), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=add
+  b = f32[4] all-reduce(t), channel_id=2, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=add
+  c = f32[4] all-reduce(t), channel_id=3, replica_groups={{0,4},{1,5},{2,6},{3,7}}, use_global_device_ids=true, to_apply=add
+  ROOT r = (f32[4], f32[4], f32[4]) tuple(a, b, c)""", "num_partitions=8")
+    _, m, _ = run("all-reduce-simplifier", text, numerics=False)
+    assert {a.name for a in ops(m, Opcode.ALL_REDUCE)} == {"c"}
+    report = compare_per_device(text, print_module(m), num_devices=8, replicated=[True, True])
+    assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("header, folded", [("replica_count=8", True), ("num_partitions=8", False)])
+def test_all_reduce_simplifier_reads_parameter_replication_over_replicas_only(header, folded):
+    """`parameter_replication={true}` says the replicas hold the parameter alike; over the
+    partitions of a partitioned module it says nothing (XLA reads `sharding=` there)."""
+    channel = ", channel_id=1, use_global_device_ids=true" if "partitions" in header else ""
+    text = module(f"""
+  w = f32[4] parameter(0), parameter_replication={{true}}
+  ROOT a = f32[4] all-reduce(w), replica_groups={{{{0,1,2,3,4,5,6,7}}}}{channel}, to_apply=add""", header)
+    _, m, _ = run("all-reduce-simplifier", text, numerics=False)
+    assert bool(ops(m, Opcode.ALL_REDUCE)) is not folded
+    report = compare_per_device(text, print_module(m), num_devices=8, replicated=[True])
+    assert report.ok, report.format()
+
+
 # ------------------------------------------------------------------ async --
 def test_async_collective_creator_places_done_before_first_user():
     text = module(f"""

@@ -5,13 +5,21 @@
 
       r = f32[8] all-reduce(x), replica_groups={{0},{1},{2},{3}}, to_apply=add   →  uses of r use x
 
-* An all-reduce of a value every device computes alike (built from constants and iotas only)
-  is that value for max/min/and/or, and the value times the group size for a sum:
+* An all-reduce of a value that every device of each of its groups already holds alike is that
+  value for max/min/and/or, and the value times the group size for a sum:
 
       c = f32[8] broadcast(constant(2)); r = all-reduce(c) over 4 devices, add  →  multiply(c, 4)
+      s = f32[8] all-reduce(g), replica_groups={{0,1,2,3}}; r = all-reduce(s), same groups, add
+                                                                             →  multiply(s, 4)
 
-XLA's all-reduce-simplifier does both (the second with its replication analysis); ours
-treats only constant-built values as replicated.
+  "Alike" is `collectives.replication` (XLA's HloReplicationAnalysis, per group): constants
+  and iotas, results of collectives whose groups contain ours, parameters the module declares
+  replicated over the group (a replicated or group-uniform `sharding=`, or
+  `parameter_replication` when the devices are replicas), device-id arithmetic that evaluates
+  alike within each group, and deterministic ops of such values.  JAX's `pmean` of a value an
+  earlier collective reduced is the common case.
+
+XLA's all-reduce-simplifier does both.
 """
 
 from __future__ import annotations
@@ -23,34 +31,56 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.collective_groups import participant_groups
 from hlo_passes.ir.reduction import Reduction
+from hlo_passes.passes.collectives.replication import Groups, Replication
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 
 _SIMPLIFIED = (Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.REDUCE_SCATTER)
 _IDEMPOTENT = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR})
-_DEVICE_DEPENDENT = frozenset({Opcode.PARAMETER, Opcode.REPLICA_ID, Opcode.PARTITION_ID, Opcode.RNG,
-                               Opcode.RNG_BIT_GENERATOR, Opcode.RNG_GET_AND_UPDATE_STATE})
 
 
-def built_from_constants(instr: Instruction, memo: dict[Instruction, bool]) -> bool:
-    """True when `instr` depends on no parameter, device id, random number or side effect."""
-    stack = [instr]
-    while stack:
-        x = stack[-1]
-        if x in memo:
-            stack.pop()
-            continue
-        if x.opcode in _DEVICE_DEPENDENT or x.has_side_effect or x.called_computations():
-            memo[x] = False
-            stack.pop()
-            continue
-        pending = [o for o in x.operands if o not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        memo[x] = all(memo[o] for o in x.operands)
-        stack.pop()
-    return memo[instr]
+class ReplicatedAllReduces:
+    """Folds all-reduces of values their groups already share, one replication analysis per
+    distinct set of groups (its answers are memoized per instruction)."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self._analyses: dict[Groups, Replication] = {}
+
+    def fold(self, ar: Instruction, *, sums_only: bool = False) -> Instruction | None:
+        """Replace `ar` (in its computation) by what it computes without communication, when
+        its operand is alike within each of its groups; returns the replacement, or None."""
+        if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_array or len(ar.operands) != 1
+                or ar.control_predecessors or ar.control_successors):
+            return None
+        kind = Reduction.of_instruction(ar)
+        groups = participant_groups(ar, self.module)
+        if kind is None or not groups or len({len(g) for g in groups}) != 1:
+            return None
+        if kind.opcode is not Opcode.ADD and (sums_only or kind.opcode not in _IDEMPOTENT):
+            return None
+        if kind.opcode is Opcode.ADD and ar.shape.element_type.value == "pred":
+            return None
+        key = tuple(tuple(g) for g in groups)
+        replicated = self._analyses.get(key)
+        if replicated is None:
+            replicated = self._analyses[key] = Replication(self.module, key)
+        x = ar.operands[0]
+        if not replicated(x):
+            return None
+        comp = ar.parent
+        assert comp is not None
+        if kind.opcode in _IDEMPOTENT:
+            replacement = x
+            ar.replace_all_uses_with(x)
+            comp.remove(ar)
+            return replacement
+        b = Builder(comp, before=ar, metadata=ar.attributes.get("metadata"))
+        n = b.constant(len(key[0]), ar.shape.element_type)
+        replacement = b.multiply(x, b.broadcast(n, x.shape.without_layout(), ()))
+        replacement.shape = ar.shape  # keeps the all-reduce's layout
+        comp.replace(ar, replacement)
+        return replacement
 
 
 @register_pass
@@ -60,14 +90,15 @@ class AllReduceSimplifier(ModulePass):
 
     def run(self, module: Module) -> bool:
         changed = False
+        replicated = ReplicatedAllReduces(module)
         for comp in module.computations:
-            memo: dict[Instruction, bool] = {}
             for instr in comp.post_order():
                 if instr.opcode in _SIMPLIFIED and not instr.control_successors and not instr.control_predecessors:
-                    changed |= self._simplify(module, comp, instr, memo)
+                    changed |= self._simplify(module, comp, instr, replicated)
         return changed
 
-    def _simplify(self, module: Module, comp: Computation, instr: Instruction, memo) -> bool:
+    def _simplify(self, module: Module, comp: Computation, instr: Instruction,
+                  replicated: ReplicatedAllReduces) -> bool:
         groups = participant_groups(instr, module)
         if groups and all(len(g) == 1 for g in groups):
             b = Builder(comp, before=instr)
@@ -85,24 +116,10 @@ class AllReduceSimplifier(ModulePass):
             self.remark(replacement, f"{instr.name}: {instr.opcode.value} over one-device groups removed",
                         "applied")
             return True
-        if instr.opcode is not Opcode.ALL_REDUCE or not instr.shape.is_array or len(instr.operands) != 1:
+        name = instr.name
+        folded = replicated.fold(instr)
+        if folded is None:
             return False
-        kind = Reduction.of_instruction(instr)
-        sizes = {len(g) for g in groups or ()}
-        if kind is None or len(sizes) != 1 or not built_from_constants(instr.operands[0], memo):
-            return False
-        x = instr.operands[0]
-        if kind.opcode in _IDEMPOTENT:
-            replacement = x
-        elif kind.opcode is Opcode.ADD and instr.shape.element_type.is_array and \
-                instr.shape.element_type.value != "pred":
-            b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
-            n = b.constant(sizes.pop(), instr.shape.element_type)
-            replacement = b.multiply(x, b.broadcast(n, x.shape.without_layout(), ()))
-        else:
-            return False
-        instr.replace_all_uses_with(replacement)
-        comp.remove(instr)
-        self.remark(replacement, f"{instr.name}: all-reduce of a value every device computes alike folded",
+        self.remark(folded, f"{name}: all-reduce of a value every device of its groups holds alike folded",
                     "applied")
         return True

@@ -40,7 +40,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
-from hlo_passes.passes.weight_update_sharding.replication import Replication, call_sites, device_groups
+from hlo_passes.passes.collectives.replication import Replication, call_sites, device_groups
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
@@ -457,6 +457,7 @@ def _plan_inputs(component: Component, module: Module, reductions: set[Instructi
             elif o.opcode is Opcode.BROADCAST and o.operands[0].shape.rank == 0:
                 need_replicated[o.operands[0]] = None
     replicated = Replication(module, component.groups, assume_parameters=assume_parameters,
+                             parameter_replication_covers_partitions=True,
                              extra=reductions | set(side), callers=callers)
     for instr in need_replicated:
         if not replicated(instr):

@@ -38,7 +38,8 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.cleanup.call_inliner import inline_call
 from hlo_passes.passes.weight_update_sharding.fused import split_variadic_all_reduces
-from hlo_passes.passes.weight_update_sharding.replication import Replication, device_groups
+from hlo_passes.passes.collectives.all_reduce_simplifier import ReplicatedAllReduces
+from hlo_passes.passes.collectives.replication import device_groups
 
 
 def canonicalize(module: Module, computations: list[Computation]) -> bool:
@@ -181,29 +182,13 @@ def fold_size_one_reshapes(comp: Computation) -> bool:
 
 def simplify_replicated_all_reduces(module: Module, comp: Computation) -> list[tuple[Instruction, str]]:
     """Summed all-reduces of values provably identical on every device of their groups become a
-    multiply by the group size (no assumption about parameters: a batch is not a weight).
-    Returns (replacement, name of the all-reduce it replaced) pairs."""
+    multiply by the group size (`all-reduce-simplifier`'s fold; no assumption about parameters:
+    a batch is not a weight).  Returns (replacement, name of the all-reduce it replaced) pairs."""
     done = []
-    checkers: dict[tuple, Replication] = {}
+    replicated = ReplicatedAllReduces(module)
     for ar in comp.post_order():
-        if (ar.opcode is not Opcode.ALL_REDUCE or not ar.shape.is_array or len(ar.operands) != 1
-                or not _summed(ar) or ar.control_predecessors or ar.control_successors
-                or ar.shape.element_type.value == "pred"):
-            continue
-        groups = device_groups(ar, module)
-        if not groups or len({len(g) for g in groups}) != 1:
-            continue
-        replicated = checkers.get(groups)
-        if replicated is None:
-            replicated = checkers[groups] = Replication(module, groups)
-        x = ar.operands[0]
-        if not replicated(x):
-            continue
-        b = Builder(comp, before=ar, metadata=ar.attributes.get("metadata"))
-        n = b.constant(len(groups[0]), ar.shape.element_type)
-        scaled = b.multiply(x, b.broadcast(n, x.shape.without_layout(), ()))
-        scaled.shape = ar.shape
         name = ar.name
-        comp.replace(ar, scaled)
-        done.append((scaled, name))
+        scaled = replicated.fold(ar, sums_only=True)
+        if scaled is not None:
+            done.append((scaled, name))
     return done

@@ -41,7 +41,7 @@ from hlo_passes.passes.weight_update_sharding.analysis import (REDUCTION_NAME, C
                                                                is_row_major_bitcast)
 from hlo_passes.passes.weight_update_sharding.formatting import Formatting
 from hlo_passes.passes.weight_update_sharding.fused import shard_fused_computation
-from hlo_passes.passes.weight_update_sharding.replication import Replication
+from hlo_passes.passes.collectives.replication import Replication
 from hlo_passes.passes.weight_update_sharding.state import Signature, refined_sharding
 
 S32 = PrimitiveType.S32
@@ -449,7 +449,8 @@ class ComponentRewriter:
         current = holder.sharding if holder.has_attr("sharding") else None
         if current is None:
             replicated = Replication(self.module, self.c.groups, extra=set(self.c.reductions),
-                                     assume_parameters=self.assume_parameters)
+                                     assume_parameters=self.assume_parameters,
+                                     parameter_replication_covers_partitions=True)
             if not all(o in self.c.exits or replicated(o) for o in root.operands):
                 self.remark(self.c.stems[0].all_reduce, "optimizer state all-gathered: the program's result "
                             "has no sharding and not every output is provably replicated", "missed")

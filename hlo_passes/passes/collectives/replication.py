@@ -1,10 +1,13 @@
-"""Is a value identical on every device of each group that reduces a gradient?
+"""Is a value identical on every device of each of a collective's groups?
 
-Weight-update sharding cuts the update of a weight into one piece per device of the gradient's
-all-reduce group; it is correct only when everything the update reads besides the gradient
-(the weight, its optimizer state, the step counter, the learning rate) is the same on every
-device of that group.  On a 2-D mesh that is a question about the *group*, not the module: a
-Megatron weight tiled over `model` and replicated over `data`
+XLA's HloReplicationAnalysis, asked about groups rather than the whole module.  Two passes ask:
+`all-reduce-simplifier` (an all-reduce of a value its group already shares needs no
+communication: it is the value, or the value times the group size for a sum) and
+`weight-update-sharding`, which cuts the update of a weight into one piece per device of the
+gradient's all-reduce group; that is correct only when everything the update reads besides the
+gradient (the weight, its optimizer state, the step counter, the learning rate) is the same on
+every device of that group.  On a 2-D mesh that is a question about the *group*, not the
+module: a Megatron weight tiled over `model` and replicated over `data`
 
     w = f32[256,64] parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
     g = f32[256,64] all-reduce(dw), replica_groups={{0,4},{1,5},{2,6},{3,7}}
@@ -17,8 +20,8 @@ each group.
 
 `Replication(module, groups)(instr)` says yes for: constants and iotas; all-reduces and
 all-gathers whose groups contain ours; ENTRY parameters declared replicated
-(`parameter_replication={true}`, a replicated `sharding=`), tiled over devices that each group
-sees as one tile, or (under `assume_parameters`) any ENTRY parameter whose sharding does not
+(`parameter_replication={true}` over replicas, a replicated `sharding=` over partitions), tiled
+over devices that each group sees as one tile, or (under `assume_parameters`) any ENTRY parameter whose sharding does not
 say otherwise; parameters of a computation called by one `call` whose operand is; expressions
 of device ids that evaluate alike on each group's devices; and any deterministic op of such
 values.  `extra` holds values known to be replicated for other reasons (the scalar reductions
@@ -80,9 +83,15 @@ class Replication:
     """Is a value identical on every device of each group in `groups`? (see the module docstring)"""
 
     def __init__(self, module: Module, groups: Groups, *, assume_parameters: bool = False,
+                 parameter_replication_covers_partitions: bool = False,
                  extra: set[Instruction] | None = None,
                  callers: dict[Computation, list[Instruction]] | None = None):
+        """`parameter_replication={true}` speaks of replicas; XLA's analysis reads it only when
+        the devices are replicas (one partition) and reads `sharding=` for partitions.
+        `parameter_replication_covers_partitions` also takes it as the user's word for the
+        partitions of a partitioned module (weight-update sharding asks users to say so)."""
         self.module = module
+        self.parameter_replication_covers_partitions = parameter_replication_covers_partitions
         self.groups = groups
         self.assume_parameters = assume_parameters
         self.extra = extra if extra is not None else set()
@@ -144,7 +153,8 @@ class Replication:
         return self._evaluates_alike(instr)
 
     def _parameter(self, param: Instruction) -> bool:
-        if "parameter_replication" in param.attributes:
+        if "parameter_replication" in param.attributes and (
+                self.module.num_partitions == 1 or self.parameter_replication_covers_partitions):
             flags = param.attr("parameter_replication")
             if flags and all(flags):
                 return True
