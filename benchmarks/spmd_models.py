@@ -177,7 +177,8 @@ try:  # real Flax + Optax steps (benchmark extras: pip install flax optax)
 
     MODELS |= {"flax_gpt_tp": lambda d: flax_models.gpt_tp(d=d),
                "flax_gpt_fsdp": lambda d: flax_models.gpt_fsdp(d=d),
-               "flax_resnet_dp": lambda d: flax_models.resnet_dp(width=max(8, d // 16))}
+               "flax_resnet_dp": lambda d: flax_models.resnet_dp(width=max(8, d // 16)),
+               "flax_vit_2d": lambda d: flax_models.vit_2d(d=d)}
 except ImportError:
     pass
 
