@@ -36,7 +36,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding, ShardingKind
-from hlo_passes.passes.collectives.common import participant_groups
+from hlo_passes.passes.collectives.common import callers_of, participant_groups
 from hlo_passes.passes.collectives.device_values import DeviceEvaluator, NotDeviceConstant
 
 Groups = tuple[tuple[int, ...], ...]
@@ -97,7 +97,7 @@ class Replication:
         self.extra = extra if extra is not None else set()
         self.assumed: set[Instruction] = set()  # ENTRY parameters taken as replicated by assumption
         self._memo: dict[Instruction, bool] = {}
-        self._callers = callers if callers is not None else call_sites(module)  # the module's, now
+        self._callers = callers if callers is not None else callers_of(module)  # the module's, now
         self._evaluators: dict[int, DeviceEvaluator] = {}
         self._dependent_callees: dict[Computation, bool] = {}
 
@@ -196,13 +196,3 @@ class Replication:
         if ev is None:
             ev = self._evaluators[device] = DeviceEvaluator(device // partitions, device % partitions)
         return ev
-
-
-
-
-def call_sites(module: Module) -> dict[Computation, list[Instruction]]:
-    sites: dict[Computation, list[Instruction]] = {}
-    for instr in module.all_instructions():
-        for callee in instr.called_computations():
-            sites.setdefault(callee, []).append(instr)
-    return sites

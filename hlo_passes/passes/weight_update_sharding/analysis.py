@@ -40,7 +40,8 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.weight_update_sharding.fused import elementwise_fusion
-from hlo_passes.passes.collectives.replication import Replication, call_sites, device_groups
+from hlo_passes.passes.collectives.common import callers_of
+from hlo_passes.passes.collectives.replication import Replication, device_groups
 
 # Reductions a region may compute from shards, with the identity their init must hold.
 REDUCTION_IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: -math.inf,
@@ -392,7 +393,7 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
                               "over some of them (a tiled shard)")
     reduction_set = set(reductions)
     position = {instr: i for i, instr in enumerate(post_order)}
-    callers = call_sites(module)
+    callers = callers_of(module)
     whole_reductions = [i for i in post_order if i.opcode is Opcode.REDUCE and len(i.operands) == 2
                         and i.shape.is_array and i.shape.rank == 0 and i not in reduction_set]
     for component in components:
