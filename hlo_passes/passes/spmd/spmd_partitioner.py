@@ -317,7 +317,8 @@ class Partitioner:
         """`instr` with new operands and per-device shape; attributes kept except the sharding."""
         attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
         new = Instruction(instr.opcode, shape, operands, name=instr.name, attributes=attrs,
-                          called=dict(instr.called, **called), literal=instr.literal,
+                          called=dict(instr.called, **called) if instr.called or called else None,
+                          literal=instr.literal,
                           parameter_number=instr.parameter_number)
         return self.em.comp.add(new, name_hint=instr.name)
 
