@@ -54,11 +54,12 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, cast
+from typing import Callable, Literal, Sequence, cast
 
 import numpy as np
 
 from hlo_passes._gc import collector_paused
+from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -85,6 +86,10 @@ _ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
 # instruction and direction): the lowest and highest level at which it would run alike, the k
 # instructions whose shardings it read, then those k shardings.
 _Settled = tuple[int, int, *tuple[object, ...]]
+# What an evaluation that changed something leaves in place of its settled entry: a range of no
+# level.  Overwritten rather than removed, because a dict that entries keep leaving and coming
+# back to grows to twice the size of one that keeps them (the two tables were 5% of the walk).
+_UNSETTLED: _Settled = (1, 0)
 
 
 class PropagationError(PassFailed):
@@ -255,7 +260,7 @@ class _Flat:
 
     def __init__(self, module: Module):
         self.original = module
-        self.copies: dict[Instruction, list[Instruction]] = {}
+        self.copies: dict[Instruction, tuple[Instruction, ...]] = {}
         # Tuples the import removes as dead once their elements are read directly (an inlined
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
@@ -300,9 +305,12 @@ class _Flat:
                 values.setdefault(orig, []).append(flat_instr)
         self.copies = {}
         for orig, vs in values.items():
-            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples]
+            live = tuple(r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples)
             if live:
                 self.copies[orig] = live
+        # Tables of the building only: freed before the walk, whose tables come on top of these.
+        self.origin.clear()
+        self.aliases.clear()
 
     def _resolve(self, instr: Instruction) -> Instruction:
         while instr in self.replaced:
@@ -507,11 +515,15 @@ class _Flat:
                 param.sharding = su.single(param.shape, _without_group(s))
 
     def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
-        """Write the walk's shardings onto the module (see the class docstring)."""
+        """Write the walk's shardings onto the module (see the class docstring).  Instructions
+        given the same sharding object share one attribute slot (slots are immutable values):
+        a big module's twenty thousand shardings are a few hundred objects, and a slot each
+        was 7% of the memory the module holds."""
         changed = False
+        slots: dict[int, Attr] = {}  # by id of the sharding: objects, not equal values (metadata differs)
         for comp in propagated_computations(self.original):
             for instr in comp.instructions:
-                twins = self.copies.get(instr, []) if self.module is not self.original else [instr]
+                twins = self.copies.get(instr, ()) if self.module is not self.original else (instr,)
                 if not twins:
                     continue
                 found = [f for f in (self._state_of(t, state) for t in twins) if f is not None]
@@ -532,7 +544,10 @@ class _Flat:
                                                  and su.single(instr.shape, su.canon(old)) == new)) and (
                         not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
                     continue
-                instr.sharding = new
+                slot = slots.get(id(new))
+                if slot is None:
+                    slot = slots[id(new)] = Attr(value=new)
+                instr.attributes["sharding"] = slot
                 changed = True
         return changed
 
@@ -569,7 +584,6 @@ class _Walk:
         self.allow_output = any(output_allowed)
         self.propagate_metadata = owner.options.propagate_metadata
         self.state: dict[Instruction, Sharding] = {}
-        self.original: dict[Instruction, Sharding | None] = {}
         self.provided: set[Instruction] = set()
         self.unspecified: dict[Instruction, list[int]] = {}
         self.group_of: dict[Instruction, tuple[str, int]] = {}
@@ -582,7 +596,7 @@ class _Walk:
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
         self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
         self.position: dict[Instruction, int] = {}  # the place in XLA's post order (see `_users`)
-        self._ordered_users: dict[Instruction, list[Instruction]] = {}
+        self._ordered_users: dict[Instruction, tuple[Instruction, ...]] = {}  # see `_users`
         # What the graph alone decides, per instruction, kept for the walk (the graph is fixed):
         # the level from which propagation crosses it, whether it may take a sharding from its
         # operands / users (less the collective case, which reads a sharding), the manual
@@ -795,14 +809,19 @@ class _Walk:
             self._overlay = outer
 
     # ----------------------------------------------------------------- run --
-    def _users(self, instr: Instruction) -> list[Instruction]:
+    def _users(self, instr: Instruction) -> Sequence[Instruction]:
         """`instr`'s users in the order XLA lists them, which decides between users that offer
         incompatible shardings at the same level: XLA's import builds the module in post order
-        (xla_post_order), so a user comes in the order of its place there."""
-        users = self._ordered_users.get(instr)
-        if users is None:
-            users = self._ordered_users[instr] = sorted(instr.users, key=lambda u: self.position.get(u, 0))
-        return users
+        (xla_post_order), so a user comes in the order of its place there.  Kept for the
+        instructions with several users only: most have one, which needs no sorting, and a
+        table entry and a list for each of them was a tenth of the walk's memory."""
+        users = instr.users
+        if len(users) < 2:
+            return tuple(users)
+        ordered = self._ordered_users.get(instr)
+        if ordered is None:
+            ordered = self._ordered_users[instr] = tuple(sorted(users, key=lambda u: self.position.get(u, 0)))
+        return ordered
 
     def run(self) -> None:
         self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
@@ -833,7 +852,6 @@ class _Walk:
         for comp in self.comps:
             for instr in comp.instructions:
                 s = instr.sharding if "sharding" in instr.attributes else None
-                self.original[instr] = s
                 if s is None:
                     continue
                 s = su.canon(s)
@@ -1070,7 +1088,8 @@ class _Walk:
         finally:
             reads, self._reads = self._reads, None
         if changed or self._wrote:
-            settled.pop(instr, None)
+            if instr in settled:
+                settled[instr] = _UNSETTLED
         else:
             # (mypy reads a display with starred parts as a homogeneous tuple)
             settled[instr] = cast(_Settled, (*self._levels_alike, *reads, *reads.values()))
