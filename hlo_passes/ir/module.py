@@ -180,22 +180,28 @@ class Module:
             yield from comp.instructions
 
     def computation_post_order(self) -> list[Computation]:
-        """Callees before callers."""
+        """Callees before callers (each computation's callees in the order its instructions
+        call them).  A loop with a stack, not a recursive local function: such a function
+        refers to itself through its closure, a cycle that keeps the order it built, and the
+        computations in it, alive until the cyclic collector runs, which the partitioner holds
+        off while it works (a module's worth of discarded computations, on a 24-layer step)."""
         seen: set[int] = set()
         order: list[Computation] = []
-
-        def visit(c: Computation) -> None:
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            for instr in c._instructions:
-                if instr.called:
-                    for callee in instr.called_computations():
-                        visit(callee)
-            order.append(c)
-
         for comp in self.computations:
-            visit(comp)
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            stack = [(comp, _callees(comp))]
+            while stack:
+                top, callees = stack[-1]
+                for callee in callees:
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        stack.append((callee, _callees(callee)))
+                        break
+                else:
+                    stack.pop()
+                    order.append(top)
         return order
 
     def clone_computation(self, comp: Computation, suffix: str = "clone") -> Computation:
@@ -325,3 +331,10 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<module {self.name}: {len(self.computations)} computations>"
+
+
+def _callees(comp: Computation) -> Iterator[Computation]:
+    """The computations `comp`'s instructions call, in order (repeats included)."""
+    for instr in comp._instructions:
+        if instr.called:
+            yield from instr.called_computations()

@@ -176,21 +176,19 @@ def is_fully_sharded(module: Module) -> bool:
 
 
 def propagated_computations(module: Module) -> list[Computation]:
-    """The entry and, transitively, the bodies of while / call / conditional (callees first)."""
-    keep: set[int] = set()
-
-    def visit(comp: Computation) -> None:
-        if id(comp) in keep:
-            return
-        keep.add(id(comp))
-        for instr in comp.instructions:
-            if instr.opcode in _CONTROL_FLOW:
-                for callee in instr.called_computations():
-                    visit(callee)
-
+    """The entry and, transitively, the bodies of while / call / conditional (callees first).
+    (A work list, not a recursive local function: see Module.computation_post_order.)"""
     if module.entry is None:
         return []
-    visit(module.entry)
+    keep: set[int] = {id(module.entry)}
+    work = [module.entry]
+    while work:
+        for instr in work.pop().instructions:
+            if instr.opcode in _CONTROL_FLOW:
+                for callee in instr.called_computations():
+                    if id(callee) not in keep:
+                        keep.add(id(callee))
+                        work.append(callee)
     return [c for c in module.computation_post_order() if id(c) in keep]
 
 
