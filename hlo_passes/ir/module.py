@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
 
@@ -43,6 +44,11 @@ class NameTable:
             return False
         used.add(name)
         return True
+
+    def settle(self) -> None:
+        """Read the names in use now, where they are still to be read on first use: for a table
+        kept aside while its module changes (Module.trial), which must not read the changes."""
+        self._used
 
     def release(self, name: str) -> None:
         self._used.discard(name)
@@ -279,6 +285,33 @@ class Module:
         kept compactly (a quarter of the memory, see ir/snapshot.py) and not a module until it
         is restored.  A rollback snapshot."""
         return ModuleSnapshot(self._header_copy(), self.computations, self.entry)
+
+    @contextmanager
+    def trial(self) -> Iterator["Module"]:
+        """The module itself, to change for a trial and have back afterwards: what a pass that
+        rewrites a `clone()` to see the outcome needs (weight-update-sharding prices its rewrite
+        so), without a second module alive.  A clone costs as much memory as the module; the
+        snapshot this keeps instead, a quarter (ir/snapshot.py), which made the clone of a big
+        partitioned step the largest thing alive in that pass.
+
+        Inside, the module hands out names and channel ids as a fresh clone would (new tables
+        and allocator, read from the module as it is).  On leaving, however the block ends, it
+        is restored from the snapshot (new computation and instruction objects: none taken from
+        it inside or before stays part of it; see `restore`) and gets back the very name tables
+        and channel allocator it had, so that names and ids given out later are those it would
+        have given had no trial run."""
+        snapshot = self.snapshot()
+        self.names.settle()
+        self.computation_names.settle()
+        kept = (self.names, self.computation_names, self._next_channel)
+        self.take_names_of_parsed_instructions()
+        self._next_channel = None
+        try:
+            yield self
+        finally:
+            self.discard()  # (the trial's objects freed now, not left to the cyclic collector)
+            self.restore(snapshot)
+            self.names, self.computation_names, self._next_channel = kept
 
     def discard(self) -> None:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
