@@ -157,6 +157,24 @@ class Module:
     def remove_computation(self, comp: Computation) -> None:
         self.remove_computations([comp])
 
+    def remove_unreachable_computations(self) -> list[Computation]:
+        """Remove the computations the entry does not reach (through any called computation);
+        returns them, callers before callees."""
+        if self.entry is None:
+            return []
+        reachable = {id(self.entry)}
+        stack = [self.entry]
+        while stack:
+            for instr in stack.pop().instructions:
+                for callee in instr.called_computations():
+                    if id(callee) not in reachable:
+                        reachable.add(id(callee))
+                        stack.append(callee)
+        dropped = [comp for comp in reversed(self.computation_post_order())  # callers before callees
+                   if id(comp) not in reachable]
+        self.remove_computations(dropped)
+        return dropped
+
     def remove_computations(self, comps: Iterable[Computation]) -> None:
         """Remove `comps`, none of which may be called from a computation that stays.  One scan
         of the module for all of them (dead-code elimination drops a model's unreachable
