@@ -272,13 +272,10 @@ class _Flat:
             self.module = module
             return
         self.module = module.clone()
-        by_key = {(c.name, i.name): i for c in module.computations for i in c.instructions}
-        self.origin: dict[Instruction, Instruction] = {}
-        for c in self.module.computations:
-            for i in c.instructions:
-                o = by_key.get((c.name, i.name))
-                if o is not None:
-                    self.origin[i] = o
+        # A clone keeps the order of computations and of their instructions.
+        self.origin: dict[Instruction, Instruction] = {
+            i: o for c, copy in zip(module.computations, self.module.computations)
+            for o, i in zip(c.instructions, copy.instructions)}
         self.replaced: dict[Instruction, Instruction] = {}
         # Originals an instruction of the walk also stands for: an inlined callee's ROOT stands
         # for the call it replaced, and keeps standing for it when the computation holding it
