@@ -21,19 +21,22 @@ class NameTable:
 
     `taken`, when given, lists the names already in use; it is read on the table's first
     use, so that a parsed module that no pass renames or extends never builds the set.
+    The set is a dict (keys only): at the sizes of a big module's names (tens of thousands)
+    a set's table is twice as large, and two or three tables are alive while spmd-partition
+    runs (the module's, its flattened copy's).
     """
 
     _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
     def __init__(self, taken: Callable[[], Iterable[str]] | None = None) -> None:
         self._taken = taken
-        self._names: set[str] | None = None if taken is not None else set()
+        self._names: dict[str, None] | None = None if taken is not None else {}
         self._next: dict[str, int] = {}
 
     @property
-    def _used(self) -> set[str]:
+    def _used(self) -> dict[str, None]:
         if self._names is None:
-            self._names = set(cast(Callable[[], Iterable[str]], self._taken)())  # set until first use
+            self._names = dict.fromkeys(cast(Callable[[], Iterable[str]], self._taken)())  # until first use
             self._taken = None
         return self._names
 
@@ -42,7 +45,7 @@ class NameTable:
         used = self._used
         if name in used:
             return False
-        used.add(name)
+        used[name] = None
         return True
 
     def settle(self) -> None:
@@ -51,13 +54,13 @@ class NameTable:
         self._used
 
     def release(self, name: str) -> None:
-        self._used.discard(name)
+        self._used.pop(name, None)
 
     def unique(self, hint: str) -> str:
         hint = hint.lstrip("%") or "instruction"
         used = self._used
         if hint not in used and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
-            used.add(hint)
+            used[hint] = None
             return hint
         base = cast(re.Match[str], self._SUFFIX.match(hint)).group(1) or hint  # matches any text
         n = self._next.get(base, 1)
@@ -65,7 +68,7 @@ class NameTable:
             n += 1
         self._next[base] = n + 1
         name = f"{base}.{n}"
-        used.add(name)
+        used[name] = None
         return name
 
     def __contains__(self, name: str) -> bool:
