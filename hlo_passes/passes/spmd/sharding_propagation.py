@@ -137,8 +137,9 @@ class ShardingPropagation(ModulePass):
         with collector_paused():  # the walk makes many small objects and no cycles but the copy
             flat = _Flat(module)
             walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
-            walk.run()
-            changed |= flat.transfer(walk.state, self)
+            state = walk.run()
+            del walk  # its tables and caches (most of its memory) freed before the shardings are written
+            changed |= flat.transfer(state, self)
             if flat.module is not module:
                 flat.module.discard()  # the copy's cycles broken: freed with the walk, not left to the collector
         for body, extra in sites.merge_back():
@@ -822,7 +823,8 @@ class _Walk:
             ordered = self._ordered_users[instr] = tuple(sorted(users, key=lambda u: self.position.get(u, 0)))
         return ordered
 
-    def run(self) -> None:
+    def run(self) -> dict[Instruction, Sharding]:
+        """Propagate; returns the shardings found (`state`)."""
         self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
         self._load()
         self._process_annotations()
@@ -846,6 +848,7 @@ class _Walk:
             self._to_fixed_point(3, shard_groups=False)
         self._relay_barrier_from()
         self._restore_entry()
+        return self.state
 
     def _load(self) -> None:
         for comp in self.comps:
