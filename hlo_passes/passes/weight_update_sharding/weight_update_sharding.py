@@ -27,7 +27,8 @@ sharded between steps: state parameters take and state outputs return each devic
 shardings refined by the data groups (`state.py`), so no state is gathered.
 
 Steps:
-1. On a copy of the module: `canonicalize` (variadic all-reduces split, reduce-scatter +
+1. As a trial on the module (`Module.trial`: taken back afterwards from a compact snapshot, a
+   quarter of a copy's memory): `canonicalize` (variadic all-reduces split, reduce-scatter +
    all-gather pairs joined, calls on gradients inlined, XLA's fused form normalized), then
    all-reduces of values every device of the group already holds become `x * N`
    (`simplify_replicated_all_reduces`), then `analysis` finds the components and
