@@ -224,6 +224,55 @@ ENTRY e {
     assert print_module(module) == before
 
 
+def test_a_trial_hands_out_names_and_channels_as_a_clone_and_leaves_no_trace():
+    """`Module.trial` (weight-update-sharding prices its rewrite so, instead of a clone): inside,
+    new names and channel ids are those a fresh clone would give; afterwards the module is
+    what a clone taken before holds, and later names and channel ids are those it would have
+    given without the trial, even where its tables had numbered past a released name."""
+    from hlo_passes.ir.instruction import Instruction
+
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] negate(p)
+  ar = f32[8] all-reduce(n), channel_id=3, replica_groups={}, to_apply=add
+  ROOT s = f32[8] add(n, ar)
+}
+"""
+
+    def grown(module):
+        """Names `n.1`, `n.2`, then `n.1` released: a table that numbered past it goes on to `n.3`."""
+        entry = module.entry
+        for _ in range(2):
+            entry.add(Instruction(Opcode.ABS, entry.find("p").shape, [entry.find("p")]), name_hint="n")
+        entry.remove(entry.find("n.1"))
+        module.names.release("n.1")
+        module.new_channel_id()
+        return module
+
+    def outcome(module):
+        entry = module.entry
+        made = entry.add(Instruction(Opcode.SIN, entry.find("p").shape, [entry.find("p")]), name_hint="n")
+        return made.name, module.new_channel_id()
+
+    module = grown(parse_module(text))
+    expected_inside = outcome(module.clone())
+    expected_after = outcome(grown(parse_module(text)))
+    before, structure = print_module(module), _structure(module.clone())
+    with module.trial() as trial:
+        assert trial is module
+        assert outcome(trial) == expected_inside == ("n.1", 4)
+        trial.entry.find("n").opcode = Opcode.ABS
+    assert print_module(module) == before
+    assert _structure(module) == structure
+    assert outcome(module) == expected_after == ("n.3", 5)
+
+
 @pytest.mark.parametrize("case", sorted((Path(__file__).parent.parent / "golden" / "corpus").glob("*/*.hlo")),
                          ids=lambda p: p.name)
 def test_restoring_a_snapshot_of_a_corpus_program_gives_what_a_clone_gives(case):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
 
@@ -20,19 +21,22 @@ class NameTable:
 
     `taken`, when given, lists the names already in use; it is read on the table's first
     use, so that a parsed module that no pass renames or extends never builds the set.
+    The set is a dict (keys only): at the sizes of a big module's names (tens of thousands)
+    a set's table is twice as large, and two or three tables are alive while spmd-partition
+    runs (the module's, its flattened copy's).
     """
 
     _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
     def __init__(self, taken: Callable[[], Iterable[str]] | None = None) -> None:
         self._taken = taken
-        self._names: set[str] | None = None if taken is not None else set()
+        self._names: dict[str, None] | None = None if taken is not None else {}
         self._next: dict[str, int] = {}
 
     @property
-    def _used(self) -> set[str]:
+    def _used(self) -> dict[str, None]:
         if self._names is None:
-            self._names = set(cast(Callable[[], Iterable[str]], self._taken)())  # set until first use
+            self._names = dict.fromkeys(cast(Callable[[], Iterable[str]], self._taken)())  # until first use
             self._taken = None
         return self._names
 
@@ -41,17 +45,22 @@ class NameTable:
         used = self._used
         if name in used:
             return False
-        used.add(name)
+        used[name] = None
         return True
 
+    def settle(self) -> None:
+        """Read the names in use now, where they are still to be read on first use: for a table
+        kept aside while its module changes (Module.trial), which must not read the changes."""
+        self._used
+
     def release(self, name: str) -> None:
-        self._used.discard(name)
+        self._used.pop(name, None)
 
     def unique(self, hint: str) -> str:
         hint = hint.lstrip("%") or "instruction"
         used = self._used
         if hint not in used and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
-            used.add(hint)
+            used[hint] = None
             return hint
         base = cast(re.Match[str], self._SUFFIX.match(hint)).group(1) or hint  # matches any text
         n = self._next.get(base, 1)
@@ -59,7 +68,7 @@ class NameTable:
             n += 1
         self._next[base] = n + 1
         name = f"{base}.{n}"
-        used.add(name)
+        used[name] = None
         return name
 
     def __contains__(self, name: str) -> bool:
@@ -151,6 +160,24 @@ class Module:
     def remove_computation(self, comp: Computation) -> None:
         self.remove_computations([comp])
 
+    def remove_unreachable_computations(self) -> list[Computation]:
+        """Remove the computations the entry does not reach (through any called computation);
+        returns them, callers before callees."""
+        if self.entry is None:
+            return []
+        reachable = {id(self.entry)}
+        stack = [self.entry]
+        while stack:
+            for instr in stack.pop().instructions:
+                for callee in instr.called_computations():
+                    if id(callee) not in reachable:
+                        reachable.add(id(callee))
+                        stack.append(callee)
+        dropped = [comp for comp in reversed(self.computation_post_order())  # callers before callees
+                   if id(comp) not in reachable]
+        self.remove_computations(dropped)
+        return dropped
+
     def remove_computations(self, comps: Iterable[Computation]) -> None:
         """Remove `comps`, none of which may be called from a computation that stays.  One scan
         of the module for all of them (dead-code elimination drops a model's unreachable
@@ -180,22 +207,28 @@ class Module:
             yield from comp.instructions
 
     def computation_post_order(self) -> list[Computation]:
-        """Callees before callers."""
+        """Callees before callers (each computation's callees in the order its instructions
+        call them).  A loop with a stack, not a recursive local function: such a function
+        refers to itself through its closure, a cycle that keeps the order it built, and the
+        computations in it, alive until the cyclic collector runs, which the partitioner holds
+        off while it works (a module's worth of discarded computations, on a 24-layer step)."""
         seen: set[int] = set()
         order: list[Computation] = []
-
-        def visit(c: Computation) -> None:
-            if id(c) in seen:
-                return
-            seen.add(id(c))
-            for instr in c._instructions:
-                if instr.called:
-                    for callee in instr.called_computations():
-                        visit(callee)
-            order.append(c)
-
         for comp in self.computations:
-            visit(comp)
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            stack = [(comp, _callees(comp))]
+            while stack:
+                top, callees = stack[-1]
+                for callee in callees:
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        stack.append((callee, _callees(callee)))
+                        break
+                else:
+                    stack.pop()
+                    order.append(top)
         return order
 
     def clone_computation(self, comp: Computation, suffix: str = "clone") -> Computation:
@@ -274,6 +307,33 @@ class Module:
         is restored.  A rollback snapshot."""
         return ModuleSnapshot(self._header_copy(), self.computations, self.entry)
 
+    @contextmanager
+    def trial(self) -> Iterator["Module"]:
+        """The module itself, to change for a trial and have back afterwards: what a pass that
+        rewrites a `clone()` to see the outcome needs (weight-update-sharding prices its rewrite
+        so), without a second module alive.  A clone costs as much memory as the module; the
+        snapshot this keeps instead, a quarter (ir/snapshot.py), which made the clone of a big
+        partitioned step the largest thing alive in that pass.
+
+        Inside, the module hands out names and channel ids as a fresh clone would (new tables
+        and allocator, read from the module as it is).  On leaving, however the block ends, it
+        is restored from the snapshot (new computation and instruction objects: none taken from
+        it inside or before stays part of it; see `restore`) and gets back the very name tables
+        and channel allocator it had, so that names and ids given out later are those it would
+        have given had no trial run."""
+        snapshot = self.snapshot()
+        self.names.settle()
+        self.computation_names.settle()
+        kept = (self.names, self.computation_names, self._next_channel)
+        self.take_names_of_parsed_instructions()
+        self._next_channel = None
+        try:
+            yield self
+        finally:
+            self.discard()  # (the trial's objects freed now, not left to the cyclic collector)
+            self.restore(snapshot)
+            self.names, self.computation_names, self._next_channel = kept
+
     def discard(self) -> None:
         """Break the reference cycles inside a module nobody will use again (a rollback snapshot
         whose pass succeeded), so that reference counting frees it at once.  Left to the cyclic
@@ -325,3 +385,10 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<module {self.name}: {len(self.computations)} computations>"
+
+
+def _callees(comp: Computation) -> Iterator[Computation]:
+    """The computations `comp`'s instructions call, in order (repeats included)."""
+    for instr in comp._instructions:
+        if instr.called:
+            yield from instr.called_computations()

@@ -62,17 +62,4 @@ class DeadCodeElimination(ModulePass):
 
     @staticmethod
     def _drop_unreachable(module: Module) -> list[str]:
-        if module.entry is None:
-            return []
-        reachable = {id(module.entry)}
-        stack = [module.entry]
-        while stack:
-            for instr in stack.pop().instructions:
-                for callee in instr.called_computations():
-                    if id(callee) not in reachable:
-                        reachable.add(id(callee))
-                        stack.append(callee)
-        dropped = [comp for comp in reversed(module.computation_post_order())  # callers before callees
-                   if id(comp) not in reachable]
-        module.remove_computations(dropped)
-        return [comp.name for comp in dropped]
+        return [comp.name for comp in module.remove_unreachable_computations()]

@@ -53,7 +53,7 @@ PRED = PrimitiveType.PRED
 DeviceGroups: TypeAlias = npt.NDArray[np.int64] | Sequence[Sequence[int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PValue:
     """A per-device value `instr` holding the part of a global array (of `global_shape`) that
     `sharding` assigns to each device."""

@@ -51,14 +51,16 @@ differ where they do.
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, cast
+from typing import Callable, Literal, NamedTuple, Sequence, cast
 
 import numpy as np
 
 from hlo_passes._gc import collector_paused
+from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -85,6 +87,10 @@ _ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
 # instruction and direction): the lowest and highest level at which it would run alike, the k
 # instructions whose shardings it read, then those k shardings.
 _Settled = tuple[int, int, *tuple[object, ...]]
+# What an evaluation that changed something leaves in place of its settled entry: a range of no
+# level.  Overwritten rather than removed, because a dict that entries keep leaving and coming
+# back to grows to twice the size of one that keeps them (the two tables were 5% of the walk).
+_UNSETTLED: _Settled = (1, 0)
 
 
 class PropagationError(PassFailed):
@@ -132,8 +138,9 @@ class ShardingPropagation(ModulePass):
         with collector_paused():  # the walk makes many small objects and no cycles but the copy
             flat = _Flat(module)
             walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
-            walk.run()
-            changed |= flat.transfer(walk.state, self)
+            state = walk.run()
+            del walk  # its tables and caches (most of its memory) freed before the shardings are written
+            changed |= flat.transfer(state, self)
             if flat.module is not module:
                 flat.module.discard()  # the copy's cycles broken: freed with the walk, not left to the collector
         for body, extra in sites.merge_back():
@@ -171,21 +178,19 @@ def is_fully_sharded(module: Module) -> bool:
 
 
 def propagated_computations(module: Module) -> list[Computation]:
-    """The entry and, transitively, the bodies of while / call / conditional (callees first)."""
-    keep: set[int] = set()
-
-    def visit(comp: Computation) -> None:
-        if id(comp) in keep:
-            return
-        keep.add(id(comp))
-        for instr in comp.instructions:
-            if instr.opcode in _CONTROL_FLOW:
-                for callee in instr.called_computations():
-                    visit(callee)
-
+    """The entry and, transitively, the bodies of while / call / conditional (callees first).
+    (A work list, not a recursive local function: see Module.computation_post_order.)"""
     if module.entry is None:
         return []
-    visit(module.entry)
+    keep: set[int] = {id(module.entry)}
+    work = [module.entry]
+    while work:
+        for instr in work.pop().instructions:
+            if instr.opcode in _CONTROL_FLOW:
+                for callee in instr.called_computations():
+                    if id(callee) not in keep:
+                        keep.add(id(callee))
+                        work.append(callee)
     return [c for c in module.computation_post_order() if id(c) in keep]
 
 
@@ -255,7 +260,7 @@ class _Flat:
 
     def __init__(self, module: Module):
         self.original = module
-        self.copies: dict[Instruction, list[Instruction]] = {}
+        self.copies: dict[Instruction, tuple[Instruction, ...]] = {}
         # Tuples the import removes as dead once their elements are read directly (an inlined
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
@@ -269,13 +274,10 @@ class _Flat:
             self.module = module
             return
         self.module = module.clone()
-        by_key = {(c.name, i.name): i for c in module.computations for i in c.instructions}
-        self.origin: dict[Instruction, Instruction] = {}
-        for c in self.module.computations:
-            for i in c.instructions:
-                o = by_key.get((c.name, i.name))
-                if o is not None:
-                    self.origin[i] = o
+        # A clone keeps the order of computations and of their instructions.
+        self.origin: dict[Instruction, Instruction] = {
+            i: o for c, copy in zip(module.computations, self.module.computations)
+            for o, i in zip(c.instructions, copy.instructions)}
         self.replaced: dict[Instruction, Instruction] = {}
         # Originals an instruction of the walk also stands for: an inlined callee's ROOT stands
         # for the call it replaced, and keeps standing for it when the computation holding it
@@ -292,6 +294,10 @@ class _Flat:
             if comp is self.module.entry:
                 self._single_result(comp, values)
             self._tuple_root(comp)
+        # The bodies of the inlined calls are called no more: freed now rather than walked past
+        # (on a step whose calls the flattening copied per site, a third of the copy's instructions).
+        for comp in self.module.remove_unreachable_computations():
+            comp.discard()
         for flat_instr, orig in self.origin.items():
             if flat_instr.parent is not None and flat_instr.parent.module is self.module:
                 values.setdefault(orig, []).append(flat_instr)
@@ -300,9 +306,12 @@ class _Flat:
                 values.setdefault(orig, []).append(flat_instr)
         self.copies = {}
         for orig, vs in values.items():
-            live = [r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples]
+            live = tuple(r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples)
             if live:
                 self.copies[orig] = live
+        # Tables of the building only: freed before the walk, whose tables come on top of these.
+        self.origin.clear()
+        self.aliases.clear()
 
     def _resolve(self, instr: Instruction) -> Instruction:
         while instr in self.replaced:
@@ -508,11 +517,15 @@ class _Flat:
                 param.sharding = su.single(param.shape, _without_group(s))
 
     def transfer(self, state: dict[Instruction, Sharding], owner: ModulePass) -> bool:
-        """Write the walk's shardings onto the module (see the class docstring)."""
+        """Write the walk's shardings onto the module (see the class docstring).  Instructions
+        given the same sharding object share one attribute slot (slots are immutable values):
+        a big module's twenty thousand shardings are a few hundred objects, and a slot each
+        was 7% of the memory the module holds."""
         changed = False
+        slots: dict[int, Attr] = {}  # by id of the sharding: objects, not equal values (metadata differs)
         for comp in propagated_computations(self.original):
             for instr in comp.instructions:
-                twins = self.copies.get(instr, []) if self.module is not self.original else [instr]
+                twins = self.copies.get(instr, ()) if self.module is not self.original else (instr,)
                 if not twins:
                     continue
                 found = [f for f in (self._state_of(t, state) for t in twins) if f is not None]
@@ -533,7 +546,10 @@ class _Flat:
                                                  and su.single(instr.shape, su.canon(old)) == new)) and (
                         not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
                     continue
-                instr.sharding = new
+                slot = slots.get(id(new))
+                if slot is None:
+                    slot = slots[id(new)] = Attr(value=new)
+                instr.attributes["sharding"] = slot
                 changed = True
         return changed
 
@@ -570,7 +586,6 @@ class _Walk:
         self.allow_output = any(output_allowed)
         self.propagate_metadata = owner.options.propagate_metadata
         self.state: dict[Instruction, Sharding] = {}
-        self.original: dict[Instruction, Sharding | None] = {}
         self.provided: set[Instruction] = set()
         self.unspecified: dict[Instruction, list[int]] = {}
         self.group_of: dict[Instruction, tuple[str, int]] = {}
@@ -583,14 +598,10 @@ class _Walk:
         self._operand_indices: dict[Instruction, dict[Instruction, list[int]]] = {}
         self.orders: dict[Computation, list[Instruction]] = {}  # each computation's post order
         self.position: dict[Instruction, int] = {}  # the place in XLA's post order (see `_users`)
-        self._ordered_users: dict[Instruction, list[Instruction]] = {}
+        self._ordered_users: dict[Instruction, tuple[Instruction, ...]] = {}  # see `_users`
         # What the graph alone decides, per instruction, kept for the walk (the graph is fixed):
-        # the level from which propagation crosses it, whether it may take a sharding from its
-        # operands / users (less the collective case, which reads a sharding), the manual
-        # conversions.
-        self._levels: dict[Instruction, int] = {}
-        self._supports_forward: dict[Instruction, bool] = {}
-        self._supports_backward: dict[Instruction, bool] = {}
+        # see _GraphFacts; and the manual conversions.
+        self._facts: dict[Instruction, _GraphFacts] = {}
         self._conversions: set[Instruction] = set()
         # Evaluations that changed nothing, with what they read (see `_evaluate`); and, while an
         # evaluation runs, what it has read so far and the levels it would answer alike at.
@@ -739,18 +750,26 @@ class _Walk:
         self.set_sharding(instr, su.tuple_sharding(leaves))
         return True
 
+    def _graph_facts(self, instr: Instruction) -> "_GraphFacts":
+        """What the graph alone decides about `instr` (see _GraphFacts), kept per instruction."""
+        facts = self._facts.get(instr)
+        if facts is None:
+            in_called = instr.parent in self.caller
+            facts = self._facts[instr] = _graph_facts(
+                propagation_level(instr),
+                supports_spatial_partitioning(instr, in_called=in_called, allow_output=self.allow_output,
+                                              allow_parameters=False),
+                supports_spatial_partitioning(instr, in_called=in_called, allow_output=False,
+                                              allow_parameters=self.allow_params))
+        return facts
+
     def _threshold(self, instr: Instruction) -> int:
         """propagation_rules.propagation_level, kept per instruction."""
-        threshold = self._levels.get(instr)
-        if threshold is None:
-            threshold = self._levels[instr] = propagation_level(instr)
-        return threshold
+        return self._graph_facts(instr).level
 
     def _passes(self, instr: Instruction) -> bool:
         """propagation_rules.passes_at_level at the round's level."""
-        threshold = self._levels.get(instr)
-        if threshold is None:
-            threshold = self._levels[instr] = propagation_level(instr)
+        threshold = self._graph_facts(instr).level
         return threshold == 0 or self._at_least(threshold)  # every level is at least 0
 
     def sharding_from_user(self, instr: Instruction, user: Instruction, level: int | None = None) -> Sharding | None:
@@ -796,16 +815,22 @@ class _Walk:
             self._overlay = outer
 
     # ----------------------------------------------------------------- run --
-    def _users(self, instr: Instruction) -> list[Instruction]:
+    def _users(self, instr: Instruction) -> Sequence[Instruction]:
         """`instr`'s users in the order XLA lists them, which decides between users that offer
         incompatible shardings at the same level: XLA's import builds the module in post order
-        (xla_post_order), so a user comes in the order of its place there."""
-        users = self._ordered_users.get(instr)
-        if users is None:
-            users = self._ordered_users[instr] = sorted(instr.users, key=lambda u: self.position.get(u, 0))
-        return users
+        (xla_post_order), so a user comes in the order of its place there.  Kept for the
+        instructions with several users only: most have one, which needs no sorting, and a
+        table entry and a list for each of them was a tenth of the walk's memory."""
+        users = instr.users
+        if len(users) < 2:
+            return tuple(users)
+        ordered = self._ordered_users.get(instr)
+        if ordered is None:
+            ordered = self._ordered_users[instr] = tuple(sorted(users, key=lambda u: self.position.get(u, 0)))
+        return ordered
 
-    def run(self) -> None:
+    def run(self) -> dict[Instruction, Sharding]:
+        """Propagate; returns the shardings found (`state`)."""
         self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
         self._load()
         self._process_annotations()
@@ -829,12 +854,12 @@ class _Walk:
             self._to_fixed_point(3, shard_groups=False)
         self._relay_barrier_from()
         self._restore_entry()
+        return self.state
 
     def _load(self) -> None:
         for comp in self.comps:
             for instr in comp.instructions:
                 s = instr.sharding if "sharding" in instr.attributes else None
-                self.original[instr] = s
                 if s is None:
                     continue
                 s = su.canon(s)
@@ -1071,7 +1096,8 @@ class _Walk:
         finally:
             reads, self._reads = self._reads, None
         if changed or self._wrote:
-            settled.pop(instr, None)
+            if instr in settled:
+                settled[instr] = _UNSETTLED
         else:
             # (mypy reads a display with starred parts as a homogeneous tuple)
             settled[instr] = cast(_Settled, (*self._levels_alike, *reads, *reads.values()))
@@ -1101,12 +1127,8 @@ class _Walk:
     def _supports(self, instr: Instruction, *, from_users: bool) -> bool:
         """May `instr` take a sharding from its operands (the entry root only if the output may
         change) or from its users (entry parameters only if they may change)?"""
-        table = self._supports_backward if from_users else self._supports_forward
-        static = table.get(instr)
-        if static is None:
-            static = table[instr] = supports_spatial_partitioning(
-                instr, in_called=instr.parent in self.caller, allow_output=not from_users and self.allow_output,
-                allow_parameters=from_users and self.allow_params)
+        facts = self._graph_facts(instr)
+        static = facts.from_users if from_users else facts.from_operands
         return static or self._tiles_through_manual_collective(instr)
 
     def _tiles_through_manual_collective(self, instr: Instruction) -> bool:
@@ -1368,6 +1390,24 @@ class _Walk:
                 if p is not None and p in self.state and self.params_allowed[i] and not su.evenly_partitions(
                         p.shape, self.state[p]):
                     self.state[p] = su.single(p.shape, su.replicated())
+
+class _GraphFacts(NamedTuple):
+    """What the graph alone decides about an instruction, kept by the walk (the graph is fixed):
+    the level from which propagation crosses it (propagation_level), and whether it may take a
+    sharding from its operands (the entry root only if the output may change) / from its users
+    (entry parameters only if they may change), less the collective case, which reads a
+    sharding.  One table of these, each one of the few distinct values (_graph_facts), where
+    three tables took a twelfth of the walk's memory on the 96-layer step."""
+
+    level: int
+    from_operands: bool
+    from_users: bool
+
+
+@functools.cache
+def _graph_facts(level: int, from_operands: bool, from_users: bool) -> _GraphFacts:
+    return _GraphFacts(level, from_operands, from_users)
+
 
 # ------------------------------------------------------------------ helpers --
 def _same_objects(a: dict[Instruction, Sharding], b: dict[Instruction, Sharding]) -> bool:

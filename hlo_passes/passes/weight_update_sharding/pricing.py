@@ -1,6 +1,6 @@
 """Does a rewrite pay?  Priced with the partitioner's cost model (`spmd.cost_model`).
 
-The pass rewrites each component on a copy of the module first and prices both sides:
+The pass rewrites each component in a trial run on the module first (`Module.trial`) and prices both sides:
 
     without  the gradient all-reduces + the update on whole tensors (+ what only it read)
     with     the reduce-scatters, the update on chunks, the formatting (reshape, pad, slice),

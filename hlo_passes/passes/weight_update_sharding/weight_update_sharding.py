@@ -27,7 +27,8 @@ sharded between steps: state parameters take and state outputs return each devic
 shardings refined by the data groups (`state.py`), so no state is gathered.
 
 Steps:
-1. On a copy of the module: `canonicalize` (variadic all-reduces split, reduce-scatter +
+1. As a trial on the module (`Module.trial`: taken back afterwards from a compact snapshot, a
+   quarter of a copy's memory): `canonicalize` (variadic all-reduces split, reduce-scatter +
    all-gather pairs joined, calls on gradients inlined, XLA's fused form normalized), then
    all-reduces of values every device of the group already holds become `x * N`
    (`simplify_replicated_all_reduces`), then `analysis` finds the components and
@@ -94,19 +95,19 @@ class WeightUpdateSharding(ModulePass):
                 self.remark(None, "not sharded: the module is already scheduled (is_scheduled=true); "
                                   "run before scheduling (jax_hook stage='pre-scheduler')", kind="missed")
             return False
-        # 1. Everything on a copy: what the analysis allows, and what pays.
-        trial = module.clone()
-        priced = self._shard(trial, chosen=None)
-        trial.discard()  # (priced holds names and prices only) freed now, before the next copy
+        # 1. Everything as a trial (the module taken back afterwards, see Module.trial): what
+        # the analysis allows, and what pays.  (`priced` holds names and prices only.)
+        with module.trial() as trial:
+            priced = self._shard(trial, chosen=None)
         chosen = set(priced)
         if chosen and self.options.only_when_it_pays:
             # 2. Packing merges the pass's small collectives, so a component's price leaves out
             # their latency; one whose reduce-scatter stands alone after packing (too large, or
             # dependent on the others) pays a collective's latency more than the all-reduce it
             # replaces, and must still pay with it (unless it keeps state sharded, see below).
-            candidate, said = module.clone(), len(self.remarks)
-            alone = self._shard(candidate, chosen=chosen)
-            candidate.discard()
+            said = len(self.remarks)
+            with module.trial() as candidate:
+                alone = self._shard(candidate, chosen=chosen)
             del self.remarks[said:]
             for name in alone:
                 cost, stems, kept = priced[name]
