@@ -926,8 +926,18 @@ def op_while(p: Program) -> None:
               f"  ROOT out = {state} tuple(next, xn, accn" + (", w)" if w else ")")]
     p.computations[body] = f"{body} {{\n" + "\n".join(lines) + "\n}\n"
     trips = r.randint(0, 4)
-    p.computations[cond] = (f"{cond} {{\n  s = {state} parameter(0)\n  i = s32[] get-tuple-element(s), index=0\n"
-                            f"  k = s32[] constant({trips})\n  ROOT lt = pred[] compare(i, k), direction=LT\n}}\n")
+    test = [f"  s = {state} parameter(0)", "  i = s32[] get-tuple-element(s), index=0",
+            f"  k = s32[] constant({trips})", "  lt = pred[] compare(i, k), direction=LT"]
+    if r.random() < 0.4:  # and a data-dependent test: the sharded acc's sum below a bound
+        everything = ",".join(map(str, range(rank)))
+        test += [f"  a = {shape} get-tuple-element(s), index=2", "  z = f32[] constant(0)",
+                 f"  total = f32[] reduce(a, z), dimensions={{{everything}}}, to_apply={p.reducer('add')}",
+                 f"  bound = f32[] constant({r.choice((0, 1, 4))})",
+                 "  small = pred[] compare(total, bound), direction=LT",
+                 "  ROOT go = pred[] and(lt, small)"]
+    else:
+        test[-1] = test[-1].replace("  lt =", "  ROOT lt =")
+    p.computations[cond] = f"{cond} {{\n" + "\n".join(test) + "\n}\n"
     start = (p.index_parameter() if r.random() < 0.4
              else p.emit("start", (), "constant(0)", etype="s32"))
     init = p.fresh("init")
@@ -1008,6 +1018,27 @@ def op_conditional(p: Program) -> None:
     else:
         sel = p.index_parameter().name
         attrs = f"branch_computations={{{', '.join(names)}}}"
+    if r.random() < 0.3:  # tuple operands and results: each branch reads a pair, returns a pair
+        pair = f"({x.shape}, {x.shape})"
+        for name in names:
+            a, b = r.choice(("add", "multiply", "maximum")), r.choice(("tanh", "negate", "abs"))
+            first, second = r.sample(("x", "y"), 2)
+            p.computations[name] = (
+                f"{name} {{\n  t = {pair} parameter(0)\n  x = {x.shape} get-tuple-element(t), index=0\n"
+                f"  y = {x.shape} get-tuple-element(t), index=1\n  u = {x.shape} {a}(x, y){_inner(p, dims)}\n"
+                f"  v = {x.shape} {b}({first})\n  w = {x.shape} subtract(v, {second})\n"
+                f"  ROOT o = {pair} tuple(u, w)\n}}\n")
+        pairs = []
+        for operand in operands:
+            t = p.fresh("pair")
+            p.lines.append(f"  {t} = {pair} tuple({operand}, {r.choice(same).name})")
+            pairs.append(t)
+        out = p.fresh("cond")
+        attr = "" if p.sparse else f", sharding={_tuple_sharding(p, [dims, dims])}"
+        p.lines.append(f"  {out} = {pair} conditional({sel}, {', '.join(pairs)}), {attrs}{attr}")
+        p.emit("first", dims, f"get-tuple-element({out}), index=0")
+        p.emit("second", dims, f"get-tuple-element({out}), index=1")
+        return
     p.emit("cond", dims, f"conditional({sel}, {', '.join(operands)}), {attrs}",
            sharding=None if p.sparse else p.maybe_sharding(dims))
 
@@ -1035,7 +1066,7 @@ def op_call(p: Program) -> None:
 def op_bitcast_convert(p: Program) -> None:
     """A bitcast-convert to s32 and back (abs or negate as bit operations in between), or to a
     narrower type (f32 -> u8/s16/f16 with one minor dim more) and back: the width change changes
-    the rank.  The sharding in between is random too."""
+    the rank.  The sharding in between is random too (the bytes' dim tiled included)."""
     x = p.pick()
     if len(x.dims) > 3:
         return
@@ -1054,7 +1085,13 @@ def op_bitcast_convert(p: Program) -> None:
     if r.random() < 0.4 and x.dims:  # move the bytes as a whole: reverse a non-minor dim
         b = p.emit("moved", wide, f"reverse({b.name}), dimensions={{{r.randrange(len(x.dims))}}}", etype=etype,
                    sharding=p.maybe_sharding(wide))
-    p.emit("float", x.dims, f"bitcast-convert({b.name})", sharding=p.maybe_sharding(x.dims))
+    back = p.emit("float", x.dims, f"bitcast-convert({b.name})", sharding=p.maybe_sharding(x.dims))
+    # not a value a later width-changing bitcast-convert reads: XLA:CPU's simplifier folds
+    # f32 <- s16[..,2] then f32 -> u8[..,4] into one bitcast-convert of a wrong shape (u8[..,2,2])
+    # and its verifier rejects the program (a collective between them in ours does not help)
+    p.values.remove(back)
+    y = p.rng.choice([v for v in p.values if v.dims == x.dims] or [x])
+    p.emit("sum", x.dims, f"add({back.name}, {y.name})", sharding=p.maybe_sharding(x.dims))
 
 
 def op_clamp(p: Program) -> None:
