@@ -5,7 +5,12 @@ handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, co
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
 (variadic too), select-and-scatter, convolution, sort, gather, scatter (variadic too), cholesky,
 triangular-solve, fft, partially
-manual shard_map regions), random shapes (size-1 and uneven dims included), and
+manual shard_map regions; control flow: while loops with a sharded loop-carried tuple, conditionals
+on a pred or a branch index, calls; bitcast-convert (width-changing too), clamp, compare/select
+chains, reduce-precision, map; topk as JAX lowers lax.top_k, two-operand sorts (argsort);
+cumulative sums/maxes/products as JAX lowers them (a reduce-window over the whole dim); a value
+tiled on one dim then constrained to another (an all-to-all); dynamic-slice and
+dynamic-update-slice at parameter and clamped starts), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -91,7 +96,7 @@ class Program:
         if have and self.rng.random() < 0.5:
             return self.rng.choice(have)
         v = Value(f"p{len(self.params)}", (), etype)
-        self.params.append((v, None if self.sparse else self.sharding((), allow_maximal=False)))
+        self.params.append((v, None if self.sparse else self.sharding(())))
         return v
 
     def pick(self, rank: int | None = None) -> Value:
@@ -916,7 +921,12 @@ def op_while(p: Program) -> None:
                   f"  xn = {shape} tanh(xw)" + _inner(p, dims)]
     else:
         op = r.choice(("tanh", "sine", "negate"))
-        lines += [f"  t = {shape} {op}(x)" + _inner(p, dims),
+        step = f"{op}(x)"
+        if r.random() < 0.3:  # the step is a call (a jitted function inside the loop)
+            inner = p.fresh("step")
+            p.computations[inner] = _branch(p, inner, dims, r.choice(BRANCHES))
+            step = f"call(x), to_apply={inner}"
+        lines += [f"  t = {shape} {step}" + _inner(p, dims),
                   f"  xn = {shape} add(t, acc)" + _inner(p, dims)]
     lines += [f"  row = f32[{rows}] dynamic-slice(x, row_at{', ' + zeros if zeros else ''}), "
               f"dynamic_slice_sizes={{{rows}}}",
@@ -1052,14 +1062,21 @@ def op_call(p: Program) -> None:
     r = p.rng
     y = r.choice([v for v in p.values if v.dims == x.dims])
     shape = x.shape
-    name = p.fresh("callee")
-    kind = r.choice(BRANCHES)
-    inner = p.fresh("inner")
-    p.computations[inner] = _branch(p, inner, x.dims, kind)
-    lines = [f"  a = {shape} parameter(0)", f"  b = {shape} parameter(1)",
-             f"  c = {shape} {r.choice(BINARY)}(a, b)" + _inner(p, x.dims),
-             f"  ROOT d = {shape} call(c), to_apply={inner}"]
-    p.computations[name] = f"{name} {{\n" + "\n".join(lines) + "\n}\n"
+    made = [name for name in p.computations if name.startswith("callee.") and f"a = {shape} parameter(0)" in
+            p.computations[name]]
+    if made and r.random() < 0.5:  # one callee, several call sites (each may see other shardings)
+        name = r.choice(made)
+    else:
+        name = p.fresh("callee")
+        kind = r.choice(BRANCHES)
+        inner = p.fresh("inner")
+        p.computations[inner] = _branch(p, inner, x.dims, kind)
+        # now and then the callee's parameters carry shardings of their own (an inner jit's)
+        pa, pb = (_inner(p, x.dims), _inner(p, x.dims)) if not p.sparse else ("", "")
+        lines = [f"  a = {shape} parameter(0){pa}", f"  b = {shape} parameter(1){pb}",
+                 f"  c = {shape} {r.choice(BINARY)}(a, b)" + _inner(p, x.dims),
+                 f"  ROOT d = {shape} call(c), to_apply={inner}"]
+        p.computations[name] = f"{name} {{\n" + "\n".join(lines) + "\n}\n"
     p.emit("call", x.dims, f"call({x.name}, {y.name}), to_apply={name}", sharding=p.maybe_sharding(x.dims))
 
 
