@@ -1163,8 +1163,8 @@ def op_map(p: Program) -> None:
 
 
 def op_top_k(p: Program) -> None:
-    """lax.top_k as JAX 0.12 lowers it: a `topk` op along the last dim (largest or smallest), its
-    values and positions read."""
+    """lax.top_k as JAX 0.12 lowers it: a `topk` op along the last dim (largest or smallest), or
+    XLA's `TopK` custom-call; its values and positions read."""
     x = p.pick()
     if not x.dims or len(x.dims) > 3:
         return
@@ -1175,8 +1175,14 @@ def op_top_k(p: Program) -> None:
     attr = f", sharding={{{s}, {s}}}" if s else ""
     t = Value(p.fresh("topk"), out)
     shape = ",".join(map(str, out))
-    p.lines.append(f"  {t.name} = (f32[{shape}], s32[{shape}]) topk({x.name}), k={k}, "
-                   f"largest={r.choice(('true', 'false'))}{attr}")
+    # XLA's TopK custom-call (largest first; k is the result's last dim), rank 1 or 2: XLA:CPU's
+    # kernel reads a rank-3 operand wrong (garbage values and positions, unpartitioned too)
+    if len(x.dims) <= 2 and r.random() < 0.25:
+        p.lines.append(f'  {t.name} = (f32[{shape}], s32[{shape}]) custom-call({x.name}), '
+                       f'custom_call_target="TopK"{attr}')
+    else:
+        p.lines.append(f"  {t.name} = (f32[{shape}], s32[{shape}]) topk({x.name}), k={k}, "
+                       f"largest={r.choice(('true', 'false'))}{attr}")
     p.emit("top", out, f"get-tuple-element({t.name}), index=0")
     i = p.emit("where", out, f"get-tuple-element({t.name}), index=1", etype="s32")
     p.emit("where", out, f"convert({i.name})")
