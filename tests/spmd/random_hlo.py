@@ -1260,8 +1260,10 @@ def op_cumulative(p: Program) -> None:
 
 
 def op_all_to_all(p: Program) -> None:
-    """A value tiled on one dim, then constrained to tiles on another (an all-to-all's reshard),
-    sometimes across a transpose or reshape, then computed on."""
+    """A value tiled on one dim, then constrained to tiles on another (an all-to-all's reshard):
+    the same devices moved from dim a to dim b, or a 2-D tiling with its two factors swapped
+    between dims, partially replicated now and then, the device order kept or shuffled; then
+    computed on."""
     x = p.pick()
     if len(x.dims) < 2:
         return
@@ -1269,21 +1271,23 @@ def op_all_to_all(p: Program) -> None:
     n = p.devices
     a, b = r.sample(range(len(x.dims)), 2)
     f = r.choice([k for k in (2, 4, 8) if k <= n])
+    g = r.choice([k for k in (1, 2, 4) if f * k <= n]) if r.random() < 0.4 else 1
+    rep = n // (f * g)
     order = list(range(n))
     if r.random() < 0.5:
         r.shuffle(order)
-    rep = n // f
+    devs = ",".join(map(str, order))
 
-    def tiled(dim: int) -> str:
+    def tiled(first: int, second: int) -> str:
         tiles = [1] * len(x.dims)
-        tiles[dim] = f
-        devs = ",".join(map(str, order))
+        tiles[first] = f
+        tiles[second] *= g
         if rep > 1:
             return f"{{devices=[{','.join(map(str, tiles + [rep]))}]{devs} last_tile_dim_replicate}}"
         return f"{{devices=[{','.join(map(str, tiles))}]{devs}}}"
 
-    s = p.emit("on_a", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"', sharding=tiled(a))
-    t = p.emit("on_b", x.dims, f'custom-call({s.name}), custom_call_target="Sharding"', sharding=tiled(b))
+    s = p.emit("on_a", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"', sharding=tiled(a, b))
+    t = p.emit("on_b", x.dims, f'custom-call({s.name}), custom_call_target="Sharding"', sharding=tiled(b, a))
     p.emit(r.choice(UNARY), x.dims, f"{r.choice(UNARY)}({t.name})", sharding=p.maybe_sharding(x.dims))
 
 
