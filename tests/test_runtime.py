@@ -441,3 +441,38 @@ def test_an_f32_output_of_bf16_work_is_judged_at_bf16_precision():
     wrong = parse_module(_BF16_SUM.replace("%BODY%", _WHOLE).replace("loss = f32[] convert(total)",
                                                                       "c = f32[] convert(total)\n  two = f32[] constant(2)\n  loss = f32[] multiply(c, two)"))
     assert not verify_equivalent(whole, wrong, seed=3).ok
+
+
+# A per-device program whose (replicated, unannotated) topk feeds an all-gather nothing reads (a
+# collective outlives DCE): XLA's sharding propagation CHECK-failed inferring the manual topk's
+# sharding (hlo_sharding.cc "!IsManualLeaf()") and killed the process, so manual_program gives
+# every topk a manual sharding.
+TOPK_ORIGINAL = """HloModule topk, num_partitions=4
+ENTRY main {
+  x = f32[5,16] parameter(0)
+  y = f32[2] parameter(1)
+  t = (f32[1], s32[1]) topk(y), k=1, largest=false, sharding={{devices=[4]0,1,2,3}, {devices=[4]0,1,2,3}}
+  i = s32[1] get-tuple-element(t), index=1
+  dead = f32[1] convert(i)
+  u = (f32[5,2], s32[5,2]) topk(x), k=2, largest=false
+  v = f32[5,2] get-tuple-element(u), index=0
+  ROOT out = f32[5,2] copy(v), sharding={replicated}
+}
+"""
+TOPK_PARTITIONED = """HloModule topk, num_partitions=4
+ENTRY main_spmd {
+  x = f32[5,16] parameter(0), sharding={replicated}
+  y = f32[2] parameter(1), sharding={replicated}
+  t = (f32[1], s32[1]) topk(y), k=1, largest=false
+  i = s32[1] get-tuple-element(t), index=1
+  g = s32[4] all-gather(i), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true
+  u = (f32[5,2], s32[5,2]) topk(x), k=2, largest=false
+  v = f32[5,2] get-tuple-element(u), index=0
+  ROOT out = f32[5,2] copy(v), sharding={replicated}
+}
+"""
+
+
+def test_a_manual_topk_feeding_a_collective_runs():
+    assert "largest=false, sharding={{manual}, {manual}}" in manual_program(parse_module(TOPK_PARTITIONED), 4)
+    assert verify_equivalent(TOPK_ORIGINAL, TOPK_PARTITIONED, num_devices=4).ok

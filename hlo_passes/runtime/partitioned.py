@@ -159,9 +159,10 @@ def manual_program(module: Module, num_partitions: int) -> str:
         instr.remove_attr("sharding")
         if instr.custom_call_target == "Sharding":  # XLA requires one on these; all code is manual here
             instr.sharding = _manual_like(instr.shape)
-        elif instr.opcode is Opcode.SCATTER and instr.shape.is_tuple:
-            # XLA's sharding propagation CHECK-fails (hlo_sharding_util.cc, merging into a tuple
-            # sharding) inferring a manual variadic scatter's sharding from its users: give it one
+        elif instr.opcode in (Opcode.SCATTER, Opcode.TOPK) and instr.shape.is_tuple:
+            # XLA's sharding propagation CHECK-fails inferring a manual variadic scatter's
+            # sharding from its users (hlo_sharding_util.cc, merging into a tuple sharding), and
+            # a topk's (hlo_sharding.cc, "!IsManualLeaf()"): give them one
             instr.sharding = _manual_like(instr.shape)
         if "replica_groups" in instr.attributes:
             groups = instr.attr("replica_groups")

@@ -5,7 +5,12 @@ handles (elementwise, broadcast, reshape, transpose, reduce, dot, slice, pad, co
 dynamic-slice, dynamic-update-slice, reverse, iota, select/compare, convert, reduce-window
 (variadic too), select-and-scatter, convolution, sort, gather, scatter (variadic too), cholesky,
 triangular-solve, fft, partially
-manual shard_map regions), random shapes (size-1 and uneven dims included), and
+manual shard_map regions; control flow: while loops with a sharded loop-carried tuple, conditionals
+on a pred or a branch index, calls; bitcast-convert (width-changing too), clamp, compare/select
+chains, reduce-precision, map; topk as JAX lowers lax.top_k, two-operand sorts (argsort);
+cumulative sums/maxes/products as JAX lowers them (a reduce-window over the whole dim); a value
+tiled on one dim then constrained to another (an all-to-all); dynamic-slice and
+dynamic-update-slice at parameter and clamped starts), random shapes (size-1 and uneven dims included), and
 random shardings over 2, 4 or 8 devices (tiled on random dims with random device orders,
 partially replicated, replicated, maximal) on the parameters, on some intermediate values
 (as `sharding=` annotations or `Sharding` custom-calls) and on the result.  Reductions use
@@ -84,6 +89,16 @@ class Program:
         self.values.append(v)
         return v
 
+    def index_parameter(self, etype: str = "s32") -> Value:
+        """A scalar s32 (0-4 at run time) or pred parameter, not a value later ops compute on;
+        half the time one the program already has."""
+        have = [v for v, _ in self.params if v.etype == etype]
+        if have and self.rng.random() < 0.5:
+            return self.rng.choice(have)
+        v = Value(f"p{len(self.params)}", (), etype)
+        self.params.append((v, None if self.sparse else self.sharding(())))
+        return v
+
     def pick(self, rank: int | None = None) -> Value:
         pool = [v for v in self.values if rank is None or len(v.dims) == rank]
         return self.rng.choice(pool or self.values)
@@ -137,7 +152,7 @@ class Program:
         for op, etype in sorted(self.reducers):
             comps.append(f"{self.reducer(op, etype)} {{\n  a = {etype}[] parameter(0)\n  b = {etype}[] parameter(1)\n"
                          f"  ROOT c = {etype}[] {op}(a, b)\n}}\n")
-        comps.extend(self.computations[name] for name in sorted(self.computations))
+        comps.extend(self.computations.values())  # in the order made: a callee before its callers
         for i in range(self.comparators):
             comps.append(f"cmp{i} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
                          f"  ROOT c = pred[] compare(a, b), direction=LT\n}}\n")
@@ -816,6 +831,466 @@ def op_partially_manual(p: Program) -> None:
     p.values.append(out)
 
 
+# ------------------------------------------------- families added by the fifth fuzz round --
+def _index(p: Program, size: int, extent: int) -> str:
+    """A start index for a window of `size` in a dim of `extent`: a constant (now and then out of
+    range: dynamic-slice and dynamic-update-slice clamp it), an s32 parameter (0-4 at run time),
+    the parameter clamped into range, or the parameter moved by a constant."""
+    r = p.rng
+    roll = r.random()
+    if roll < 0.4:
+        return p.emit("i", (), f"constant({r.randint(-1, extent - size + 1)})", etype="s32").name
+    i = p.index_parameter()
+    if roll < 0.6:
+        return i.name
+    if roll < 0.8:
+        lo = p.emit("lo", (), "constant(0)", etype="s32")
+        hi = p.emit("hi", (), f"constant({extent - size})", etype="s32")
+        return p.emit("clamped", (), f"clamp({lo.name}, {i.name}, {hi.name})", etype="s32").name
+    c = p.emit("shift", (), f"constant({r.randint(-3, 3)})", etype="s32")
+    return p.emit("moved", (), f"add({i.name}, {c.name})", etype="s32").name
+
+
+def op_dynamic_update_slice(p: Program) -> None:
+    """A dynamic-update-slice of a random window (an update read from the program, a fresh
+    parameter with its own sharding, or a computed one) at constant, parameter or clamped
+    starts; now and then a dynamic-slice at such starts instead."""
+    x = p.pick()
+    if not x.dims:
+        return
+    r = p.rng
+    sizes = tuple(r.randint(1, d) for d in x.dims)
+    idx = [_index(p, s, d) for s, d in zip(sizes, x.dims)]
+    if r.random() < 0.3:
+        p.emit("dynamic-slice", sizes, f"dynamic-slice({x.name}, {', '.join(idx)}), "
+                                       f"dynamic_slice_sizes={{{','.join(map(str, sizes))}}}",
+               sharding=p.maybe_sharding(sizes))
+        return
+    update = next((v for v in p.values if v.dims == sizes and v is not x), None)
+    if update is None or r.random() < 0.3:
+        update = p.parameter(sizes)
+    if r.random() < 0.3:
+        update = p.emit("upd", sizes, f"tanh({update.name})", sharding=p.maybe_sharding(sizes))
+    p.emit("dynamic-update-slice", x.dims, f"dynamic-update-slice({x.name}, {update.name}, {', '.join(idx)})",
+           sharding=p.maybe_sharding(x.dims))
+
+
+def _tuple_sharding(p: Program, shapes: list[tuple[int, ...]]) -> str:
+    return "{" + ", ".join(p.sharding(d, allow_maximal=False) for d in shapes) + "}"
+
+
+def _inner(p: Program, dims) -> str:
+    """`, sharding=...` for an instruction inside a called computation, now and then."""
+    s = p.maybe_sharding(dims)
+    return f", sharding={s}" if s and "maximal" not in s else ""
+
+
+def op_while(p: Program) -> None:
+    """A while loop over (counter, x, acc[, w]): the counter starts at 0 or at an s32 parameter
+    and runs to a constant trip count; the body maps x elementwise or through a dot with a
+    loop-invariant w, and writes a row of x (dynamic-slice at the counter, modulo the rows)
+    into acc (dynamic-update-slice).  The loop's tuple sharding, and some of the body's, random."""
+    x = p.pick()
+    if not x.dims or len(x.dims) > 3:
+        return
+    r = p.rng
+    dims = x.dims
+    shape = Value("x", dims).shape
+    rank = len(dims)
+    acc = next((v for v in p.values if v.dims == dims and v is not x), None) or p.parameter(dims)
+    use_dot = r.random() < 0.4
+    w = p.parameter((dims[-1], dims[-1])) if use_dot else None
+    wshape = f"f32[{dims[-1]},{dims[-1]}]"
+    state = f"(s32[], {shape}, {shape}" + (f", {wshape})" if w else ")")
+    body, cond = p.fresh("body"), p.fresh("cond")
+    rows = ",".join(["1"] + [str(d) for d in dims[1:]])
+    zeros = ", ".join(["zero"] * (rank - 1))
+    lines = [f"  s = {state} parameter(0)",
+             "  i = s32[] get-tuple-element(s), index=0",
+             f"  x = {shape} get-tuple-element(s), index=1",
+             f"  acc = {shape} get-tuple-element(s), index=2",
+             "  one = s32[] constant(1)",
+             "  zero = s32[] constant(0)",
+             "  next = s32[] add(i, one)",
+             f"  n = s32[] constant({dims[0]})",
+             "  row_at = s32[] remainder(i, n)"]
+    if w:
+        lines += [f"  w = {wshape} get-tuple-element(s), index=3",
+                  f"  xw = {shape} dot(x, w), lhs_contracting_dims={{{rank - 1}}}, rhs_contracting_dims={{0}}"
+                  + _inner(p, dims),
+                  f"  xn = {shape} tanh(xw)" + _inner(p, dims)]
+    else:
+        op = r.choice(("tanh", "sine", "negate"))
+        step = f"{op}(x)"
+        if r.random() < 0.3:  # the step is a call (a jitted function inside the loop)
+            inner = p.fresh("step")
+            p.computations[inner] = _branch(p, inner, dims, r.choice(BRANCHES))
+            step = f"call(x), to_apply={inner}"
+        lines += [f"  t = {shape} {step}" + _inner(p, dims),
+                  f"  xn = {shape} add(t, acc)" + _inner(p, dims)]
+    lines += [f"  row = f32[{rows}] dynamic-slice(x, row_at{', ' + zeros if zeros else ''}), "
+              f"dynamic_slice_sizes={{{rows}}}",
+              f"  row2 = f32[{rows}] {r.choice(('cosine', 'abs', 'exponential'))}(row)",
+              f"  accn = {shape} dynamic-update-slice(acc, row2, row_at{', ' + zeros if zeros else ''})"
+              + _inner(p, dims),
+              f"  ROOT out = {state} tuple(next, xn, accn" + (", w)" if w else ")")]
+    p.computations[body] = f"{body} {{\n" + "\n".join(lines) + "\n}\n"
+    trips = r.randint(0, 4)
+    test = [f"  s = {state} parameter(0)", "  i = s32[] get-tuple-element(s), index=0",
+            f"  k = s32[] constant({trips})", "  lt = pred[] compare(i, k), direction=LT"]
+    if r.random() < 0.4:  # and a data-dependent test: the sharded acc's sum below a bound
+        everything = ",".join(map(str, range(rank)))
+        test += [f"  a = {shape} get-tuple-element(s), index=2", "  z = f32[] constant(0)",
+                 f"  total = f32[] reduce(a, z), dimensions={{{everything}}}, to_apply={p.reducer('add')}",
+                 f"  bound = f32[] constant({r.choice((0, 1, 4))})",
+                 "  small = pred[] compare(total, bound), direction=LT",
+                 "  ROOT go = pred[] and(lt, small)"]
+    else:
+        test[-1] = test[-1].replace("  lt =", "  ROOT lt =")
+    p.computations[cond] = f"{cond} {{\n" + "\n".join(test) + "\n}\n"
+    start = (p.index_parameter() if r.random() < 0.4
+             else p.emit("start", (), "constant(0)", etype="s32"))
+    init = p.fresh("init")
+    p.lines.append(f"  {init} = {state} tuple({start.name}, {x.name}, {acc.name}" + (f", {w.name})" if w else ")"))
+    loop = p.fresh("while")
+    shapes = [(), dims, dims] + ([(dims[-1], dims[-1])] if w else [])
+    attr = "" if p.sparse and r.random() < 0.7 else f", sharding={_tuple_sharding(p, shapes)}"
+    p.lines.append(f"  {loop} = {state} while({init}), condition={cond}, body={body}{attr}")
+    p.emit("looped", dims, f"get-tuple-element({loop}), index=1")
+    p.emit("acc", dims, f"get-tuple-element({loop}), index=2")
+
+
+BRANCHES = ("negate", "tanh", "double", "reverse", "sum", "shift", "max")
+
+
+def _branch(p: Program, name: str, dims: tuple[int, ...], kind: str) -> str:
+    """A computation f32[dims] -> f32[dims] of one `kind`."""
+    shape = Value("a", dims).shape
+    rank = len(dims)
+    lines = [f"  a = {shape} parameter(0)"]
+    if kind in ("negate", "tanh"):
+        lines.append(f"  ROOT b = {shape} {kind}(a)" + _inner(p, dims))
+    elif kind == "double":
+        lines.append(f"  ROOT b = {shape} add(a, a)" + _inner(p, dims))
+    elif kind == "reverse":
+        lines.append(f"  ROOT b = {shape} reverse(a), dimensions={{{p.rng.randrange(rank)}}}" + _inner(p, dims))
+    elif kind in ("sum", "max"):
+        d = p.rng.randrange(rank)
+        kept = [k for k in range(rank) if k != d]
+        rdims = tuple(dims[k] for k in kept)
+        op = "add" if kind == "sum" else "maximum"
+        lines += [f"  z = f32[] constant({REDUCERS[op]})",
+                  f"  s = {Value('s', rdims).shape} reduce(a, z), dimensions={{{d}}}, to_apply={p.reducer(op)}"
+                  + _inner(p, rdims),
+                  f"  ROOT b = {shape} broadcast(s), dimensions={{{','.join(map(str, kept))}}}" + _inner(p, dims)]
+    else:  # shift by one along a dim: slice and pad
+        d = p.rng.randrange(rank)
+        if dims[d] < 2:
+            lines.append(f"  ROOT b = {shape} abs(a)")
+        else:
+            cut = list(dims)
+            cut[d] -= 1
+            spec = ", ".join(f"[0:{c}]" for c in cut)
+            pad = "x".join("1_0" if k == d else "0_0" for k in range(rank))
+            lines += [f"  c = {Value('c', tuple(cut)).shape} slice(a), slice={{{spec}}}",
+                      "  z = f32[] constant(0)",
+                      f"  ROOT b = {shape} pad(c, z), padding={pad}" + _inner(p, dims)]
+    return f"{name} {{\n" + "\n".join(lines) + "\n}\n"
+
+
+def op_conditional(p: Program) -> None:
+    """A conditional on a pred (a parameter, or a comparison of a sharded value's sum: data that
+    must be reduced before the branch is known) or on an s32 branch index (a parameter, 0-4, past
+    the last branch runs the last); each branch computes a different thing on its own operand."""
+    x = p.pick()
+    if not x.dims or len(x.dims) > 3:
+        return
+    r = p.rng
+    dims = x.dims
+    same = [v for v in p.values if v.dims == dims]
+    count = 2 if r.random() < 0.5 else r.randint(2, 4)
+    kinds = r.sample(BRANCHES, count)
+    names = [p.fresh(f"branch_{k}") for k in kinds]
+    for name, kind in zip(names, kinds):
+        p.computations[name] = _branch(p, name, dims, kind)
+    operands = [x.name] + [r.choice(same).name for _ in range(count - 1)]
+    if count == 2 and r.random() < 0.7:
+        if r.random() < 0.5:
+            sel = p.index_parameter("pred").name
+        else:
+            z = p.emit("z", (), "constant(0)")
+            p.values.remove(z)
+            total = p.emit("total", (), f"reduce({x.name}, {z.name}), dimensions={{{','.join(map(str, range(len(dims))))}}}, "
+                                        f"to_apply={p.reducer('add')}")
+            p.values.remove(total)
+            sel = p.emit("positive", (), f"compare({total.name}, {z.name}), direction=GT", etype="pred").name
+        attrs = f"true_computation={names[0]}, false_computation={names[1]}"
+    else:
+        sel = p.index_parameter().name
+        attrs = f"branch_computations={{{', '.join(names)}}}"
+    if r.random() < 0.3:  # tuple operands and results: each branch reads a pair, returns a pair
+        pair = f"({x.shape}, {x.shape})"
+        for name in names:
+            a, b = r.choice(("add", "multiply", "maximum")), r.choice(("tanh", "negate", "abs"))
+            first, second = r.sample(("x", "y"), 2)
+            p.computations[name] = (
+                f"{name} {{\n  t = {pair} parameter(0)\n  x = {x.shape} get-tuple-element(t), index=0\n"
+                f"  y = {x.shape} get-tuple-element(t), index=1\n  u = {x.shape} {a}(x, y){_inner(p, dims)}\n"
+                f"  v = {x.shape} {b}({first})\n  w = {x.shape} subtract(v, {second})\n"
+                f"  ROOT o = {pair} tuple(u, w)\n}}\n")
+        pairs = []
+        for operand in operands:
+            t = p.fresh("pair")
+            p.lines.append(f"  {t} = {pair} tuple({operand}, {r.choice(same).name})")
+            pairs.append(t)
+        out = p.fresh("cond")
+        attr = "" if p.sparse else f", sharding={_tuple_sharding(p, [dims, dims])}"
+        p.lines.append(f"  {out} = {pair} conditional({sel}, {', '.join(pairs)}), {attrs}{attr}")
+        p.emit("first", dims, f"get-tuple-element({out}), index=0")
+        p.emit("second", dims, f"get-tuple-element({out}), index=1")
+        return
+    p.emit("cond", dims, f"conditional({sel}, {', '.join(operands)}), {attrs}",
+           sharding=None if p.sparse else p.maybe_sharding(dims))
+
+
+def op_call(p: Program) -> None:
+    """A call (as JAX wraps a jitted function) of two values: a computation that adds, maps and
+    reduces them, its inside annotated now and then."""
+    x = p.pick()
+    if not x.dims or len(x.dims) > 3:
+        return
+    r = p.rng
+    y = r.choice([v for v in p.values if v.dims == x.dims])
+    shape = x.shape
+    made = [name for name in p.computations if name.startswith("callee.") and f"a = {shape} parameter(0)" in
+            p.computations[name]]
+    if made and r.random() < 0.5:  # one callee, several call sites (each may see other shardings)
+        name = r.choice(made)
+    else:
+        name = p.fresh("callee")
+        kind = r.choice(BRANCHES)
+        inner = p.fresh("inner")
+        p.computations[inner] = _branch(p, inner, x.dims, kind)
+        # now and then the callee's parameters carry shardings of their own (an inner jit's)
+        pa, pb = (_inner(p, x.dims), _inner(p, x.dims)) if not p.sparse else ("", "")
+        lines = [f"  a = {shape} parameter(0){pa}", f"  b = {shape} parameter(1){pb}",
+                 f"  c = {shape} {r.choice(BINARY)}(a, b)" + _inner(p, x.dims),
+                 f"  ROOT d = {shape} call(c), to_apply={inner}"]
+        p.computations[name] = f"{name} {{\n" + "\n".join(lines) + "\n}\n"
+    p.emit("call", x.dims, f"call({x.name}, {y.name}), to_apply={name}", sharding=p.maybe_sharding(x.dims))
+
+
+def op_bitcast_convert(p: Program) -> None:
+    """A bitcast-convert to s32 and back (abs or negate as bit operations in between), or to a
+    narrower type (f32 -> u8/s16/f16 with one minor dim more) and back: the width change changes
+    the rank.  The sharding in between is random too (the bytes' dim tiled included)."""
+    x = p.pick()
+    if len(x.dims) > 3:
+        return
+    r = p.rng
+    if r.random() < 0.5:
+        i = p.emit("bits", x.dims, f"bitcast-convert({x.name})", etype="s32", sharding=p.maybe_sharding(x.dims))
+        mask = "2147483647" if r.random() < 0.5 else "-2147483648"
+        op = "and" if mask == "2147483647" else "xor"
+        m = p.emit("mask", x.dims, f"broadcast(s32[] constant({mask})), dimensions={{}}", etype="s32")
+        j = p.emit(op, x.dims, f"{op}({i.name}, {m.name})", etype="s32", sharding=p.maybe_sharding(x.dims))
+        p.emit("float", x.dims, f"bitcast-convert({j.name})", sharding=p.maybe_sharding(x.dims))
+        return
+    etype, k = r.choice((("u8", 4), ("s16", 2), ("f16", 2)))
+    wide = x.dims + (k,)
+    b = p.emit("bytes", wide, f"bitcast-convert({x.name})", etype=etype, sharding=p.maybe_sharding(wide))
+    if r.random() < 0.4 and x.dims:  # move the bytes as a whole: reverse a non-minor dim
+        b = p.emit("moved", wide, f"reverse({b.name}), dimensions={{{r.randrange(len(x.dims))}}}", etype=etype,
+                   sharding=p.maybe_sharding(wide))
+    back = p.emit("float", x.dims, f"bitcast-convert({b.name})", sharding=p.maybe_sharding(x.dims))
+    # not a value a later width-changing bitcast-convert reads: XLA:CPU's simplifier folds
+    # f32 <- s16[..,2] then f32 -> u8[..,4] into one bitcast-convert of a wrong shape (u8[..,2,2])
+    # and its verifier rejects the program (a collective between them in ours does not help)
+    p.values.remove(back)
+    y = p.rng.choice([v for v in p.values if v.dims == x.dims] or [x])
+    p.emit("sum", x.dims, f"add({back.name}, {y.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_clamp(p: Program) -> None:
+    """clamp(lo, x, hi) with scalar bounds or array bounds (a min and a max of two values)."""
+    x = p.pick()
+    r = p.rng
+    if r.random() < 0.5 or not x.dims:
+        lo = p.emit("lo", (), f"constant({r.choice(('-0.5', '-1', '0'))})")
+        hi = p.emit("hi", (), f"constant({r.choice(('0.25', '0.5', '1'))})")
+        p.values.remove(lo), p.values.remove(hi)
+    else:
+        a, b = r.choice([v for v in p.values if v.dims == x.dims]), r.choice([v for v in p.values if v.dims == x.dims])
+        lo = p.emit("lo", x.dims, f"minimum({a.name}, {b.name})", sharding=p.maybe_sharding(x.dims))
+        hi = p.emit("hi", x.dims, f"maximum({a.name}, {b.name})", sharding=p.maybe_sharding(x.dims))
+    p.emit("clamp", x.dims, f"clamp({lo.name}, {x.name}, {hi.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_compare_select(p: Program) -> None:
+    """A chain of comparisons combined by and/or/not, and nested selects on them (jnp.where
+    chains, piecewise functions)."""
+    x = p.pick()
+    r = p.rng
+    same = [v for v in p.values if v.dims == x.dims]
+    y, z = r.choice(same), r.choice(same)
+    c1 = p.emit("c", x.dims, f"compare({x.name}, {y.name}), direction={r.choice(['LT', 'GE', 'NE'])}", etype="pred",
+                sharding=p.maybe_sharding(x.dims))
+    c2 = p.emit("c", x.dims, f"compare({y.name}, {z.name}), direction={r.choice(['GT', 'LE', 'EQ'])}", etype="pred")
+    op = r.choice(("and", "or", "xor"))
+    c3 = p.emit(op, x.dims, f"{op}({c1.name}, {c2.name})", etype="pred", sharding=p.maybe_sharding(x.dims))
+    if r.random() < 0.3:
+        c3 = p.emit("not", x.dims, f"not({c3.name})", etype="pred")
+    inner = p.emit("select", x.dims, f"select({c2.name}, {y.name}, {z.name})", sharding=p.maybe_sharding(x.dims))
+    p.emit("select", x.dims, f"select({c3.name}, {x.name}, {inner.name})", sharding=p.maybe_sharding(x.dims))
+
+
+def op_reduce_precision(p: Program) -> None:
+    x = p.pick()
+    e, m = p.rng.choice(((5, 10), (8, 7), (4, 3), (5, 2)))
+    p.emit("rp", x.dims, f"reduce-precision({x.name}), exponent_bits={e}, mantissa_bits={m}",
+           sharding=p.maybe_sharding(x.dims))
+
+
+def op_map(p: Program) -> None:
+    """map of a scalar computation over two values (every dim mapped)."""
+    x = p.pick()
+    y = p.rng.choice([v for v in p.values if v.dims == x.dims])
+    name = "mapped"
+    p.computations[name] = (f"{name} {{\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                            f"  t = f32[] tanh(a)\n  ROOT c = f32[] multiply(t, b)\n}}\n")
+    p.emit("map", x.dims, f"map({x.name}, {y.name}), dimensions={{{','.join(map(str, range(len(x.dims))))}}}, "
+                          f"to_apply={name}", sharding=p.maybe_sharding(x.dims))
+
+
+def op_top_k(p: Program) -> None:
+    """lax.top_k as JAX 0.12 lowers it: a `topk` op along the last dim (largest or smallest), or
+    XLA's `TopK` custom-call; its values and positions read."""
+    x = p.pick()
+    if not x.dims or len(x.dims) > 3:
+        return
+    r = p.rng
+    k = r.randint(1, min(x.dims[-1], 5))
+    out = x.dims[:-1] + (k,)
+    s = p.maybe_sharding(out)
+    attr = f", sharding={{{s}, {s}}}" if s else ""
+    t = Value(p.fresh("topk"), out)
+    shape = ",".join(map(str, out))
+    # XLA's TopK custom-call (largest first; k is the result's last dim), rank 1 or 2: XLA:CPU's
+    # kernel reads a rank-3 operand wrong (garbage values and positions, unpartitioned too)
+    if len(x.dims) <= 2 and r.random() < 0.25:
+        p.lines.append(f'  {t.name} = (f32[{shape}], s32[{shape}]) custom-call({x.name}), '
+                       f'custom_call_target="TopK"{attr}')
+    else:
+        p.lines.append(f"  {t.name} = (f32[{shape}], s32[{shape}]) topk({x.name}), k={k}, "
+                       f"largest={r.choice(('true', 'false'))}{attr}")
+    p.emit("top", out, f"get-tuple-element({t.name}), index=0")
+    i = p.emit("where", out, f"get-tuple-element({t.name}), index=1", etype="s32")
+    p.emit("where", out, f"convert({i.name})")
+
+
+ARGSORT = """argsort_lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT, type=TOTALORDER
+}
+"""
+KEYSORT = """keysort_gt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = f32[] parameter(2)
+  d = f32[] parameter(3)
+  ROOT gt = pred[] compare(a, b), direction=GT
+}
+"""
+
+
+def op_argsort(p: Program) -> None:
+    """A sort of two operands along a random dim: argsort (values and an iota of positions, as
+    jnp.argsort lowers) or a key sort carrying a second value along."""
+    x = p.pick()
+    if not x.dims:
+        return
+    r = p.rng
+    d = r.randrange(len(x.dims))
+    s = p.maybe_sharding(x.dims)
+    attr = f", sharding={{{s}, {s}}}" if s else ""
+    shape = ",".join(map(str, x.dims))
+    out = p.fresh("sort")
+    if r.random() < 0.6:
+        p.computations["argsort_lt"] = ARGSORT
+        pos = p.emit("pos", x.dims, f"iota(), iota_dimension={d}", etype="s32", sharding=p.maybe_sharding(x.dims))
+        p.lines.append(f"  {out} = (f32[{shape}], s32[{shape}]) sort({x.name}, {pos.name}), dimensions={{{d}}}, "
+                       f"is_stable=true, to_apply=argsort_lt{attr}")
+        i = p.emit("order", x.dims, f"get-tuple-element({out}), index=1", etype="s32")
+        p.emit("order", x.dims, f"convert({i.name})")
+        return
+    p.computations["keysort_gt"] = KEYSORT
+    y = r.choice([v for v in p.values if v.dims == x.dims])
+    p.lines.append(f"  {out} = (f32[{shape}], f32[{shape}]) sort({x.name}, {y.name}), dimensions={{{d}}}, "
+                   f"to_apply=keysort_gt{attr}")
+    p.emit("keys", x.dims, f"get-tuple-element({out}), index=0")
+    p.emit("carried", x.dims, f"get-tuple-element({out}), index=1")
+
+
+def op_cumulative(p: Program) -> None:
+    """jnp.cumsum/cummax/cumprod as JAX lowers them on CPU: a reduce-window of the whole dim,
+    padded by the dim minus one before (or after: reverse=True), sometimes inside a call."""
+    x = p.pick()
+    if not x.dims:
+        return
+    r = p.rng
+    d = r.randrange(len(x.dims))
+    op = r.choice(("add", "add", "maximum", "multiply"))
+    n = x.dims[d]
+    size = "x".join(str(n) if k == d else "1" for k in range(len(x.dims)))
+    before = r.random() < 0.8
+    pad = "x".join((f"{n - 1}_0" if before else f"0_{n - 1}") if k == d else "0_0" for k in range(len(x.dims)))
+    text = f"reduce-window(%s, %s), window={{size={size} pad={pad}}}, to_apply={p.reducer(op)}"
+    if r.random() < 0.4:
+        name = p.fresh("cumulative")
+        p.computations[name] = (f"{name} {{\n  a = {x.shape} parameter(0)\n  z = f32[] constant({REDUCERS[op]})\n"
+                                f"  ROOT c = {x.shape} " + text % ("a", "z") + "\n}\n")
+        p.emit("cum", x.dims, f"call({x.name}), to_apply={name}", sharding=p.maybe_sharding(x.dims))
+        return
+    init = p.emit("init", (), f"constant({REDUCERS[op]})")
+    p.values.remove(init)
+    p.emit("cum", x.dims, text % (x.name, init.name), sharding=p.maybe_sharding(x.dims))
+
+
+def op_all_to_all(p: Program) -> None:
+    """A value tiled on one dim, then constrained to tiles on another (an all-to-all's reshard):
+    the same devices moved from dim a to dim b, or a 2-D tiling with its two factors swapped
+    between dims, partially replicated now and then, the device order kept or shuffled; then
+    computed on."""
+    x = p.pick()
+    if len(x.dims) < 2:
+        return
+    r = p.rng
+    n = p.devices
+    a, b = r.sample(range(len(x.dims)), 2)
+    f = r.choice([k for k in (2, 4, 8) if k <= n])
+    g = r.choice([k for k in (1, 2, 4) if f * k <= n]) if r.random() < 0.4 else 1
+    rep = n // (f * g)
+    order = list(range(n))
+    if r.random() < 0.5:
+        r.shuffle(order)
+    devs = ",".join(map(str, order))
+
+    def tiled(first: int, second: int) -> str:
+        tiles = [1] * len(x.dims)
+        tiles[first] = f
+        tiles[second] *= g
+        if rep > 1:
+            return f"{{devices=[{','.join(map(str, tiles + [rep]))}]{devs} last_tile_dim_replicate}}"
+        return f"{{devices=[{','.join(map(str, tiles))}]{devs}}}"
+
+    s = p.emit("on_a", x.dims, f'custom-call({x.name}), custom_call_target="Sharding"', sharding=tiled(a, b))
+    t = p.emit("on_b", x.dims, f'custom-call({s.name}), custom_call_target="Sharding"', sharding=tiled(b, a))
+    p.emit(r.choice(UNARY), x.dims, f"{r.choice(UNARY)}({t.name})", sharding=p.maybe_sharding(x.dims))
+
+
 OPS = {
     "unary": op_unary, "binary": op_binary, "select": op_select, "broadcast": op_broadcast,
     "transpose": op_transpose, "reshape": op_reshape, "reduce": op_reduce, "int-reduce": op_int_reduce, "dot": op_dot,
@@ -826,6 +1301,10 @@ OPS = {
     "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
     "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
     "select-and-scatter": op_select_and_scatter,
+    "dynamic-update-slice": op_dynamic_update_slice, "while": op_while, "conditional": op_conditional,
+    "call": op_call, "bitcast-convert": op_bitcast_convert, "clamp": op_clamp, "compare-select": op_compare_select,
+    "reduce-precision": op_reduce_precision, "map": op_map, "top-k": op_top_k, "argsort": op_argsort,
+    "cumulative": op_cumulative, "all-to-all": op_all_to_all,
 }
 
 
