@@ -796,8 +796,11 @@ def op_partially_manual(p: Program) -> None:
     groups = ([[mesh[i][j] for i in range(shape[0])] for j in range(shape[1])] if manual == 0
               else [[mesh[i][j] for j in range(shape[1])] for i in range(shape[0])])
     for _ in range(r.randint(1, 3)):
-        # no reduce to a scalar: XLA's partitioner, the oracle, gets one inside a region wrong
-        kind = r.choice(("unary", "binary", "psum") + (("reduce",) if rank > 1 else ()))
+        # no reduce to one element (a scalar, or f32[1] from [12,1]): XLA's partitioner, the
+        # oracle, gets those wrong inside a region (seed 7224 of the fifth round; see
+        # test_partially_manual's hand-derived check of that module)
+        reducible = [k for k in range(rank) if math.prod(local[:k] + local[k + 1:]) > 1] if rank > 1 else []
+        kind = r.choice(("unary", "binary", "psum") + (("reduce",) if reducible else ()))
         name = p.fresh(f"pm_{kind}")
         if kind == "unary":
             text = f"{r.choice(('negate', 'exponential', 'tanh', 'abs'))}({v.name})"
@@ -808,7 +811,7 @@ def op_partially_manual(p: Program) -> None:
                     + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups)
                     + f"}}, use_global_device_ids=true, to_apply={p.reducer('add')}")
         else:
-            d = r.randrange(rank)
+            d = r.choice(reducible)
             kept = [k for k in range(rank) if k != d]
             kept_tiled = kept.index(auto_dim) if auto_dim in kept else None
             zero = p.fresh("zero")

@@ -275,3 +275,94 @@ def test_handler_leaving_the_manual_groups_is_undone_and_computed_whole_per_grou
     assert _local_dims(module, "m") == (8, 32)
     assert _local_dims(module, "n") == (8, 32 // mesh.a)
     assert any(m.startswith("replicated: computed whole per manual group") for m in _missed(remarks))
+
+
+# Found by the random differential tests (fifth round, dense seed 7224) and judged WRONG there,
+# against XLA's own partitioner, the only oracle that runs partially manual modules: a region
+# manual over one axis of a [4,2] mesh reduces each manual group's column to one element, beside
+# a select-and-scatter whose output the module also returns.
+SEED_7224 = """
+HloModule random, num_partitions=8
+
+r_add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+
+select_le {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LE
+}
+
+ENTRY main {
+  p0 = f32[1] parameter(0), sharding={replicated}
+  p1 = f32[1,2,4] parameter(1), sharding={devices=[4,2,1]0,1,2,3,4,5,6,7}
+  p2 = f32[12,2] parameter(2), sharding={devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}
+  zero.1 = f32[] constant(0)
+  pool_grad.2 = f32[12,2] select-and-scatter(p2, p2, zero.1), window={size=3x1 stride=1x1 pad=0_2x0_0}, select=select_le, scatter=r_add
+  add.3 = f32[12,2] add(p2, pool_grad.2)
+  on_a.4 = f32[12,2] custom-call(add.3), custom_call_target="Sharding", sharding={devices=[8,1]0,1,2,3,4,5,6,7}
+  on_b.5 = f32[12,2] custom-call(on_a.4), custom_call_target="Sharding", sharding={devices=[1,8]0,1,2,3,4,5,6,7}
+  cosine.6 = f32[12,2] floor(on_b.5)
+  convert.7 = s32[12,2] convert(pool_grad.2)
+  convert.8 = f32[12,2] convert(convert.7)
+  enter.9 = f32[12,2] custom-call(pool_grad.2), custom_call_target="Sharding", sharding={devices=[4,2]0,4,1,5,2,6,3,7}
+  region.10 = f32[12,1] custom-call(enter.9), custom_call_target="SPMDFullToShardShape", sharding={devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dims={manual}}
+  zero.12 = f32[] constant(0), sharding={devices=[2,4]0,1,2,3,4,5,6,7 last_tile_dims={manual, replicated}}
+  pm_reduced.13 = f32[1] reduce(region.10, zero.12), dimensions={0}, to_apply=r_add, sharding={devices=[1,2,4]0,1,2,3,4,5,6,7 last_tile_dims={manual, replicated}}
+  pm_reduce.11 = f32[12,1] broadcast(pm_reduced.13), dimensions={1}, sharding={devices=[1,1,2,4]0,1,2,3,4,5,6,7 last_tile_dims={manual, replicated}}
+  zero.15 = f32[] constant(0), sharding={devices=[2,4]0,1,2,3,4,5,6,7 last_tile_dims={manual, replicated}}
+  pm_reduced.16 = f32[12] reduce(pm_reduce.11, zero.15), dimensions={1}, to_apply=r_add, sharding={devices=[4,2]0,4,1,5,2,6,3,7 last_tile_dims={manual}}
+  pm_reduce.14 = f32[12,1] broadcast(pm_reduced.16), dimensions={0}, sharding={devices=[1,1,2,4]0,1,2,3,4,5,6,7 last_tile_dims={manual, replicated}}
+  pm_binary.17 = f32[12,1] multiply(pm_reduce.14, pm_reduce.14), sharding={devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dims={manual}}
+  leave.18 = f32[12,1] custom-call(pm_binary.17), custom_call_target="Sharding", sharding={devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dims={manual}}
+  full.19 = f32[12,2] custom-call(leave.18), custom_call_target="SPMDShardToFullShape", sharding={devices=[4,2]0,4,1,5,2,6,3,7}
+  ROOT out = (f32[12,2], f32[12,2], f32[12,2], f32[1,2,4]) tuple(full.19, convert.8, cosine.6, p1), sharding={{devices=[2,4]1,3,4,2,6,0,5,7}, {devices=[8,1]0,5,3,4,2,7,1,6}, {devices=[4,2]0,1,2,3,4,5,6,7}, {devices=[2,2,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate}}
+}
+"""
+
+# What the region computes, by hand: each manual group holds one column j of pool_grad.2 as
+# [12,1]; the first reduce sums it to f32[1], the broadcast and second reduce leave that sum on
+# every row, the multiply squares it, so column j of the result is (sum_i pool_grad[i,j])^2.
+SEED_7224_REGION_BY_HAND = """  colsum = f32[2] reduce(pool_grad.2, zero.1), dimensions={0}, to_apply=r_add
+  sq = f32[2] multiply(colsum, colsum)
+  full.19 = f32[12,2] broadcast(sq), dimensions={1}"""
+
+
+def _unsharded(text: str) -> str:
+    """`text` without shardings: Sharding custom-calls become copies, annotations go."""
+    import re
+
+    text = re.sub(r'custom-call\(([\w.]+)\), custom_call_target="Sharding"', r"copy(\1)", text)
+    out, i = [], 0
+    while (j := text.find(", sharding={", i)) >= 0:
+        out.append(text[i:j])
+        k, depth = j + len(", sharding={"), 1
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            k += 1
+        i = k
+    out.append(text[i:])
+    return "".join(out)
+
+
+def test_region_reducing_to_one_element_beside_a_select_and_scatter_matches_the_program_derived_by_hand():
+    """Our partition of seed 7224 equals, output for output, the unsharded program whose region
+    is replaced by what it computes (derived by hand above), on three input draws (the region's
+    sums to within an ulp: another summation order).  XLA's partitioner does not: its region
+    result differs in every element (as its reduce to a scalar inside a region does, see the
+    README's Limits), which is why the generator no longer draws a region reduce to one element
+    (random_hlo.op_partially_manual).  Two of XLA's outputs outside the region, a truncating
+    convert and a floor of the select-and-scatter, also differ in one to three elements by 1;
+    ours equal the plain program there exactly (whose fault XLA's is was not pursued)."""
+    lines = SEED_7224.split("\n")
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("enter.9"))
+    end = next(i for i, ln in enumerate(lines) if ln.strip().startswith("full.19"))
+    by_hand = _unsharded("\n".join(lines[:start] + [SEED_7224_REGION_BY_HAND] + lines[end + 1:]))
+    assert "SPMDFullToShardShape" not in by_hand and "sharding=" not in by_hand
+    _, out, _ = _partition(SEED_7224, 8)
+    for seed in (0, 1, 2):
+        report = verify_equivalent(by_hand, out, num_devices=8, seed=seed)
+        assert report.ok, report.format()
