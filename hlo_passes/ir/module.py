@@ -160,19 +160,29 @@ class Module:
     def remove_computation(self, comp: Computation) -> None:
         self.remove_computations([comp])
 
+    def reachable_computations(self, through: Callable[[Instruction], bool] | None = None) -> set[int]:
+        """The ids of the entry and of the computations it reaches, calling through every
+        instruction or only those `through` accepts (a work list, not a recursive local
+        function: see `computation_post_order`)."""
+        if self.entry is None:
+            return set()
+        reachable = {id(self.entry)}
+        work = [self.entry]
+        while work:
+            for instr in work.pop().instructions:
+                if instr.called and (through is None or through(instr)):
+                    for callee in instr.called_computations():
+                        if id(callee) not in reachable:
+                            reachable.add(id(callee))
+                            work.append(callee)
+        return reachable
+
     def remove_unreachable_computations(self) -> list[Computation]:
         """Remove the computations the entry does not reach (through any called computation);
         returns them, callers before callees."""
         if self.entry is None:
             return []
-        reachable = {id(self.entry)}
-        stack = [self.entry]
-        while stack:
-            for instr in stack.pop().instructions:
-                for callee in instr.called_computations():
-                    if id(callee) not in reachable:
-                        reachable.add(id(callee))
-                        stack.append(callee)
+        reachable = self.reachable_computations()
         dropped = [comp for comp in reversed(self.computation_post_order())  # callers before callees
                    if id(comp) not in reachable]
         self.remove_computations(dropped)

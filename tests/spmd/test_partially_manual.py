@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlo_passes import parse_module
+from hlo_passes import parse_module, print_module
 from hlo_passes.ir import Opcode, Sharding, SubgroupKind
 from hlo_passes.runtime import verify_equivalent
+from hlo_passes.runtime.verify import strip_shardings
 from tests.spmd.partitioning import partition as _partition
 
 MESHES = [((2, 4), 0), ((2, 4), 1), ((4, 2), 0), ((4, 2), 1)]  # (mesh shape, manual axis)
@@ -331,23 +332,6 @@ SEED_7224_REGION_BY_HAND = """  colsum = f32[2] reduce(pool_grad.2, zero.1), dim
   full.19 = f32[12,2] broadcast(sq), dimensions={1}"""
 
 
-def _unsharded(text: str) -> str:
-    """`text` without shardings: Sharding custom-calls become copies, annotations go."""
-    import re
-
-    text = re.sub(r'custom-call\(([\w.]+)\), custom_call_target="Sharding"', r"copy(\1)", text)
-    out, i = [], 0
-    while (j := text.find(", sharding={", i)) >= 0:
-        out.append(text[i:j])
-        k, depth = j + len(", sharding={"), 1
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[k], 0)
-            k += 1
-        i = k
-    out.append(text[i:])
-    return "".join(out)
-
-
 def test_region_reducing_to_one_element_beside_a_select_and_scatter_matches_the_program_derived_by_hand():
     """Our partition of seed 7224 equals, output for output, the unsharded program whose region
     is replaced by what it computes (derived by hand above), on three input draws (the region's
@@ -360,7 +344,8 @@ def test_region_reducing_to_one_element_beside_a_select_and_scatter_matches_the_
     lines = SEED_7224.split("\n")
     start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("enter.9"))
     end = next(i for i, ln in enumerate(lines) if ln.strip().startswith("full.19"))
-    by_hand = _unsharded("\n".join(lines[:start] + [SEED_7224_REGION_BY_HAND] + lines[end + 1:]))
+    by_hand = print_module(strip_shardings(parse_module(
+        "\n".join(lines[:start] + [SEED_7224_REGION_BY_HAND] + lines[end + 1:]))))
     assert "SPMDFullToShardShape" not in by_hand and "sharding=" not in by_hand
     _, out, _ = _partition(SEED_7224, 8)
     for seed in (0, 1, 2):

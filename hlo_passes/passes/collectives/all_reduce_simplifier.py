@@ -31,7 +31,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.collective_groups import participant_groups
 from hlo_passes.ir.reduction import Reduction
-from hlo_passes.passes.collectives.replication import Groups, Replication
+from hlo_passes.passes.collectives.replication import Groups, Replication, device_groups
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 
@@ -54,17 +54,16 @@ class ReplicatedAllReduces:
                 or ar.control_predecessors or ar.control_successors):
             return None
         kind = Reduction.of_instruction(ar)
-        groups = participant_groups(ar, self.module)
+        groups = device_groups(ar, self.module)
         if kind is None or not groups or len({len(g) for g in groups}) != 1:
             return None
         if kind.opcode is not Opcode.ADD and (sums_only or kind.opcode not in _IDEMPOTENT):
             return None
         if kind.opcode is Opcode.ADD and ar.shape.element_type.value == "pred":
             return None
-        key = tuple(tuple(g) for g in groups)
-        replicated = self._analyses.get(key)
+        replicated = self._analyses.get(groups)
         if replicated is None:
-            replicated = self._analyses[key] = Replication(self.module, key)
+            replicated = self._analyses[groups] = Replication(self.module, groups)
         x = ar.operands[0]
         if not replicated(x):
             return None
@@ -76,7 +75,7 @@ class ReplicatedAllReduces:
             comp.remove(ar)
             return replacement
         b = Builder(comp, before=ar, metadata=ar.attributes.get("metadata"))
-        n = b.constant(len(key[0]), ar.shape.element_type)
+        n = b.constant(len(groups[0]), ar.shape.element_type)
         replacement = b.multiply(x, b.broadcast(n, x.shape.without_layout(), ()))
         replacement.shape = ar.shape  # keeps the all-reduce's layout
         comp.replace(ar, replacement)

@@ -178,19 +178,8 @@ def is_fully_sharded(module: Module) -> bool:
 
 
 def propagated_computations(module: Module) -> list[Computation]:
-    """The entry and, transitively, the bodies of while / call / conditional (callees first).
-    (A work list, not a recursive local function: see Module.computation_post_order.)"""
-    if module.entry is None:
-        return []
-    keep: set[int] = {id(module.entry)}
-    work = [module.entry]
-    while work:
-        for instr in work.pop().instructions:
-            if instr.opcode in _CONTROL_FLOW:
-                for callee in instr.called_computations():
-                    if id(callee) not in keep:
-                        keep.add(id(callee))
-                        work.append(callee)
+    """The entry and, transitively, the bodies of while / call / conditional (callees first)."""
+    keep = module.reachable_computations(through=lambda instr: instr.opcode in _CONTROL_FLOW)
     return [c for c in module.computation_post_order() if id(c) in keep]
 
 

@@ -30,7 +30,6 @@ Each step preserves what the module computes.
 
 from __future__ import annotations
 
-from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
