@@ -8,7 +8,8 @@ replicate) is priced in seconds on a hardware profile:
 
     time = per-device compute  max(FLOPs / peak FLOP/s(type), bytes touched / memory bandwidth)
          + per collective      (1 - overlap) × wire bytes / link bandwidth
-                               (+ latency, which only breaks ties: see Estimate.__lt__)
+                               (+ latency: it breaks ties, and counts against a
+                                choice that replicates work; see `cheapest`)
 
 Compute counts whole and communication only in the share an asynchronous schedule cannot hide
 (`overlap`, 0.5 on the accelerator profile): replicated work is never free, and this is what
@@ -43,7 +44,7 @@ per-instruction strategies, Alpa-style) needs exactly `instruction` + `reshard` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, TypeVar
 
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
@@ -116,10 +117,12 @@ class Estimate:
     flops: int = 0
     collectives: int = 0
     comm_seconds: float = 0.0
+    latency_seconds: float = 0.0   # the collectives' latency in the share the schedule cannot hide
 
     def __add__(self, other: "Estimate") -> "Estimate":
         return Estimate(self.seconds + other.seconds, self.bytes + other.bytes, self.flops + other.flops,
-                        self.collectives + other.collectives, self.comm_seconds + other.comm_seconds)
+                        self.collectives + other.collectives, self.comm_seconds + other.comm_seconds,
+                        self.latency_seconds + other.latency_seconds)
 
     def __lt__(self, other: "Estimate") -> bool:
         """Exposed time first; on a tie, fewer collectives, then fewer bytes and FLOPs.
@@ -136,7 +139,7 @@ class Estimate:
         if users <= 1:
             return self
         return Estimate(self.seconds / users, self.bytes // users, self.flops // users, self.collectives,
-                        self.comm_seconds / users)
+                        self.comm_seconds / users, self.latency_seconds / users)
 
     def step_seconds(self, profile: "HardwareProfile") -> float:
         """The time estimate with nothing overlapped: compute, every collective's transfer and
@@ -191,8 +194,10 @@ class CostModel:
 
     def transfer(self, wire_bytes: int, collectives: int = 1) -> Estimate:
         """`collectives` collectives that bring `wire_bytes` to each device."""
-        t = wire_bytes / self.profile.link_bandwidth
-        return Estimate(t * (1 - self.profile.overlap), wire_bytes, 0, collectives, t)
+        p = self.profile
+        t = wire_bytes / p.link_bandwidth
+        return Estimate(t * (1 - p.overlap), wire_bytes, 0, collectives, t,
+                        collectives * p.collective_latency * (1 - p.overlap))
 
     def fits(self, per_device_bytes: int, unpartitioned_bytes: int) -> bool:
         """May a candidate hold `per_device_bytes` for one instruction, given that the
@@ -201,6 +206,36 @@ class CostModel:
 
 
 DEFAULT = CostModel.for_profile("accelerator")
+
+
+Candidate = TypeVar("Candidate")
+
+
+def cheapest(priced: Iterable[tuple[Candidate, Estimate]]) -> tuple[Candidate, Estimate] | None:
+    """The candidate a decision takes: the least `Estimate` (exposed time; latency breaks ties),
+    unless it replicates work, i.e. does more FLOPs per device than the candidate of fewest
+    FLOPs, and loses to the best of those once each collective's exposed latency counts too.
+
+    Latency cannot decide every choice: per instruction it would replicate small work to save
+    one collective (and XLA keeps such work sharded).  But it must decide this one.  Gathering a
+    Megatron layer's activation and weight to multiply the whole matrix on every device moves
+    a few kilobytes less than all-reducing the partial product at small widths, two collectives
+    for one: by transfer time alone the gathers win by nanoseconds, and the step then pays a
+    whole collective's latency more and the replicated FLOPs (a GPT at d_model 64: +23% FLOPs,
+    +16% estimated step against XLA's partial matmul).  So latency counts against replicating
+    work, never for it.  None when there are no candidates."""
+    best: tuple[Candidate, Estimate] | None = None
+    frugal: tuple[Candidate, Estimate] | None = None  # least among the candidates of fewest FLOPs
+    for item in priced:
+        est = item[1]
+        if best is None or est < best[1]:
+            best = item
+        if frugal is None or est.flops < frugal[1].flops or (est.flops == frugal[1].flops and est < frugal[1]):
+            frugal = item
+    if best is None or frugal is None or best[1].flops <= frugal[1].flops:
+        return best
+    with_latency = best[1].seconds + best[1].latency_seconds
+    return frugal if frugal[1].seconds + frugal[1].latency_seconds < with_latency else best
 
 
 
@@ -264,5 +299,5 @@ def module_estimate(module: "Module", model: CostModel = DEFAULT) -> Estimate:
     assert module.entry is not None, "a module to estimate has an entry computation"
     return walk(module.entry, set())
 
-__all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "instruction_estimate",
-           "module_estimate"]
+__all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "cheapest",
+           "instruction_estimate", "module_estimate"]

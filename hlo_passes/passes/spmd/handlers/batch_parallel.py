@@ -29,7 +29,7 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.batch_dims import BATCH_PARTITIONABLE_TARGETS, num_batch_dims, result_leaves
-from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate, cheapest
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call, structural
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import PValue, is_fully_manual, local_shape, tile_map, to_sharding
@@ -81,8 +81,7 @@ def _cheapest_batch_tiling(p: HandlerContext, instr: Instruction, k: int, result
                 if t > 1 and base.dims[g] == 1 and sizes[g] >= t:
                     consider(tm.remap(k, {d: d for d in range(k) if d != g} | {g: f}))
         consider(tm.remap(k, {}))  # none: the op computed whole (per manual group)
-    best: TileMap | None = None
-    best_cost: Estimate | None = None
+    priced: list[tuple[TileMap, Estimate]] = []
     for cand in candidates.values():
         c = ZERO
         for op in instr.operands:
@@ -90,10 +89,10 @@ def _cheapest_batch_tiling(p: HandlerContext, instr: Instruction, k: int, result
         c += _compute(p, instr, k, cand)
         for shape, target in zip(results, targets):
             c += cost(_extended(cand, shape.rank), target, shape, n, model)
-        if best_cost is None or c < best_cost:
-            best, best_cost = cand, c
-    assert best is not None
-    return best
+        priced.append((cand, c))
+    chosen = cheapest(priced)
+    assert chosen is not None  # (the untiled candidate is always there)
+    return chosen[0]
 
 
 def _compute(p: HandlerContext, instr: Instruction, k: int, batch: TileMap) -> Estimate:

@@ -41,7 +41,7 @@ import math
 from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.cost_model import Estimate
+from hlo_passes.passes.spmd.cost_model import Estimate, cheapest
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
@@ -181,14 +181,11 @@ def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
     candidates += [sp.whole_groups(c) for c in candidates if c is not None]
     tileable = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
-    best: TileMap | None = None
-    best_cost: Estimate | None = None
-    for space in tileable:
-        priced = _price(p, sp, space, target)
-        if priced is not None and (best_cost is None or priced < best_cost):
-            best, best_cost = space, priced
-    if best is None:
+    prices = ((space, _price(p, sp, space, target)) for space in tileable)
+    found = cheapest((space, priced) for space, priced in prices if priced is not None)
+    if found is None:
         return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
+    best = found[0]
     chosen = project_tiling(best, _priced_lhs_map(sp, best), lhs.array_shape.rank)
     if any(cur_l.dims[d] > 1 and chosen.dims[d] == 1 for d in sp.labels.input_spatial):
         p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "

@@ -35,7 +35,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.cost_model import CostModel, Estimate
+from hlo_passes.passes.spmd.cost_model import CostModel, Estimate, cheapest
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (DeviceGroups, PValue, groups_varying, local_shape, tile_map,
@@ -101,8 +101,7 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
-    best: TileMap | None = None
-    best_cost: Estimate | None = None
+    priced: list[tuple[TileMap, Estimate]] = []
     for space in candidates:
         if space is None or space.to_sharding() is None:
             continue
@@ -112,9 +111,9 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
              + cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model).shared_by(sharers[1]))
         c += local_compute(instr, space, sizes, model)
         c += partial_sum_cost(instr, space, out_rank, contracting, target, n, model)
-        if best_cost is None or c < best_cost:
-            best, best_cost = space, c
-    return best
+        priced.append((space, c))
+    chosen = cheapest(priced)
+    return chosen[0] if chosen is not None else None
 
 
 def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:

@@ -25,7 +25,7 @@ from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
+from hlo_passes.passes.spmd.cost_model import ZERO, Estimate, cheapest
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
@@ -84,8 +84,7 @@ def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArraySh
     if len(candidates) == 1:
         return to_sharding(candidates[0])
     model, n = p.ctx.cost_model, p.n
-    best: Sharding | None = None
-    best_cost: Estimate | None = None
+    priced: list[tuple[Sharding, Estimate]] = []
     for cand in candidates:
         s = to_sharding(cand)
         c = ZERO
@@ -97,10 +96,10 @@ def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArraySh
             max(2, max(first.dims[d] for d in fixed) if fixed else 2)))) if instr.opcode is Opcode.SORT else 0
         c += model.compute(flops, 2 * local_bytes, first.element_type)
         c += cost(s, first_target, first, n, model)
-        if best_cost is None or c < best_cost:
-            best, best_cost = s, c
-    assert best is not None  # (there are candidates)
-    return best
+        priced.append((s, c))
+    chosen = cheapest(priced)
+    assert chosen is not None  # (there are candidates)
+    return chosen[0]
 
 
 @handles(Opcode.SLICE)

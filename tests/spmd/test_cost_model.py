@@ -1,0 +1,78 @@
+"""The cost model's choice rule (`cost_model.cheapest`), on estimates derived by hand, and the
+decision it changes, on a small Megatron layer partitioned end to end."""
+
+import pytest
+
+from hlo_passes import parse_module
+from hlo_passes.passes.spmd.cost_model import DEFAULT, Estimate, cheapest
+from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+from hlo_passes.runtime import verify_equivalent
+from tests.spmd.partitioning import collectives
+
+LATENCY = DEFAULT.profile.collective_latency * (1 - DEFAULT.profile.overlap)  # 5 µs exposed
+
+
+def est(seconds: float, flops: int, collectives: int) -> Estimate:
+    return Estimate(seconds=seconds, flops=flops, collectives=collectives, latency_seconds=collectives * LATENCY)
+
+
+def test_transfer_carries_each_collectives_exposed_latency():
+    one = DEFAULT.collective("all-reduce", 1 << 20, group=8)
+    two = one + DEFAULT.collective("all-gather", 1 << 20, group=8)
+    assert one.latency_seconds == pytest.approx(LATENCY)
+    assert two.latency_seconds == pytest.approx(2 * LATENCY)
+    assert two.shared_by(2).latency_seconds == pytest.approx(LATENCY)
+
+
+def test_replicated_work_that_wins_by_nanoseconds_loses_to_a_saved_collective():
+    partial_and_all_reduce = est(0.133e-6, flops=500_000, collectives=1)
+    gather_both_and_multiply_whole = est(0.110e-6, flops=2_000_000, collectives=2)
+    assert gather_both_and_multiply_whole < partial_and_all_reduce  # by transfer time alone
+    chosen = cheapest([("gather", gather_both_and_multiply_whole), ("partial", partial_and_all_reduce)])
+    assert chosen is not None and chosen[0] == "partial"
+
+
+def test_replicated_work_that_wins_with_latency_counted_is_kept():
+    partial = est(40e-6, flops=500_000, collectives=1)
+    replicated = est(10e-6, flops=2_000_000, collectives=2)  # 30 µs cheaper, 5 µs more latency
+    assert cheapest([("partial", partial), ("replicated", replicated)])[0] == "replicated"
+
+
+def test_latency_never_decides_between_candidates_of_equal_flops():
+    """Among candidates doing the same work latency only breaks ties: two small collectives that
+    move less beat one that moves more, even though their latency would not."""
+    one_big = est(2.0e-6, flops=1000, collectives=1)
+    two_small = est(1.0e-6, flops=1000, collectives=2)
+    assert cheapest([("one", one_big), ("two", two_small)])[0] == "two"
+
+
+def test_latency_never_buys_replicated_work():
+    """A candidate that replicates work and saves a collective does not win by that collective's
+    latency: here keeping the op sharded costs 1 µs more and one more collective."""
+    sharded = est(2.0e-6, flops=1000, collectives=2)
+    replicated = est(1.5e-6 + 0.5e-6 + 1e-9, flops=8000, collectives=1)
+    assert cheapest([("sharded", sharded), ("replicated", replicated)])[0] == "sharded"
+    assert cheapest([]) is None
+
+
+ROW_PARALLEL = """HloModule row_parallel, num_partitions=8
+
+ENTRY main {
+  heads = f32[8,63,8,8] parameter(0), sharding={devices=[2,1,4,1]<=[8]}
+  w = f32[8,8,64] parameter(1), sharding={devices=[4,1,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  ROOT out = f32[8,63,64] dot(heads, w), lhs_contracting_dims={2,3}, rhs_contracting_dims={0,1}, sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+
+
+def test_small_row_parallel_matmul_sums_partials_rather_than_gathering_both_operands():
+    """A Megatron output projection at d_model 64 (data=2 x model=4): the activation's and the
+    weight's contracting dims (heads) are split over the same 4 devices.  Gathering both (two
+    all-gathers, 48 KB + 12 KB on each device's wire) moves less than all-reducing the partial
+    product (97 KB), but multiplies the whole matrix on every device and launches one more collective; XLA, and
+    the cost model with latency counted against replicated work, do the local partial matmul and
+    one all-reduce over the model devices."""
+    module = parse_module(ROW_PARALLEL)
+    SpmdPartitioner(num_partitions=8).run(module)
+    assert collectives(module) == {"all-reduce": 1}
+    assert verify_equivalent(ROW_PARALLEL, module).ok
