@@ -13,6 +13,11 @@ bench-data/speed/:
         stacked parameters; Megatron TP + DP on a data=2 x model=4 mesh, or FSDP over 8
         devices; lowered by JAX in GSPMD or Shardy form.  Small tensors: instruction count is
         what costs us time, not tensor size.
+    flax-gpt{L}-{tp|fsdp}-{gspmd|shardy}
+        a real Flax + Optax step (`benchmarks/flax_models.py`: Flax's attention, LayerNorm and
+        Dense modules, AdamW), unrolled, d_model 64 and 8 heads: Megatron TP + DP (data=2 x
+        model=4) or FSDP over 8 devices, the kind of file the held-out measurement used (its
+        24-layer step: 2.0 MB, 24k instructions).  Needs the benchmark extras flax and optax.
     mlp8-dev{N}
         one 8-layer Megatron MLP step (d=1024, f=4096, 8 rows per data shard) on a data x
         model(8) mesh of N devices: the same program at every device count.
@@ -173,9 +178,20 @@ def megatron_mlp_step(devices: int, layers: int = 8, d: int = 1024, f: int = 409
     return jax.jit(step), (ws, spec((8 * (devices // 8), d), "data", None))
 
 
+def flax_gpt_step(layers: int, layout: str):
+    """A Flax + Optax GPT step (`flax_models.gpt_tp` / `gpt_fsdp`) with `layers` blocks."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import flax_models  # needs flax and optax (benchmark extras)
+
+    build = flax_models.gpt_tp if layout == "tp" else flax_models.gpt_fsdp
+    return build(d=D, layers=layers, heads=8)
+
+
 def model_names(layers, devices) -> list[str]:
     names = [f"gpt{n}-{kind}-{layout}-{lowering}" for lowering in ("gspmd", "shardy") for layout in ("tp", "fsdp")
              for n in layers for kind in ("unrolled", "scanned")]
+    names += [f"flax-gpt{n}-{layout}-{lowering}" for lowering in ("gspmd", "shardy") for layout in ("tp", "fsdp")
+              for n in layers]
     return names + [f"mlp8-dev{n}" for n in devices]
 
 
@@ -185,6 +201,9 @@ def parse_name(name: str) -> dict:
     if m:
         return {"devices": 8, "shardy": m[4] == "shardy",
                 "build": (gpt_step, (int(m[1]), m[2] == "scanned", m[3]))}
+    m = re.fullmatch(r"flax-gpt(\d+)-(tp|fsdp)-(gspmd|shardy)", name)
+    if m:
+        return {"devices": 8, "shardy": m[3] == "shardy", "build": (flax_gpt_step, (int(m[1]), m[2]))}
     m = re.fullmatch(r"mlp8-dev(\d+)", name)
     if m:
         return {"devices": int(m[1]), "shardy": False, "build": (megatron_mlp_step, (int(m[1]),))}
