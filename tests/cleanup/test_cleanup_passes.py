@@ -1,6 +1,7 @@
 """Cleanup passes over every corpus module: the verifier accepts the result, XLA's parser
-accepts the printed text, side effects and collectives survive, no call is left after
-call-inliner; cse options and idempotence."""
+accepts the printed text, side effects survive (collectives as XLA's HasSideEffect counts
+them), no call is left after call-inliner; cse options and idempotence; dce drops exactly the
+dead collectives XLA's compile drops."""
 
 from collections import Counter
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from hlo_passes import parse_module, print_module
 from hlo_passes.ir import Opcode
 from hlo_passes.passes.cleanup.cse import is_mergeable_collective
+from hlo_passes.passes.cleanup.dce import has_effect
 from hlo_passes.passes.manager import PassManager
 from hlo_passes.verifier import verify_module
 from tests.frontend.xla_oracle import xla_canonical as xla_parse
@@ -20,9 +22,11 @@ CORPUS = sorted((ROOT / "golden" / "corpus").rglob("*.hlo"))
 
 def kept(module):
     """The instructions no cleanup may drop or merge, counted by opcode (calls are inlined;
-    cse merges twin SPMD collectives, checked in test_cse_merges_twin_collectives_only)."""
+    cse merges twin SPMD collectives, checked in test_cse_merges_twin_collectives_only; dce
+    drops dead collectives without an effect, checked in test_dce_drops_the_dead_collectives_xla_drops)."""
+    spmd = module.num_partitions > 1
     return Counter(i.opcode for i in module.all_instructions()
-                   if i.has_side_effect and i.opcode is not Opcode.CALL and not is_mergeable_collective(i))
+                   if has_effect(i, spmd=spmd) and i.opcode is not Opcode.CALL and not is_mergeable_collective(i))
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
@@ -66,3 +70,40 @@ ENTRY e {
     module = parse_module(text)
     PassManager.from_pipeline("cse{layout-sensitive=false}").run(module)
     assert [o.name for o in module.entry.root.operands] == ["a", "a", "a"]
+
+
+DEAD_COLLECTIVES = """HloModule dead{header}
+
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+
+ENTRY e {{
+  p = f32[8] parameter(0)
+  ar = f32[8] all-reduce(p), {channel}replica_groups={{{{0,1,2,3}}}},{global_ids} to_apply=add
+  ROOT n = f32[8] negate(p)
+}}
+"""
+
+
+@pytest.mark.parametrize("header, channel, spmd", [
+    (", replica_count=4", "", False),                 # cross-replica, no channel: no effect
+    (", replica_count=4", "channel_id=1, ", False),   # a channel in a program that is not SPMD: kept
+    (", num_partitions=4", "channel_id=1, ", True),   # SPMD: every device drops it alike
+], ids=["replicas-no-channel", "replicas-channel", "spmd-channel"])
+def test_dce_drops_the_dead_collectives_xla_drops(header, channel, spmd):
+    """The oracle is XLA's compile of the same module (its pipeline runs HloDCE): the dead
+    all-reduce is in XLA's optimized module exactly when ours keeps it."""
+    from hlo_passes.runtime.xla_backend import compile_hlo
+
+    text = DEAD_COLLECTIVES.format(header=header, channel=channel, global_ids=" use_global_device_ids=true," if spmd else "")
+    module = parse_module(text)
+    PassManager.from_pipeline("dce").run(module)
+    ours = any(i.opcode is Opcode.ALL_REDUCE for i in module.all_instructions())
+    exe = compile_hlo(text, num_replicas=1 if spmd else 4, num_partitions=4 if spmd else 1, spmd=spmd)
+    assert ours == ("all-reduce" in exe.optimized_text())
+    forced = parse_module(text)
+    PassManager.from_pipeline("dce{remove-cross-partition-collectives=true}").run(forced)
+    assert not any(i.opcode is Opcode.ALL_REDUCE for i in forced.all_instructions())

@@ -105,8 +105,9 @@ def _cleanup(module: Module, owner: ModulePass) -> None:
     from hlo_passes.passes.cleanup.dce import DeadCodeElimination
     from hlo_passes.passes.cleanup.tuple_simplifier import TupleSimplifier
 
-    for cleanup in (DeadCodeElimination(), TupleSimplifier(), CommonSubexpressionElimination(layout_sensitive=False),
-                    DeadCodeElimination()):
+    for cleanup in (DeadCodeElimination(remove_cross_partition_collectives=True), TupleSimplifier(),
+                    CommonSubexpressionElimination(layout_sensitive=False),
+                    DeadCodeElimination(remove_cross_partition_collectives=True)):
         cleanup.run(module)
         owner.remarks.extend(cleanup.remarks)
 
