@@ -22,7 +22,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator, Mapping, MutableMapping, cast
 
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, FrontendAttributes, GatherDimensions,
-                                      OpMetadata, ScatterDimensions, ShapeList, Window, WindowDimension, reader_for)
+                                      OpMetadata, ScatterDimensions, ShapeList, SliceSpec, Window, WindowDimension,
+                                      reader_for)
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape, Shape
@@ -310,6 +311,54 @@ class Instruction:
         module's replica and partition counts, see collectives' participant groups)."""
         groups = self.attr("replica_groups")
         return cast(ReplicaGroups, groups) if groups is not None else ReplicaGroups.explicit(())
+
+    @property
+    def tuple_index(self) -> int:
+        """A get-tuple-element's `index=`."""
+        return cast(int, self.attr("index", 0))
+
+    @property
+    def use_global_device_ids(self) -> bool:
+        """A collective's `use_global_device_ids=true`; false when absent."""
+        return bool(self.attr("use_global_device_ids", False))
+
+    @property
+    def constrain_layout(self) -> bool:
+        """A collective's `constrain_layout=true`; false when absent."""
+        return bool(self.attr("constrain_layout", False))
+
+    @property
+    def source_target_pairs(self) -> tuple[tuple[int, int], ...]:
+        """A collective-permute's `source_target_pairs={{s,t},...}`; () when absent."""
+        return cast("tuple[tuple[int, int], ...]", self.attr("source_target_pairs") or ())
+
+    @property
+    def fusion_kind(self) -> str | None:
+        """A fusion's `kind=` (kLoop, kInput, kOutput, kCustom); None for other opcodes."""
+        return cast("str | None", self.attr("kind")) if self.opcode is Opcode.FUSION else None
+
+    @property
+    def iota_dimension(self) -> int:
+        return cast(int, self.attr("iota_dimension", 0))
+
+    @property
+    def comparison_direction(self) -> str | None:
+        """A compare's `direction=` (EQ, NE, LT, LE, GT, GE)."""
+        return cast("str | None", self.attr("direction"))
+
+    @property
+    def slice_spec(self) -> SliceSpec | None:
+        """A slice's `slice={[start:limit:stride], ...}`."""
+        return cast("SliceSpec | None", self.attr("slice"))
+
+    @property
+    def dynamic_slice_sizes(self) -> tuple[int, ...]:
+        return tuple(self.attr("dynamic_slice_sizes") or ())
+
+    @property
+    def parameter_replication(self) -> tuple[bool, ...] | None:
+        """A parameter's `parameter_replication={...}`: one flag per leaf; None when absent."""
+        return cast("tuple[bool, ...] | None", self.attr("parameter_replication"))
 
     @property
     def frontend_attributes(self) -> FrontendAttributes:

@@ -115,7 +115,7 @@ def channel_errors(module: Module) -> list[VerifierError]:
     errors: list[VerifierError] = []
     by_channel: dict[int, list[Instruction]] = {}
     for instr in module.all_instructions():
-        channel = instr.attr("channel_id") if instr.has_attr("channel_id") else None
+        channel = instr.channel_id
         if channel is None:
             continue
         by_channel.setdefault(channel, []).append(instr)
@@ -125,7 +125,7 @@ def channel_errors(module: Module) -> list[VerifierError]:
         if len(instr.users) != 1:
             errors.append(_error(instr, f"a {instr.opcode.value} needs exactly one user (its "
                                         f"{done.value}), has {len(instr.users)}"))
-        elif (user := next(iter(instr.users))).opcode is done and user.attr("channel_id") != channel:
+        elif (user := next(iter(instr.users))).opcode is done and user.channel_id != channel:
             errors.append(_error(user, f"channel_id={user.attr('channel_id')} differs from channel_id="
                                        f"{channel} of its {instr.opcode.value} {instr.name}"))
     for channel, instrs in by_channel.items():

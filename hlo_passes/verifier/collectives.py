@@ -29,10 +29,10 @@ class GroupMode(enum.Enum):
 
 
 def group_mode(instr: Instruction) -> GroupMode:
-    has_channel = instr.attr("channel_id") is not None
+    has_channel = instr.channel_id is not None
     if instr.opcode in (Opcode.ALL_TO_ALL, Opcode.RAGGED_ALL_TO_ALL, Opcode.COLLECTIVE_PERMUTE):
         return GroupMode.CROSS_PARTITION if has_channel else GroupMode.CROSS_REPLICA
-    global_ids = bool(instr.attr("use_global_device_ids", False))
+    global_ids = instr.use_global_device_ids
     if not has_channel:
         if global_ids:
             raise ShapeProblem("use_global_device_ids=true needs a channel_id")
@@ -149,7 +149,7 @@ def _reduce_scatter(instr: Instruction) -> Shape | None:
 
 def _all_reduce(instr: Instruction) -> Shape | None:
     check_replica_groups(instr, uniform=False)
-    channel = instr.attr("channel_id")
+    channel = instr.channel_id
     if channel is not None and channel <= 0:
         raise ShapeProblem(f"channel_id must be positive, got {channel}")
     for t in _element_types(instr):
@@ -161,7 +161,7 @@ def _all_reduce(instr: Instruction) -> Shape | None:
 def _all_to_all(instr: Instruction) -> Shape | None:
     mode = check_replica_groups(instr)
     split_count = subgroup_size(instr, mode)
-    split = instr.attr("dimensions", ())
+    split = instr.dimensions
     if split:
         if len(instr.operands) != 1:
             raise ShapeProblem("an all-to-all with dimensions= takes one operand")
@@ -178,7 +178,7 @@ def _all_to_all(instr: Instruction) -> Shape | None:
 
 
 def _collective_permute(instr: Instruction) -> Shape | None:
-    pairs = instr.attr("source_target_pairs", ())
+    pairs = instr.source_target_pairs
     replicas, partitions = _config(instr)
     limit = partitions if group_mode(instr) is GroupMode.CROSS_PARTITION else replicas
     # A count of 1 is also what a module without the header attribute reads as (JAX's
@@ -186,7 +186,7 @@ def _collective_permute(instr: Instruction) -> Shape | None:
     for pair in pairs if limit > 1 else ():
         for role, device in zip(("source", "target"), pair):
             if not 0 <= device < limit:
-                what = "partitions" if limit == partitions and instr.attr("channel_id") is not None else "replicas"
+                what = "partitions" if limit == partitions and instr.channel_id is not None else "replicas"
                 raise ShapeProblem(f"{role} {device} in source_target_pairs is out of range for {limit} {what}")
     if len(instr.operands) == 1:
         sources, targets = set(), set()

@@ -63,7 +63,7 @@ MERGEABLE_COLLECTIVES = frozenset({
 
 
 def is_mergeable_collective(instr: Instruction) -> bool:
-    return instr.opcode in MERGEABLE_COLLECTIVES and not instr.attr("constrain_layout", False)
+    return instr.opcode in MERGEABLE_COLLECTIVES and not instr.constrain_layout
 
 
 def cse_key(instr: Instruction, fingerprints: StructuralFingerprints) -> tuple | None:

@@ -53,7 +53,7 @@ def has_effect(instr: Instruction, *, spmd: bool, drop_collectives: bool = False
     reaches into while bodies only, as XLA's does."""
     op = instr.opcode
     if op in SYNCHRONOUS_COLLECTIVES:
-        if instr.attr("constrain_layout", False):
+        if instr.constrain_layout:
             return True
         if drop_collectives and op is not Opcode.COLLECTIVE_PERMUTE:
             return False

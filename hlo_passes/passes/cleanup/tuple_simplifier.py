@@ -26,7 +26,7 @@ def element_source(gte: Instruction) -> Instruction | None:
     t = gte.operands[0]
     if t.opcode is not Opcode.TUPLE:
         return None
-    return t.operands[gte.attr("index")]
+    return t.operands[gte.tuple_index]
 
 
 def rebuilt_tuple(tup: Instruction) -> Instruction | None:
@@ -37,7 +37,7 @@ def rebuilt_tuple(tup: Instruction) -> Instruction | None:
     source = ops[0].operands[0]
     if not isinstance(source.shape, TupleShape) or len(source.shape.elements) != len(ops):
         return None
-    if any(o.operands[0] is not source or o.attr("index") != i for i, o in enumerate(ops)):
+    if any(o.operands[0] is not source or o.tuple_index != i for i, o in enumerate(ops)):
         return None
     return source if source.shape == tup.shape else None
 

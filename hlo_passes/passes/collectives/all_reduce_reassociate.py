@@ -74,8 +74,8 @@ class AllReduceReassociate(ModulePass):
                             "missed")
             return False
         if (replica_groups(ra) != replica_groups(rb) or group_mode(ra) != group_mode(rb)
-                or ra.shape.dims != rb.shape.dims or ra.attr("constrain_layout", False)
-                or rb.attr("constrain_layout", False) or ra.sharding is not None or rb.sharding is not None):
+                or ra.shape.dims != rb.shape.dims or ra.constrain_layout
+                or rb.constrain_layout or ra.sharding is not None or rb.sharding is not None):
             return False
         if (ca is None) != (cb is None):
             return False

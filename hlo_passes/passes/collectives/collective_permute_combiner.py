@@ -50,7 +50,7 @@ class CollectivePermuteCombiner(CombinerPass):
     def combine_key(self, instr: Instruction, domain: int):
         if len(instr.operands) != 1 or not instr.shape.is_array or instr.sharding is not None:
             return None
-        return (instr.attr("source_target_pairs"), instr.channel_id is not None,
+        return (instr.source_target_pairs, instr.channel_id is not None,
                 instr.shape.element_type, domain)
 
     def combine(self, module: Module, comp: Computation, members: list[Instruction]) -> Instruction:
@@ -62,7 +62,7 @@ class CollectivePermuteCombiner(CombinerPass):
         width = packed_width([m.shape for m in members], 1)
         combined = b.op(Opcode.COLLECTIVE_PERMUTE, ArrayShape(first.shape.element_type, (1, width)), [packed],
                         channel_id=first.channel_id,
-                        source_target_pairs=first.attr("source_target_pairs"))
+                        source_target_pairs=first.source_target_pairs)
         values = unpack(b, combined, [m.shape for m in members], dims, 1, 1, added)
         self.remark(combined, f"combined {len(members)} collective-permutes: "
                     + ", ".join(m.name for m in members), "applied")

@@ -244,7 +244,7 @@ class CombinerPass(ModulePass):
             return False
         if self.checks_constrained_layout:
             for instr in module.all_instructions():
-                if instr.opcode is self.opcode and instr.attr("constrain_layout", False):
+                if instr.opcode is self.opcode and instr.constrain_layout:
                     self.remark(instr, f"the module has a layout-constrained {self.opcode.value}: "
                                 "nothing is combined (as XLA)", "missed")
                     return False

@@ -107,7 +107,7 @@ class DeviceEvaluator:
         if op is Opcode.CONSTANT:
             return np.asarray(instr.literal_value(), dtype)
         if op is Opcode.IOTA:
-            dim = instr.attr("iota_dimension")
+            dim = instr.iota_dimension
             idx = np.arange(shape.dims[dim], dtype=dtype)
             view = [1] * shape.rank
             view[dim] = shape.dims[dim]
@@ -120,7 +120,7 @@ class DeviceEvaluator:
         if op in (Opcode.RESHAPE, Opcode.BITCAST):
             return args[0].reshape(shape.dims)
         if op is Opcode.BROADCAST:
-            dims = instr.attr("dimensions") or ()
+            dims = instr.dimensions
             view = [1] * shape.rank
             for i, d in enumerate(dims):
                 view[d] = args[0].shape[i]
@@ -133,17 +133,17 @@ class DeviceEvaluator:
                 return q if op is Opcode.DIVIDE else np.asarray(args[0] - q * args[1], dtype)
             return np.asarray(np.divide(args[0], args[1]) if op is Opcode.DIVIDE else np.fmod(*args), dtype)
         if op is Opcode.COMPARE:
-            return _COMPARE[instr.attr("direction")](args[0], args[1])
+            return _COMPARE[instr.comparison_direction](args[0], args[1])
         if op is Opcode.SELECT:
             return np.where(args[0], args[1], args[2]).astype(dtype)
         if op is Opcode.CLAMP:
             return np.clip(args[1], args[0], args[2]).astype(dtype)
         if op is Opcode.SLICE:
-            spec = instr.attr("slice")
+            spec = instr.slice_spec
             index = tuple(slice(s, l, st) for s, l, st in zip(spec.starts, spec.limits, spec.strides))
             return args[0][index]
         assert op is Opcode.DYNAMIC_SLICE
-        return dynamic_slice(args[0], [int(a) for a in args[1:]], instr.attr("dynamic_slice_sizes"))
+        return dynamic_slice(args[0], [int(a) for a in args[1:]], instr.dynamic_slice_sizes)
 
 
 def clamp_start(start: int, dim: int, size: int) -> int:

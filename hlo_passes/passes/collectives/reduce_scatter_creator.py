@@ -103,7 +103,7 @@ class ReduceScatterCreator(ModulePass):
 
     # ------------------------------------------------------------- matching --
     def match(self, module: Module, ar: Instruction) -> ScatterMatch | None:
-        if not ar.shape.is_array or len(ar.operands) != 1 or ar.attr("constrain_layout", False):
+        if not ar.shape.is_array or len(ar.operands) != 1 or ar.constrain_layout:
             return None
         if len(ar.users) != 1 or ar.is_root:
             return None
@@ -139,7 +139,7 @@ class ReduceScatterCreator(ModulePass):
             n = module.num_partitions
         if n < 2:
             return None
-        full, sizes = ds.operands[0].shape.dims, ds.attr("dynamic_slice_sizes")
+        full, sizes = ds.operands[0].shape.dims, ds.dynamic_slice_sizes
         cut = [d for d, (f, s) in enumerate(zip(full, sizes)) if f != s]
         if len(cut) != 1:
             self.remark(ds, f"slices {len(cut)} dimensions of {ar.name}, not one", "missed")

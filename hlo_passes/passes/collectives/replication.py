@@ -155,7 +155,7 @@ class Replication:
     def _parameter(self, param: Instruction) -> bool:
         if "parameter_replication" in param.attributes and (
                 self.module.num_partitions == 1 or self.parameter_replication_covers_partitions):
-            flags = param.attr("parameter_replication")
+            flags = param.parameter_replication
             if flags and all(flags):
                 return True
         sharding = param.sharding if "sharding" in param.attributes else None

@@ -144,7 +144,7 @@ def _is_degenerate_reduce(instr: Instruction) -> bool:
     data, init = instr.operands
     kind = Reduction.of_instruction(instr)
     return (kind is not None and kind.opcode is Opcode.ADD
-            and all(data.shape.dims[d] == 1 for d in instr.attr("dimensions", ()))
+            and all(data.shape.dims[d] == 1 for d in instr.dimensions)
             and _constant_equals(init, 0.0))
 
 
@@ -325,13 +325,13 @@ def analyze_computation(comp: Computation, module: Module, *, assume_replicated_
             if instr.shape.rank == 0:
                 reductions[instr] = first
                 continue
-            reduced[instr] = tuple(sorted(instr.attr("dimensions", ())))
+            reduced[instr] = tuple(sorted(instr.dimensions))
             origin[instr] = first
             if instr.is_root:
                 exits[instr] = first
             continue
         if (instr.opcode is Opcode.BROADCAST and instr.operands[0] in reduced and instr.shape.dims == base
-                and tuple(instr.attr("dimensions", ())) == tuple(
+                and instr.dimensions == tuple(
                     d for d in range(len(base)) if d not in reduced[instr.operands[0]])):
             origin[instr] = first  # a factor broadcast back over the dimensions it was reduced over
             continue

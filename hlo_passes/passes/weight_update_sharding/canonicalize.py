@@ -67,7 +67,7 @@ def join_scatter_gather_pairs(module: Module, comp: Computation) -> bool:
                 or not _summed(rs) or rs.dimensions != ag.dimensions or rs.control_successors
                 or ag.control_predecessors or rs.operands[0].shape.dims != ag.shape.dims
                 or device_groups(rs, module) != device_groups(ag, module)
-                or bool(rs.attr("use_global_device_ids")) != bool(ag.attr("use_global_device_ids"))
+                or rs.use_global_device_ids != ag.use_global_device_ids
                 or (rs.channel_id is None) != (ag.channel_id is None)):
             continue
         attrs = {k: v for k, v in rs.attributes.items() if k not in ("dimensions", "sharding")}
@@ -171,7 +171,7 @@ def fold_size_one_reshapes(comp: Computation) -> bool:
             x = instr.operands[0]
             changed = True
         identity_broadcast = (instr.opcode is Opcode.BROADCAST and instr.shape.is_array
-                              and tuple(instr.attr("dimensions", ())) == tuple(range(instr.shape.rank)))
+                              and instr.dimensions == tuple(range(instr.shape.rank)))
         if (identity_broadcast or instr.opcode is Opcode.RESHAPE) and _same_value_shape(instr, x):
             instr.replace_all_uses_with(x)
             comp.remove(instr)

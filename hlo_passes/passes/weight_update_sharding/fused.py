@@ -41,7 +41,7 @@ def elementwise_fusion(instr: Instruction) -> bool:
     scalar constants, broadcasts of scalars, and elementwise ops (copies included) of the
     fusion's dimensions or scalars; anything else (a transpose, a reduce, a broadcast along
     some dimensions, an iota) makes it no elementwise op."""
-    if instr.opcode is not Opcode.FUSION or instr.attr("kind") != "kLoop" or not instr.shape.is_array:
+    if instr.opcode is not Opcode.FUSION or instr.fusion_kind != "kLoop" or not instr.shape.is_array:
         return False
     fused = instr.called.get("calls")
     if not isinstance(fused, Computation):
@@ -91,7 +91,7 @@ def _inline_gradient_reductions(module: Module, comp: Computation) -> bool:
     the analysis models reductions of gradients only outside fusions."""
     changed = False
     for fusion in comp.instructions:
-        if (fusion.opcode is not Opcode.FUSION or fusion.attr("kind") != "kLoop" or not fusion.shape.is_array
+        if (fusion.opcode is not Opcode.FUSION or fusion.fusion_kind != "kLoop" or not fusion.shape.is_array
                 or fusion.shape.rank != 0 or not any(_is_reduced_gradient(o) for o in fusion.operands)):
             continue
         fused = fusion.called.get("calls")
@@ -126,11 +126,11 @@ def split_variadic_all_reduces(module: Module, comp: Computation) -> bool:
         for k, (operand, shape) in enumerate(zip(ar.operands, ar.shape.elements)):
             attrs = dict(ar.attributes)
             new = Instruction(Opcode.ALL_REDUCE, shape, [operand], attributes=attrs, called=dict(ar.called))
-            if ar.attr("channel_id") is not None:
+            if ar.channel_id is not None:
                 new.set_attr("channel_id", next_channel_id(module))
             parts.append(comp.add(new, name_hint=f"{ar.name}.{k}", before=ar))
         for gte in list(ar.users):
-            gte.replace_all_uses_with(parts[gte.attr("index")])
+            gte.replace_all_uses_with(parts[gte.tuple_index])
             comp.remove(gte)
         comp.remove(ar)
         changed = True
@@ -151,7 +151,7 @@ def _hoist_gradient_transposes(module: Module, comp: Computation) -> bool:
     hoisted: dict[tuple[Instruction, tuple[int, ...]], Instruction] = {}
     changed = False
     for fusion in comp.instructions:
-        if fusion.opcode is not Opcode.FUSION or fusion.attr("kind") != "kLoop":
+        if fusion.opcode is not Opcode.FUSION or fusion.fusion_kind != "kLoop":
             continue
         fused = fusion.called.get("calls")
         if not isinstance(fused, Computation) or callers.get(fused) != 1:
@@ -164,7 +164,7 @@ def _hoist_gradient_transposes(module: Module, comp: Computation) -> bool:
             if found is None:
                 continue
             region, transposes = found
-            perm = tuple(transposes[0].attr("dimensions"))
+            perm = transposes[0].dimensions
             outer = hoisted.get((operand, perm))
             if outer is None:
                 inner = transposes[0]
@@ -232,7 +232,7 @@ def _transposed_region(param: Instruction) -> tuple[list[Instruction], list[Inst
     for t in transposes:
         if t.operands[0] not in inside:
             return None
-    if not transposes or len({tuple(t.attr("dimensions")) for t in transposes}) != 1:
+    if not transposes or len({t.dimensions for t in transposes}) != 1:
         return None
     order = {x: i for i, x in enumerate(param.parent.post_order())}
     return sorted(region, key=order.__getitem__), transposes
@@ -254,7 +254,7 @@ def _retarget_reduction(comp: Computation, start: Instruction, gradient: Instruc
         seen.add(x)
         if x.opcode is Opcode.REDUCE:
             if (len(x.operands) != 2 or x.operands[0] not in seen or x.shape.rank != 0
-                    or sorted(x.attr("dimensions", ())) != list(range(len(dims)))):
+                    or sorted(x.dimensions) != list(range(len(dims)))):
                 return
             continue
         if not (x.opcode.is_elementwise and x.shape.is_array and x.shape.dims == dims and not x.is_root):

@@ -36,7 +36,7 @@ from hlo_passes.passes.collectives.packing import pack, packed_width, unpack
 def _key(instr: Instruction, module: Module) -> tuple:
     to_apply = instr.called.get("to_apply")
     return (instr.opcode, instr.shape.element_type, instr.channel_id is not None,
-            bool(instr.attr("use_global_device_ids")), instr.replica_groups.groups,
+            instr.use_global_device_ids, instr.replica_groups.groups,
             to_apply.name if to_apply is not None else None)
 
 
@@ -52,7 +52,8 @@ def pack_collectives(module: Module, comp: Computation, collectives: list[Instru
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         added: list[Instruction] = []
         common = dict(channel_id=module.new_channel_id() if first.channel_id is not None else None,
-                      replica_groups=first.replica_groups, use_global_device_ids=first.attr("use_global_device_ids"))
+                      replica_groups=first.replica_groups,
+                      use_global_device_ids=True if first.use_global_device_ids else None)  # None: not printed
         etype = first.shape.element_type
         if first.opcode is Opcode.REDUCE_SCATTER:
             packed = pack(b, [m.operands[0] for m in members], [0] * len(members), parts, added)

@@ -132,7 +132,7 @@ class Signature:
         if root is self.call:
             return [index]
         return [i for i, o in enumerate(root.operands)
-                if o.opcode is Opcode.GET_TUPLE_ELEMENT and o.attr("index") == index]
+                if o.opcode is Opcode.GET_TUPLE_ELEMENT and o.tuple_index == index]
 
     def output_count(self) -> int:
         root = self.module.entry.root
@@ -146,7 +146,7 @@ class Signature:
         self.call.shape = self.comp.root.shape
         for user in self.call.users:
             if user.opcode is Opcode.GET_TUPLE_ELEMENT:
-                user.shape = self.call.shape.elements[user.attr("index")]
+                user.shape = self.call.shape.elements[user.tuple_index]
         root = self.module.entry.root
         if root is not self.call and root.opcode is Opcode.TUPLE:
             root.shape = TupleShape(tuple(o.shape for o in root.operands))
