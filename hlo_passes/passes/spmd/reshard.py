@@ -232,12 +232,19 @@ def _factor_move(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int
 
 def _coarsening(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int | None, int]:
     """(k, g): gather the minor factor g of dim k, which `dst` tiles more coarsely (or not as a
-    multiple); a whole dim is gathered when a partial gather cannot reach the target."""
+    multiple); a whole dim is gathered when a partial gather cannot reach the target.  Of
+    several such dims, the one gathered over the fewest devices first: each gather sends what
+    the earlier ones grew, so the small factors go first (a [4,2] tiling made replicated
+    sends 1 + 2 tiles gathering the 2-way dim first, 1 + 4 the other way)."""
+    found: tuple[int, int] | None = None
     for k in range(cur.rank):
         t, want = cur.dims[k], dst.dims[k]
         if t > want:
             g = t // want if t % want == 0 and _fits(dims[k], t, t // want) else t
-            return k, g
+            if found is None or g < found[1]:
+                found = (k, g)
+    if found is not None:
+        return found
     for k in range(cur.rank):  # finer in dst but not reachable by slicing: start from whole
         t, want = cur.dims[k], dst.dims[k]
         if t > 1 and (want % t or not _fits(dims[k], want, want // t)):
@@ -266,7 +273,7 @@ def _greedy_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) 
         bad = [k for k in range(src.rank) if src.dims[k] > 1 and not _slice_nested(src, dst, dims, [k])]
         if not bad:  # nested per dim but not jointly (device orders differ): gather everything tiled
             bad = [k for k in range(src.rank) if src.dims[k] > 1]
-        k = bad[0]
+        k = min(bad, key=lambda d: src.dims[d])  # the fewest devices first (see _coarsening)
         g = src.dims[k]
         steps.append(Step("all-gather", (k, g), _gather_bytes(src, dims, esize, g), _coarsened(src, k, g)))
         src = steps[-1].result
