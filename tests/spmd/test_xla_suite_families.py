@@ -259,3 +259,45 @@ ENTRY e {{
     assert collectives(module) == {"all-gather": 2}
     assert _bytes(module) == 64 + 128
 
+
+def test_uneven_target_that_an_all_to_all_cannot_reach_gathers_once_and_slices():
+    """20 rows whole, 6 columns tiled 2 ways (replicated over 4) made 8 tiles of 3 rows: an
+    all-to-all onto the rows would leave 2 tiles of 10 that tiles of 3 do not nest in, so a
+    gather would follow it.  Gathering the columns (each device sends its 20x3 tile, 240
+    bytes) and slicing the rows is one collective."""
+    text = """HloModule uneven_target, num_partitions=8
+ENTRY e {
+  b = f32[20,6] parameter(0), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+  ROOT c = f32[20,6] copy(b), sharding={devices=[8,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 20 * 3 * 4
+
+
+def test_halo_skips_tiles_whose_results_are_all_padding():
+    """One row (23) sliced from 40 rows tiled 4 ways (replicated over 2): the result's tiles of
+    one row are padding except tile 0, so only row 23 moves, from the holders of tile 2 to
+    those of tile 0: one collective-permute of 6 floats (24 bytes)."""
+    text = """HloModule slice_one, num_partitions=8
+ENTRY e {
+  x = f32[40,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[1,6] slice(x), slice={[23:24], [0:6]}, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 6 * 4
+
+
+def test_pad_whose_only_result_tile_reads_padding():
+    """A pad whose result is mostly padding: tiles past the first hold only padding, the first
+    reads rows of the array; verified (no exchange may read past what exists)."""
+    text = """HloModule pad_far, num_partitions=8
+ENTRY e {
+  x = f32[3,2] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT p = f32[5,2] pad(x, f32[] constant(2)), padding=2_0x0_0, sharding={devices=[8,1]<=[8]}
+}
+"""
+    partition_verified(text)

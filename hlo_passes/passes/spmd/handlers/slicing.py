@@ -252,7 +252,7 @@ def _rotation(p: HandlerContext, concat: Instruction) -> tuple[Instruction, int,
     if a.opcode is not Opcode.SLICE or b.opcode is not Opcode.SLICE or a is b:
         return None
     x = a.operands[0]
-    if b.operands[0] is not x or len(a.users) != 1 or len(b.users) != 1:
+    if b.operands[0] is not x or len(a.users) != 1 or len(b.users) != 1 or a.is_root or b.is_root:
         return None
     (dim,) = concat.dimensions
     dims = x.array_shape.dims
