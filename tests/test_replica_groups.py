@@ -67,6 +67,29 @@ ENTRY e {{
         assert list(gathered[device][0]) == list(groups.group_of(device))
 
 
+def test_mesh_groups_with_device_ids_parse_in_an_instruction_and_print_back():
+    """In an instruction the `, device_ids=(...)` inside the value is not a new attribute; the
+    mesh's positions hold those devices, as in a named sharding.  (XLA's partitioner prints
+    this form and means that: its partition over a permuted device order verifies only read
+    so, see tests/spmd/test_xla_suite_families.py.  XLA:CPU running such text itself, in jax
+    0.12, groups as if the device_ids were absent.)"""
+    from hlo_passes import parse_module, print_module
+
+    text = """HloModule m, num_partitions=4
+ENTRY e {
+  p = f32[4,2,2] parameter(0)
+  ROOT a = f32[4,2,2] all-to-all(p), channel_id=2, replica_groups=mesh['x'=1,'y'=2,'z'=2], device_ids=(3,1,2,0) {'z'}, dimensions={1}
+}
+"""
+    module = parse_module(text)
+    groups = module.entry.root.replica_groups
+    assert groups.groups == ((3, 1), (2, 0))
+    again = parse_module(print_module(module))
+    assert again.entry.root.replica_groups == groups
+    with pytest.raises(Exception, match="device_ids"):
+        parse_module(text.replace("(3,1,2,0)", "(3,1,1,0)"))
+
+
 # ------------------------------------------------ compact spelling of groups a pass makes --
 
 def _mesh_groups(rng):

@@ -112,12 +112,17 @@ class ReplicaGroups:
 
     @classmethod
     def from_mesh(cls, axes: list[tuple[str, int]], selected: list[tuple[str, int | None, int | None]],
-                  spelling: str) -> "ReplicaGroups":
+                  spelling: str, device_ids: tuple[int, ...] = ()) -> "ReplicaGroups":
         """Groups of the devices of a row-major mesh that differ only along the `selected` axes.
 
         `selected` holds (axis, pre_size, size): a whole axis when pre_size is None, else the
-        sub-axis of `size` devices inside it whose more-major factors multiply to pre_size."""
-        mesh = SdyMesh(tuple(axes))
+        sub-axis of `size` devices inside it whose more-major factors multiply to pre_size.
+        `device_ids`: the device at each mesh position, row-major (`device_ids=(...)` after the
+        mesh); empty for the identity."""
+        mesh = SdyMesh(tuple(axes), tuple(device_ids))
+        if device_ids and (len(device_ids) != math.prod(size for _, size in axes)
+                           or sorted(device_ids) != list(range(len(device_ids)))):
+            raise ValueError(f"device_ids {list(device_ids)} are not a permutation of the mesh's devices")
         unknown = {name for name, _, _ in selected} - {name for name, _ in axes}
         if unknown:
             raise ValueError(f"replica groups select unknown mesh axes {sorted(unknown)}")

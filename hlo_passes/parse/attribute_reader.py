@@ -314,9 +314,11 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
         return (name, *_ints(c[1:3])) if len(c) == 3 else (name, None, None)
 
     def mesh_groups(self, c: list[Any]) -> Any:
+        ids = next((x.ids for x in c if type(x) is _MeshDeviceIds), ())
+        c = [x for x in c if x is not None and type(x) is not _MeshDeviceIds]
         axes = [x for x in c if len(x) == 2]
         selected = [x for x in c if len(x) == 3]
-        return ReplicaGroups.from_mesh(axes, selected, spelling="")
+        return ReplicaGroups.from_mesh(axes, selected, spelling="", device_ids=tuple(ids))
 
     def attr_pairs(self, c: list[Any]) -> Any:
         return tuple(c)

@@ -423,6 +423,7 @@ class ModuleBuilder(ShapeBuilder):
 
     def _attributes(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]], keys: "_Keys",
                     opcode_tok: TokenLike, nested: bool) -> None:
+        attrs = _mesh_device_ids_joined(attrs)
         slots = self.attr_slots
         checked = self.checked
         attributes: dict[str, Attr] = {}  # the instruction's (it is new, without any), kept if not empty
@@ -1170,3 +1171,20 @@ def _one_of(items: list[str]) -> str:
     if len(items) == 1:
         return items[0]
     return "one of " + ", ".join(items)
+
+
+def _mesh_device_ids_joined(attrs: Sequence[tuple[TokenLike, Attr]]) -> Sequence[tuple[TokenLike, Attr]]:
+    """XLA prints mesh-form replica groups over a mesh with its own device order as
+    `replica_groups=mesh['x'=1,'y'=2], device_ids=(1,0) {'y'}`: the comma inside the value
+    reads as the start of an attribute `device_ids`, given back to the replica groups here."""
+    if not any(k.value == "device_ids" for k, _ in attrs):
+        return attrs
+    out: list[tuple[TokenLike, Attr]] = []
+    for key_tok, attr in attrs:
+        if (key_tok.value == "device_ids" and out and out[-1][0].value == "replica_groups"
+                and cast(str, out[-1][1].raw).lstrip().startswith("mesh")):
+            prev_tok, prev = out[-1]
+            out[-1] = (prev_tok, Attr(raw=f"{prev.raw}, device_ids={attr.raw}"))
+        else:
+            out.append((key_tok, attr))
+    return out

@@ -93,6 +93,7 @@ class Halo:
     left: int                  # rows received from lower tiles
     right: int                 # rows received from higher tiles
     mask: bool                 # rows outside [0, size) must be set to the padding value
+    active: tuple[bool, ...] | None = None  # tiles whose results are not all padding (None: all)
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -160,6 +161,8 @@ def interval_transfers(h: "Halo") -> tuple[Transfer, ...]:
     width, local, size = h.rows.width, h.local, h.size
     pieces: list[tuple[int, int, int, int]] = []  # (dst tile, src tile, first global row, rows)
     for t, lo in enumerate(h.rows.starts):
+        if h.active is not None and not h.active[t]:
+            continue  # its results are all padding: it needs no rows
         need_lo, need_hi = max(lo, 0), min(lo + width, size)
         for src in range(h.tiles):
             a, b = max(need_lo, src * local), min(need_hi, (src + 1) * local, size)
@@ -208,7 +211,8 @@ def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool,
     beyond_end = [t for t, lo in used if lo + rows.width > size]
     uneven = size % tiles != 0
     mask = bool(outside) and not zero_padding or bool(beyond_end) and uneven
-    return Halo(dim, tiles, size, local, rows, left, right, mask)
+    return Halo(dim, tiles, size, local, rows, left, right, mask,
+                tuple(active) if active is not None and not all(active) else None)
 
 
 def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruction | None) -> Instruction:
@@ -250,6 +254,9 @@ def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) ->
     coord = tm.coords[:, k]  # every device's tile along k: per-tile tables index it
     transfers = halo.transfers
     dims = list(x.array_shape.dims)
+    if not transfers:  # no tile that matters reads a row of the array (only padding)
+        return em.broadcast_scalar(0, x.array_shape.element_type,
+                                   tuple(width if i == k else d for i, d in enumerate(dims)))
     # dynamic-slice and dynamic-update-slice clamp their offsets: the source is padded by what
     # the longest message reads past its end, the window by the scratch rows pieces land in
     overflow = max(0, max(t.src_start[src] + t.rows - dims[k] for t in transfers for src, _ in t.pairs))

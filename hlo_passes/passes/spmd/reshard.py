@@ -232,12 +232,19 @@ def _factor_move(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int
 
 def _coarsening(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int | None, int]:
     """(k, g): gather the minor factor g of dim k, which `dst` tiles more coarsely (or not as a
-    multiple); a whole dim is gathered when a partial gather cannot reach the target."""
+    multiple); a whole dim is gathered when a partial gather cannot reach the target.  Of
+    several such dims, the one gathered over the fewest devices first: each gather sends what
+    the earlier ones grew, so the small factors go first (a [4,2] tiling made replicated
+    sends 1 + 2 tiles gathering the 2-way dim first, 1 + 4 the other way)."""
+    found: tuple[int, int] | None = None
     for k in range(cur.rank):
         t, want = cur.dims[k], dst.dims[k]
         if t > want:
             g = t // want if t % want == 0 and _fits(dims[k], t, t // want) else t
-            return k, g
+            if found is None or g < found[1]:
+                found = (k, g)
+    if found is not None:
+        return found
     for k in range(cur.rank):  # finer in dst but not reachable by slicing: start from whole
         t, want = cur.dims[k], dst.dims[k]
         if t > 1 and (want % t or not _fits(dims[k], want, want // t)):
@@ -266,7 +273,7 @@ def _greedy_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) 
         bad = [k for k in range(src.rank) if src.dims[k] > 1 and not _slice_nested(src, dst, dims, [k])]
         if not bad:  # nested per dim but not jointly (device orders differ): gather everything tiled
             bad = [k for k in range(src.rank) if src.dims[k] > 1]
-        k = bad[0]
+        k = min(bad, key=lambda d: src.dims[d])  # the fewest devices first (see _coarsening)
         g = src.dims[k]
         steps.append(Step("all-gather", (k, g), _gather_bytes(src, dims, esize, g), _coarsened(src, k, g)))
         src = steps[-1].result
@@ -288,7 +295,34 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
         grid_cost = steps_estimate(grid, dims, esize, model)
         if grid_cost < best_cost:
             best, best_cost = grid, grid_cost
+    whole = _gather_then_slice_plan(src, dst, dims, esize)
+    if whole is not None and steps_estimate(whole, dims, esize, model) < best_cost:
+        best = whole
     return best
+
+
+def _gather_then_slice_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """Gather every tiled dim (over the fewest devices first), then slice the target's tile:
+    always possible, and cheaper than the other plans where an all-to-all would leave tiles
+    that an uneven target does not nest in (20 rows tiled 2 ways moved to 8 tiles of 3), so
+    that a gather follows the all-to-all anyway.  None when there is nothing to gather."""
+    steps: list[Step] = []
+    cur = src
+    while True:
+        tiled = [k for k in range(cur.rank) if cur.dims[k] > 1]
+        if not tiled:
+            break
+        k = min(tiled, key=lambda d: cur.dims[d])
+        g = cur.dims[k]
+        steps.append(Step("all-gather", (k, g), _gather_bytes(cur, dims, esize, g), _coarsened(cur, k, g)))
+        cur = steps[-1].result
+    if not steps:
+        return None
+    if not same_placement(cur, dst):
+        if not _slice_nested(cur, dst, dims):
+            return None
+        steps.append(Step("slice", (), 0, dst))
+    return steps
 
 
 def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: CostModel) -> Estimate:

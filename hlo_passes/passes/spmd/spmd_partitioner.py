@@ -73,6 +73,9 @@ class SpmdPartitioner(ModulePass):
         model = CostModel.for_profile(self.options.cost_profile)
         with collector_paused():  # see hlo_passes/_gc.py: on a 24-layer step it ran 1.4 of 5 s
             _complete_shardings(module, self)
+            from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
+            if make_iota_batching_explicit(module):
+                self.remark(None, "gather/scatter index components that are an iota made explicit batching dims")
             Partitioner(PartitionContext(module, n, self, model)).run()
             if self.options.cleanup:
                 _cleanup(module, self)

@@ -26,7 +26,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate, cheapest
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
+from hlo_passes.passes.spmd.partition_context import (PValue, is_manual, local_shape, tile_map, tm_local_dims,
+                                                       to_sharding)
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
@@ -104,6 +105,16 @@ def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArraySh
 
 @handles(Opcode.SLICE)
 def slice_(p: HandlerContext, instr: Instruction) -> PValue:
+    (user,) = instr.users if len(instr.users) == 1 else (None,)
+    if user is not None and instr.parent is not None and _rotation(p, user) is not None:
+        # Never read: the only user, a concatenate, rotates this slice's operand itself
+        # (`_rotate`).  A collective-free stand-in that DCE removes.
+        bb = p.em.b()
+        return PValue(bb.broadcast(bb.constant(0, instr.array_shape.element_type), instr.array_shape),
+                      Sharding.replicated(), instr.shape)
+    merged = _slice_of_pad(p, instr)
+    if merged is not None:
+        return merged
     spec: SliceSpec = instr.attr("slice")
     dims = instr.operands[0].array_shape.dims
     fixed = [d for d in range(len(dims))
@@ -114,8 +125,52 @@ def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     return done if done is not None else local_except(p, instr, fixed)
 
 
+def _slice_of_pad(p: HandlerContext, instr: Instruction) -> PValue | None:
+    """A unit-stride slice of a pad (no interior padding) that is the pad's only user is one pad
+    of the pad's operand, its padding possibly negative: low - start and high - (N - limit)
+    on each dim (N the padded size), as XLA's partitioner merges them.  Partitioned as that
+    pad, the shift costs one exchange of the rows it moves, not one for the pad and another for
+    the slice.  None when the pattern does not apply."""
+    src = instr.operands[0]
+    if not _merges_with_slice(p, src):
+        return None
+    spec: SliceSpec = instr.attr("slice")
+    cfg = src.attr("padding").dimensions
+    dims = src.array_shape.dims
+    merged = PaddingConfig(tuple((lo - s, hi - (n - lim), 0) for (lo, hi, _), s, lim, n
+                                 in zip(cfg, spec.starts, spec.limits, dims)))
+    attrs = {k: v for k, v in instr.attributes.items() if k not in ("slice", "sharding")}
+    fake = Instruction(Opcode.PAD, instr.shape, [src.operands[0], src.operands[1]], name=instr.name,
+                       attributes=attrs)
+    fake.set_attr("padding", merged)
+    fake.set_attr("sharding", p.target(instr))
+    try:
+        return pad(p, fake)
+    finally:
+        fake.drop_operands()
+
+
+def _merges_with_slice(p: HandlerContext, pad_: Instruction) -> bool:
+    """Is `pad_` (no interior padding, not the root, outside manual regions) used only by one
+    unit-stride slice, which then partitions as one pad of its operand (`_slice_of_pad`)?"""
+    if pad_.opcode is not Opcode.PAD or len(pad_.users) != 1 or pad_.is_root:
+        return False
+    (user,) = pad_.users
+    if user.opcode is not Opcode.SLICE or user.operands[0] is not pad_:
+        return False
+    if any(st != 1 for st in user.attr("slice").strides) or any(c[2] != 0 for c in pad_.attr("padding").dimensions):
+        return False
+    return not any(is_manual(s) for s in (p.target(pad_), p.target(user), p.value(pad_.operands[0]).sharding))
+
+
 @handles(Opcode.PAD)
 def pad(p: HandlerContext, instr: Instruction) -> PValue:
+    if instr.parent is not None and _merges_with_slice(p, instr):
+        # Never read: the only user, a slice, partitions as one pad of this pad's operand
+        # (`_slice_of_pad`).  A collective-free stand-in that DCE removes.
+        b = p.em.b()
+        etype = instr.array_shape.element_type
+        return PValue(b.broadcast(b.constant(0, etype), instr.array_shape), Sharding.replicated(), instr.shape)
     cfg: PaddingConfig = instr.attr("padding")
     fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
     # output row r reads input row (r - low) / (interior + 1) where that is whole
@@ -180,12 +235,127 @@ def _shifted(p: HandlerContext, instr: Instruction, fixed: list[int], windows: d
 
 @handles(Opcode.CONCATENATE)
 def concatenate(p: HandlerContext, instr: Instruction) -> PValue:
+    rot = _rotation(p, instr)
+    if rot is not None:
+        return _rotate(p, instr, *rot)
     return local_except(p, instr, list(instr.dimensions))
+
+
+def _rotation(p: HandlerContext, concat: Instruction) -> tuple[Instruction, int, int] | None:
+    """(x, dim, k) when `concat` is concatenate(slice(x, [N-k:N]), slice(x, [0:N-k])) along
+    `dim` (x rotated right by k rows), each slice used only there, and the result tiled evenly
+    along `dim` outside manual regions; None otherwise."""
+    if concat.opcode is not Opcode.CONCATENATE or len(concat.operands) != 2:
+        return None
+    a, b = concat.operands
+    if a.opcode is not Opcode.SLICE or b.opcode is not Opcode.SLICE or a is b:
+        return None
+    x = a.operands[0]
+    if b.operands[0] is not x or len(a.users) != 1 or len(b.users) != 1 or a.is_root or b.is_root:
+        return None
+    (dim,) = concat.dimensions
+    dims = x.array_shape.dims
+    n = dims[dim]
+    sa, sb = a.attr("slice"), b.attr("slice")
+    for spec in (sa, sb):
+        if any(st != 1 for st in spec.strides) or any(
+                (spec.starts[d], spec.limits[d]) != (0, dims[d]) for d in range(len(dims)) if d != dim):
+            return None
+    k = sa.limits[dim] - sa.starts[dim]
+    if not (sa.limits[dim] == n and sb.starts[dim] == 0 and sb.limits[dim] == n - k and 0 < k < n):
+        return None
+    target = p.target(concat)
+    if target.is_tuple or any(is_manual(s) for s in (target, p.target(a), p.target(b), p.value(x).sharding)):
+        return None
+    tm = tile_map(target, len(dims), p.n)
+    t = tm.dims[dim]
+    if t == 1 or n % t:
+        return None
+    return x, dim, k
+
+
+def _rotate(p: HandlerContext, instr: Instruction, x: Instruction, dim: int, k: int) -> PValue:
+    """x rotated right by k rows along an evenly tiled `dim` (XLA's merged slice-then-concat):
+    with tiles of L rows, result tile c holds the last k % L rows of operand tile
+    c - k // L - 1 and the first L - k % L rows of operand tile c - k // L (tiles modulo t),
+    so it takes at most two collective-permutes of parts of one tile, none for a part that
+    stays on its device."""
+    target = p.target(instr)
+    tm = tile_map(target, instr.array_shape.rank, p.n)
+    t = tm.dims[dim]
+    local = p.resharded(x, target).instr
+    rows = local.array_shape.dims[dim]
+    q, rem = divmod(k, rows)
+    b = p.em.b()
+
+    def part(lo: int, hi: int, shift: int) -> Instruction:
+        starts = [0] * local.array_shape.rank
+        limits = list(local.array_shape.dims)
+        starts[dim], limits[dim] = lo, hi
+        piece = b.slice(local, starts, limits) if (lo, hi) != (0, rows) else local
+        return _permute_tiles(p, piece, tm, dim, shift)
+
+    pieces = []
+    if rem:
+        pieces.append(part(rows - rem, rows, (q + 1) % t))
+    pieces.append(part(0, rows - rem, q % t))
+    out = b.concatenate(pieces, dim) if len(pieces) > 1 else pieces[0]
+    return PValue(out, target, instr.shape)
+
+
+def _permute_tiles(p: HandlerContext, piece: Instruction, tm: TileMap, dim: int, shift: int) -> Instruction:
+    """`piece` moved from the device holding tile c of `dim` to the one holding tile c + shift
+    (modulo the tile count), the other tile coordinates, the manual group and the replica
+    index among a tile's holders kept; unchanged when shift is 0."""
+    if shift == 0:
+        return piece
+    t = tm.dims[dim]
+    holder: dict[tuple[int, ...], int] = {}
+    seen: dict[tuple[int, ...], int] = {}
+    keys = []
+    for dev in range(tm.num_devices):
+        tile = tuple(int(c) for c in tm.coords[dev]) + (int(tm.manual[dev]),)
+        j = seen.get(tile, 0)
+        seen[tile] = j + 1
+        keys.append(tile + (j,))
+        holder[tile + (j,)] = dev
+    pairs = []
+    for dev, key in enumerate(keys):
+        dst = list(key)
+        dst[dim] = (dst[dim] + shift) % t
+        pairs.append((dev, holder[tuple(dst)]))
+    return p.em.collective_permute(piece, pairs)
 
 
 @handles(Opcode.REVERSE)
 def reverse(p: HandlerContext, instr: Instruction) -> PValue:
-    return local_except(p, instr, list(instr.dimensions))
+    """A reverse of tiled dims that split evenly runs locally on the operand tiled with the
+    tile order of those dims reversed (XLA's ReverseSharding): the device holding result tile
+    c of a reversed dim cut in t reverses operand tile t-1-c, so a tiled operand moves by at
+    most one collective-permute.  Uneven dims (whose reversed tiles would straddle two
+    operand tiles) are gathered, as are the reversed dims when that moves less."""
+    rev = list(instr.dimensions)
+    target = p.target(instr)
+    dims = instr.array_shape.dims
+    if not target.is_tuple and rev:
+        tm = tile_map(target, len(dims), p.n)
+        if (any(tm.dims[d] > 1 for d in rev)
+                and all(dims[d] % tm.dims[d] == 0 for d in rev)):
+            coords = tm.coords.copy()
+            for d in rev:
+                coords[:, d] = tm.dims[d] - 1 - coords[:, d]
+            flipped = TileMap(tm.dims, coords, tm.manual, tm.manual_size).to_sharding()
+            if flipped is not None:
+                model, n = p.ctx.cost_model, p.n
+                src = p.value(instr.operands[0]).sharding
+                local = _cheapest_local_tiling(p, instr, instr.array_shape, target, tm, rev)
+                shape = instr.operands[0].shape
+                if not (cost(src, local, shape, n, model) + cost(local, target, shape, n, model)
+                        < cost(src, flipped, shape, n, model)):
+                    x = p.operand_as(instr, 0, flipped)
+                    new = p.clone(instr, [x], local_shape(instr.shape, target))
+                    return PValue(new, target, instr.shape)
+    return local_except(p, instr, rev)
 
 
 @handles(Opcode.SORT)

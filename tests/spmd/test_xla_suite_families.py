@@ -1,0 +1,303 @@
+"""Families of behaviour that XLA's partitioner tests exercise, checked on modules of our own
+(shapes, names and structure written from the semantics, not taken from XLA's tests): each
+partitioned module is verified against XLA's run of the original on 8 devices, and the
+collectives it may use are counted by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlo_passes.stats import module_stats
+from tests.spmd.partitioning import collectives, partition_verified
+
+
+def _bytes(module) -> int:
+    return sum(module_stats(module).collective_bytes.values())
+
+
+_ARGMAX = """HloModule argmax, num_partitions=8
+amax {{
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  g = pred[] compare(a, b), direction=GT
+  v = f32[] select(g, a, b)
+  i = s32[] select(g, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}}
+ENTRY e {{
+  x = f32[20,{c}] parameter(0), sharding={{devices=[2,4]<=[8]}}
+  i = s32[20,{c}] iota(), iota_dimension=1, sharding={{devices=[2,4]<=[8]}}
+  ROOT r = (f32[20], s32[20]) reduce(x, i, f32[] constant(-inf), s32[] constant(0)), dimensions={{1}}, to_apply=amax, sharding={{{{devices=[2,4]<=[8] last_tile_dim_replicate}}, {{devices=[2,4]<=[8] last_tile_dim_replicate}}}}
+}}
+"""
+
+
+@pytest.mark.parametrize("cols", [36, 37])
+def test_variadic_reduce_over_a_tiled_dim_gathers_partial_results_not_the_operands(cols):
+    """An argmax over a dim tiled 4 ways: each device reduces its tile (uneven tiles padded
+    with the init values), then all-gathers its 10 partial maxima and their 10 indices over
+    its row group and reduces those 4 again.  Sent per device: 10 f32 + 10 s32 = 80 bytes
+    (gathering the operands would send 10 x ceil(cols/4) of each)."""
+    module, _ = partition_verified(_ARGMAX.format(c=cols))
+    assert collectives(module) == {"all-gather": 2}
+    assert _bytes(module) == 80
+
+
+def test_reduce_with_a_select_reducer_over_an_uneven_tiled_dim():
+    """A max written as compare+select (no single-op reducer, so no all-reduce): dim 1 of 21
+    rows tiled 8 ways (tiles of 3; the last holds only padding, which takes the init -inf);
+    the 3x5 partial maxima are all-gathered (60 bytes) and reduced again."""
+    text = """HloModule smax, num_partitions=8
+smax {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  g = pred[] compare(a, b), direction=GE
+  ROOT s = f32[] select(g, a, b)
+}
+ENTRY e {
+  x = f32[3,21,5] parameter(0), sharding={devices=[1,8,1]<=[8]}
+  ROOT r = f32[3,5] reduce(x, f32[] constant(-inf)), dimensions={1}, to_apply=smax, sharding={replicated}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 3 * 5 * 4
+
+
+@pytest.mark.parametrize("sharding,dims", [
+    ("{devices=[8,1,1]<=[8]}", "{0}"),
+    ("{devices=[4,1,2]<=[2,4]T(1,0)}", "{0,2}"),
+])
+def test_reverse_of_evenly_tiled_dims_is_one_collective_permute(sharding, dims):
+    """Reversing dims tiled evenly: the device holding result tile c reverses operand tile
+    t-1-c, so the tile moves once (a collective-permute of the local tile, 48 floats either
+    way), no all-gather."""
+    text = f"""HloModule rev, num_partitions=8
+ENTRY e {{
+  x = f32[16,6,4] parameter(0), sharding={sharding}
+  ROOT r = f32[16,6,4] reverse(x), dimensions={dims}, sharding={sharding}
+}}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 16 * 6 * 4 * 4 // 8
+
+
+def test_reverse_of_an_uneven_tiled_dim_still_verifies():
+    text = """HloModule rev, num_partitions=8
+ENTRY e {
+  x = f32[27,5] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT r = f32[27,5] reverse(x), dimensions={0}, sharding={devices=[8,1]<=[8]}
+}
+"""
+    partition_verified(text)
+
+
+@pytest.mark.parametrize("pad,slice_,cps,nbytes", [
+    # shift right by 2 rows: each device sends its last 2 rows of 5 floats to its right neighbour
+    ("2_0", "[0:32]", 1, 2 * 5 * 4),
+    # shift left by 3 rows (padding on the high side, slice from row 3)
+    ("0_3", "[3:35]", 1, 3 * 5 * 4),
+])
+def test_slice_of_pad_is_one_shift(pad, slice_, cps, nbytes):
+    """slice(pad(x)) on the tiled dim is one pad of x with negative padding: a single halo
+    shift, not an exchange for the pad and another for the slice."""
+    text = f"""HloModule shift, num_partitions=8
+ENTRY e {{
+  x = f32[32,5] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  p = f32[34,5] pad(x, f32[] constant(7)), padding={pad}x0_0, sharding={{devices=[8,1]<=[8]}}
+  ROOT s = f32[32,5] slice(p), slice={{{slice_}, [0:5]}}, sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+    text = text.replace("f32[34,5]", "f32[35,5]") if pad == "0_3" else text
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": cps}
+    assert _bytes(module) == nbytes
+
+
+def test_slice_of_a_pad_with_another_user_is_not_merged():
+    text = """HloModule shift2, num_partitions=8
+ENTRY e {
+  x = f32[32,5] parameter(0), sharding={devices=[8,1]<=[8]}
+  p = f32[34,5] pad(x, f32[] constant(7)), padding=2_0x0_0, sharding={devices=[8,1]<=[8]}
+  s = f32[32,5] slice(p), slice={[0:32], [0:5]}, sharding={devices=[8,1]<=[8]}
+  q = f32[32,5] slice(p), slice={[2:34], [0:5]}, sharding={devices=[8,1]<=[8]}
+  ROOT a = f32[32,5] add(s, q), sharding={devices=[8,1]<=[8]}
+}
+"""
+    partition_verified(text)
+
+
+@pytest.mark.parametrize("shape,sharding,dim,k,cps,nbytes", [
+    # 40 rows in tiles of 5, rotated by 3: each device takes 3 rows of its left neighbour
+    ((40, 6), "{devices=[8,1]<=[8]}", 0, 3, 1, 3 * 6 * 4),
+    # 32 columns in tiles of 8, rotated by 11 = 8 + 3: 3 columns from two tiles left, 5 from one
+    ((6, 32), "{devices=[2,4]<=[8]}", 1, 11, 2, 3 * 3 * 4 + 3 * 5 * 4),
+    # partially replicated, rotated by two whole tiles: one permute of the 4x3 tile
+    ((16, 3), "{devices=[4,1,2]<=[8] last_tile_dim_replicate}", 0, 8, 1, 4 * 3 * 4),
+])
+def test_slices_concatenated_into_a_rotation_move_only_the_rows_that_change_device(
+        shape, sharding, dim, k, cps, nbytes):
+    n = shape[dim]
+
+    def spec(lo, hi):
+        return ", ".join(f"[{lo}:{hi}]" if d == dim else f"[0:{s}]" for d, s in enumerate(shape))
+
+    def dims(m):
+        return ",".join(str(m if d == dim else s) for d, s in enumerate(shape))
+    full = ",".join(map(str, shape))
+    text = f"""HloModule rot, num_partitions=8
+ENTRY e {{
+  x = f32[{full}] parameter(0), sharding={sharding}
+  a = f32[{dims(k)}] slice(x), slice={{{spec(n - k, n)}}}, sharding={sharding}
+  b = f32[{dims(n - k)}] slice(x), slice={{{spec(0, n - k)}}}, sharding={sharding}
+  ROOT r = f32[{full}] concatenate(a, b), dimensions={{{dim}}}, sharding={sharding}
+}}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": cps}
+    assert _bytes(module) == nbytes
+
+
+_SCATTER_IOTA = """HloModule scatter_iota, num_partitions=8
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[{rows},6,3] parameter(0), sharding={{devices=[8,1,1]<=[8]}}
+  i0 = s32[1,{rows},5] iota(), iota_dimension=1, sharding={{devices=[1,8,1]<=[8]}}
+  j = s32[1,{rows},5] parameter(1), sharding={{devices=[1,8,1]<=[8]}}
+  idx = s32[2,{rows},5] concatenate(i0, j), dimensions={{0}}, sharding={{devices=[1,8,1]<=[8]}}
+  u = f32[{rows},5,3] parameter(2), sharding={{devices=[8,1,1]<=[8]}}
+  ROOT s = f32[{rows},6,3] scatter(x, idx, u), update_window_dims={{2}}, inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=0, to_apply=add, sharding={{devices=[8,1,1]<=[8]}}
+}}
+"""
+
+
+@pytest.mark.parametrize("rows", [16, 19])
+def test_scatter_whose_index_component_is_an_iota_runs_locally(rows):
+    """Index component 0 is an iota along the indices dim tiled like operand dim 0: row r of
+    the indices only writes operand row r, a batching pair, so every device scatters its own
+    rows with no collective (even or uneven tiles)."""
+    module, _ = partition_verified(_SCATTER_IOTA.format(rows=rows))
+    assert collectives(module) == {}
+
+
+def test_gather_whose_index_component_is_an_iota_gathers_only_the_passthrough_dim():
+    """Index component 0 is an iota along indices dim 1 (16 long), the operand's dim 0 (16
+    long, tiled 4 ways like the result): a batching pair.  The operand's 2-way tiling of its
+    passthrough dim 2 is gathered (each device sends its 4x6x2 tile, 192 bytes); the indices
+    and result need nothing."""
+    text = """HloModule gather_iota, num_partitions=8
+ENTRY e {
+  x = f32[16,6,3] parameter(0), sharding={devices=[4,1,2]<=[8]}
+  i0 = s32[1,16,6] iota(), iota_dimension=1, sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  j = s32[1,16,6] parameter(1), sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  jc = s32[1,16,6] clamp(s32[] constant(0), j, s32[] constant(5)), sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  idx = s32[2,16,6] concatenate(i0, jc), dimensions={0}, sharding={devices=[1,4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[16,6,3] gather(x, idx), offset_dims={2}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=0, slice_sizes={1,1,3}, sharding={devices=[4,1,2]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 4 * 6 * 2 * 4
+
+
+def test_iota_components_that_are_not_batching_pairs_are_left_alone():
+    """An iota over a dim shorter than the operand dim it indexes, and an index vector made
+    only of iotas: no rewrite, the gathers still partition correctly."""
+    text = """HloModule not_pairs, num_partitions=8
+ENTRY e {
+  x = f32[16,6] parameter(0), sharding={devices=[8,1]<=[8]}
+  i0 = s32[8,1] iota(), iota_dimension=0, sharding={devices=[8,1]<=[8]}
+  g = f32[8,6] gather(x, i0), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}, sharding={devices=[8,1]<=[8]}
+  i1 = s32[16,1] iota(), iota_dimension=0, sharding={devices=[8,1]<=[8]}
+  h = f32[16,6] gather(x, i1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,6}, sharding={devices=[8,1]<=[8]}
+  ROOT t = (f32[8,6], f32[16,6]) tuple(g, h), sharding={{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}
+}
+"""
+    partition_verified(text)
+
+
+def test_xla_partition_over_a_permuted_device_order_parses_and_verifies():
+    """XLA's partitioner writes mesh-form replica groups with `device_ids=(1,0)` for a module
+    whose shardings list the devices out of order; its partition must parse and compute what
+    the module computes (our partition too)."""
+    from hlo_passes.runtime import verify_equivalent
+    from hlo_passes.runtime.xla_backend import pass_dump
+
+    text = """HloModule permuted, num_partitions=2
+ENTRY e {
+  a = f32[5,7] parameter(0), sharding={devices=[2,1]0,1}
+  b = f32[7,3] parameter(1), sharding={devices=[2,1]1,0}
+  d = f32[5,3] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[1,2]0,1}
+  ROOT t = f32[3,5] transpose(d), dimensions={1,0}, sharding={devices=[2,1]0,1}
+}
+"""
+    xla = pass_dump(text, "spmd-partitioning", num_partitions=2, propagate_to_output=(True,))
+    assert "device_ids=" in xla  # the form under test (XLA prints it for this module)
+    assert verify_equivalent(text, xla, num_devices=2).ok
+    partition_verified(text, 2)
+
+
+@pytest.mark.parametrize("sharding", ["{devices=[4,2]<=[8]}", "{devices=[2,4]<=[8]}"])
+def test_gathering_two_tiled_dims_gathers_the_smaller_group_first(sharding):
+    """f32[16,8] tiled 4x2 (or 2x4) made replicated: each device sends its 16-float tile into
+    the gather over 2 devices, then the 32 floats that made into the gather over 4: 64 + 128
+    bytes (the other order would send 64 + 256)."""
+    text = f"""HloModule gather_order, num_partitions=8
+ENTRY e {{
+  x = f32[16,8] parameter(0), sharding={sharding}
+  ROOT c = f32[16,8] copy(x), sharding={{replicated}}
+}}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 2}
+    assert _bytes(module) == 64 + 128
+
+
+def test_uneven_target_that_an_all_to_all_cannot_reach_gathers_once_and_slices():
+    """20 rows whole, 6 columns tiled 2 ways (replicated over 4) made 8 tiles of 3 rows: an
+    all-to-all onto the rows would leave 2 tiles of 10 that tiles of 3 do not nest in, so a
+    gather would follow it.  Gathering the columns (each device sends its 20x3 tile, 240
+    bytes) and slicing the rows is one collective."""
+    text = """HloModule uneven_target, num_partitions=8
+ENTRY e {
+  b = f32[20,6] parameter(0), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+  ROOT c = f32[20,6] copy(b), sharding={devices=[8,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 20 * 3 * 4
+
+
+def test_halo_skips_tiles_whose_results_are_all_padding():
+    """One row (23) sliced from 40 rows tiled 4 ways (replicated over 2): the result's tiles of
+    one row are padding except tile 0, so only row 23 moves, from the holders of tile 2 to
+    those of tile 0: one collective-permute of 6 floats (24 bytes)."""
+    text = """HloModule slice_one, num_partitions=8
+ENTRY e {
+  x = f32[40,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[1,6] slice(x), slice={[23:24], [0:6]}, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 6 * 4
+
+
+def test_pad_whose_only_result_tile_reads_padding():
+    """A pad whose result is mostly padding: tiles past the first hold only padding, the first
+    reads rows of the array; verified (no exchange may read past what exists)."""
+    text = """HloModule pad_far, num_partitions=8
+ENTRY e {
+  x = f32[3,2] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT p = f32[5,2] pad(x, f32[] constant(2)), padding=2_0x0_0, sharding={devices=[8,1]<=[8]}
+}
+"""
+    partition_verified(text)
