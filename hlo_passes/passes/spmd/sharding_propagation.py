@@ -324,7 +324,7 @@ class _Flat:
                         values.setdefault(self.origin[instr], []).append(value)
                     continue
                 copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
-                                   attributes=dict(instr.attributes), called=dict(instr.called),
+                                   attributes=instr.shared_attributes(), called=dict(instr.called),
                                    literal=instr.literal)
                 comp.add(copy, name_hint=instr.name, before=call)
                 if instr in self.origin:
@@ -542,7 +542,7 @@ class _Flat:
                 slot = slots.get(id(new))
                 if slot is None:
                     slot = slots[id(new)] = Attr(value=new)
-                instr.attributes["sharding"] = slot
+                instr.set_attr_slot("sharding", slot)
                 changed = True
         return changed
 
