@@ -285,13 +285,15 @@ class Instruction:
 
     def shared_attributes(self) -> SharedAttributes | None:
         """The attributes as a shared dict, for a copy of this instruction to hold too (the
-        instruction holds it from now on as well; None when it has none)."""
+        instruction holds it from now on as well; None when it has none).  Not interned: a
+        set a pass made is mostly the only one of its kind, and an entry in the intern table
+        costs as much as the dict."""
         attributes = self._attributes
         if not attributes:
             return None
         if type(attributes) is not SharedAttributes:
-            attributes = self._attributes = intern_attributes(attributes.items())
-        return cast(SharedAttributes, attributes)
+            attributes = self._attributes = SharedAttributes(attributes)
+        return attributes
 
     def attr(self, key: str, default: Any = None) -> Any:
         """Typed value of attribute `key` (read from its text on first use).  Prefer the typed
