@@ -124,7 +124,7 @@ class Computation:
 
         for instr in other.post_order():  # operands first, whatever order the text had
             new = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands], name=instr.name,
-                              attributes=instr._attributes,
+                              attributes=instr.shared_attributes(),
                               called={k: callee(v) for k, v in instr.called.items()} if instr.called else None,
                               literal=instr.literal, parameter_number=instr.parameter_number, span=instr._span)
             new.parent = self

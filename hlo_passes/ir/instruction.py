@@ -14,12 +14,21 @@ the first write); and `called`, `control_predecessors` and `control_successors` 
 empty immutables until something is put in them (`called` is replaced by assigning a new
 dict; control edges change through `add_control_predecessor`).  The source span the parser gives
 each instruction is kept packed in one int (ir/source.py) until it is first read (`span`).
+
+Attribute dicts are shared where they can be: a copy of an instruction (a clone of a module or
+computation, the partitioner's per-device instruction, a rollback snapshot) and instructions
+given the same attribute slots (`intern_attributes`) hold one `SharedAttributes`, which nobody
+writes; an instruction about to change its attributes takes a dict of its own first (copy on
+write).  Most attribute sets of a big module are few (`index=0`, `dimensions={0}`, the same few
+hundred shardings), and a dict per instruction per copy was the largest part of a copy after
+the instruction itself.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Iterator, Mapping, MutableMapping, cast
+from weakref import WeakValueDictionary
 
 from hlo_passes.ir.attributes import (Attr, ConvDimensionLabels, DotDimensions, FrontendAttributes, GatherDimensions,
                                       OpMetadata, ScatterDimensions, ShapeList, SliceSpec, Window, WindowDimension,
@@ -56,6 +65,36 @@ NO_CALLS: Mapping[str, Any] = MappingProxyType({})
 NO_CONTROL_EDGES: tuple[()] = ()
 
 
+class SharedAttributes(dict[str, Attr]):
+    """An attribute dict that several instructions (may) hold: read-only.  An instruction that
+    is to change its attributes copies it first (`Instruction._own_attributes`); a write to the
+    shared dict itself is a bug, and raises."""
+
+    __slots__ = ("__weakref__",)  # (held weakly by the intern table)
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a SharedAttributes is read-only: write through Instruction.attributes")
+
+    __setitem__ = __delitem__ = pop = popitem = setdefault = update = clear = __ior__ = _read_only
+
+
+# Shared attribute dicts by their (key, slot) items; an entry lives as long as an instruction
+# holds its dict.  Slots compare by identity, so only the very same slots make one set.
+_INTERNED: "WeakValueDictionary[tuple[tuple[str, Attr], ...], SharedAttributes]" = WeakValueDictionary()
+
+
+def intern_attributes(items: Iterable[tuple[str, Attr]]) -> SharedAttributes | None:
+    """The shared dict of these (key, slot) items, in this order (None for none): one object
+    for every instruction given the same slots."""
+    key = tuple(items)
+    if not key:
+        return None
+    found = _INTERNED.get(key)
+    if found is None:
+        found = _INTERNED[key] = SharedAttributes(key)
+    return found
+
+
 class Instruction:
     __slots__ = (
         "name", "opcode", "shape", "operands", "_users", "_attributes", "called", "parent",
@@ -72,7 +111,9 @@ class Instruction:
         self.shape = shape
         # None, the only user, a tuple of a few, or an ordered set (dict) of users: see `users`.
         self._users: Instruction | tuple[Instruction, ...] | dict[Instruction, None] | None = None
-        self._attributes: dict[str, Attr] | None = dict(attributes) if attributes else None  # see `attributes`
+        # See `attributes`: a dict of its own, a shared one (kept as given), or None.
+        self._attributes: dict[str, Attr] | None = (
+            attributes if type(attributes) is SharedAttributes else dict(attributes) if attributes else None)
         self.called: Mapping[str, Computation | tuple[Computation, ...]] = dict(called) if called else NO_CALLS
         self.parent: Computation | None = None
         self.control_predecessors: list[Instruction] | tuple[()] = NO_CONTROL_EDGES
@@ -225,20 +266,34 @@ class Instruction:
     @property
     def attributes(self) -> MutableMapping[str, Attr]:
         """The attribute slots by key, in source order.  Most instructions of a big module have
-        none and hold no dict for them (64 bytes each): for those this is an empty mapping that
-        makes the instruction's dict on the first write (reads and writes behave as on a dict)."""
+        none and hold no dict for them (64 bytes each), and many share theirs (see the module
+        docstring): for those this is a mapping that reads what the instruction holds and makes
+        it a dict of its own on the first write (reads and writes behave as on a dict)."""
         attributes = self._attributes
-        return attributes if attributes is not None else _NoAttributes(self)
+        return attributes if type(attributes) is dict else _NoAttributes(self)
 
     @attributes.setter
     def attributes(self, value: dict[str, Attr]) -> None:
         self._attributes = value
 
     def _own_attributes(self) -> dict[str, Attr]:
-        """The instruction's dict of attributes, made if it has none yet."""
+        """The instruction's own dict of attributes, made (or copied from a shared one) if it
+        has none yet."""
         attributes = self._attributes
-        if attributes is None:
-            attributes = self._attributes = {}
+        if type(attributes) is not dict:
+            attributes = self._attributes = dict(attributes) if attributes else {}
+        return attributes
+
+    def shared_attributes(self) -> SharedAttributes | None:
+        """The attributes as a shared dict, for a copy of this instruction to hold too (the
+        instruction holds it from now on as well; None when it has none).  Not interned: a
+        set a pass made is mostly the only one of its kind, and an entry in the intern table
+        costs as much as the dict."""
+        attributes = self._attributes
+        if not attributes:
+            return None
+        if type(attributes) is not SharedAttributes:
+            attributes = self._attributes = SharedAttributes(attributes)
         return attributes
 
     def attr(self, key: str, default: Any = None) -> Any:
@@ -374,9 +429,26 @@ class Instruction:
     def set_attr(self, key: str, value: Any) -> None:
         self._own_attributes()[key] = Attr(value=value)
 
+    def shared_attributes_without(self, key: str) -> SharedAttributes | None:
+        """`shared_attributes()` less attribute `key`, interned: for a copy that drops it."""
+        attributes = self._attributes
+        if not attributes:
+            return None
+        if key not in attributes:
+            return self.shared_attributes()
+        return intern_attributes((k, v) for k, v in attributes.items() if k != key)
+
+    def set_attr_slot(self, key: str, slot: Attr) -> None:
+        """Attribute `key` is `slot`, the result held as an interned shared dict (see the module
+        docstring): for a pass giving many instructions the same few slots."""
+        attributes = dict(self._attributes or ())
+        attributes[key] = slot
+        self._attributes = intern_attributes(attributes.items())
+
     def remove_attr(self, key: str) -> None:
-        if self._attributes is not None:
-            self._attributes.pop(key, None)
+        attributes = self._attributes
+        if attributes is not None and key in attributes:
+            self._own_attributes().pop(key)
 
     def has_attr(self, key: str) -> bool:
         attributes = self._attributes
@@ -458,9 +530,9 @@ class Instruction:
 
 
 class _NoAttributes(MutableMapping[str, Attr]):
-    """`Instruction.attributes` of an instruction that holds no dict: reads see its attributes
-    (none, or those a write has since given it), a write makes its dict.  Made when asked for,
-    not kept."""
+    """`Instruction.attributes` of an instruction that holds no dict of its own (none, or a
+    shared one): reads see its attributes (those it holds, or those a write has since given it),
+    a write makes its own dict.  Made when asked for, not kept."""
 
     __slots__ = ("_owner",)
 
@@ -493,9 +565,9 @@ class _NoAttributes(MutableMapping[str, Attr]):
 
     def __delitem__(self, key: str) -> None:
         attributes = self._owner._attributes
-        if attributes is None:
+        if attributes is None or key not in attributes:
             raise KeyError(key)
-        del attributes[key]
+        del self._owner._own_attributes()[key]
 
     def __repr__(self) -> str:
         return repr(self._owner._attributes or {})

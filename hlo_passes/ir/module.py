@@ -250,7 +250,7 @@ class Module:
         mapping: dict[Instruction, Instruction] = {}
         for instr in comp.post_order():
             copy = Instruction(instr.opcode, instr.shape, [mapping[o] for o in instr.operands],
-                               name=f"{instr.name}.{suffix}", attributes=instr._attributes,
+                               name=f"{instr.name}.{suffix}", attributes=instr.shared_attributes(),
                                called=dict(instr.called), literal=instr.literal,
                                parameter_number=instr.parameter_number, span=instr._span)
             mapping[instr] = copy

@@ -8,7 +8,8 @@ snapshot the largest thing alive while collective-fusion ran on a big partitione
 
 A snapshot keeps flat lists, one entry per instruction of the whole module (computation by
 computation, each in post order), of what the instruction is made of (opcode, shape, name,
-attribute slots, literal, parameter number, span: immutable values shared with the module),
+attribute slots as the module's shared attribute dict, literal, parameter number, span:
+immutable values shared with the module),
 and its operands as positions in one int array: about 120 bytes an instruction, a quarter of
 a clone (measured on the partitioned 24-layer GPT step), and a few objects for the garbage
 collector where a clone has hundreds of thousands.
@@ -29,7 +30,7 @@ from array import array
 from typing import TYPE_CHECKING, Any
 
 from hlo_passes.ir.computation import Computation
-from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.instruction import Instruction, SharedAttributes
 from hlo_passes.ir.opcode import Opcode
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class ModuleSnapshot:
         self.names: list[str] = []
         # Attribute slots as (key, slot, key, slot ...), () for none: a tuple holds them in 16
         # bytes a pair where a dict copy takes ~100 bytes even when empty.
-        self.attribute_items: list[tuple[Any, ...]] = []
+        self.attribute_items: list[SharedAttributes | None] = []  # shared with the module: read-only
         # (literal, parameter number, callees) of the few instructions that have any, else None.
         self.rare: list[tuple[str | None, int | None, CalledPositions | None] | None] = []
         self.spans: list[Any] = []
@@ -101,8 +102,7 @@ class ModuleSnapshot:
         self.opcodes += [i.opcode for i in post_order]
         self.shapes += [i.shape for i in post_order]
         self.names += [i.name for i in post_order]
-        self.attribute_items += [tuple(x for item in i._attributes.items() for x in item) if i._attributes else ()
-                                 for i in post_order]
+        self.attribute_items += [i.shared_attributes() for i in post_order]
         self.rare += [(i.literal, i.parameter_number, _called_positions(i, comp_position) if i.called else None)
                       if i.literal is not None or i.parameter_number is not None or i.called else None
                       for i in post_order]
@@ -151,7 +151,7 @@ class ModuleSnapshot:
             rare = self.rare[k]
             literal, parameter_number, called = rare if rare is not None else (None, None, None)
             new = Instruction(opcode, self.shapes[k], [made[j] for j in operands[start:end]], name=self.names[k],
-                              attributes=dict(zip(items[::2], items[1::2])) if items else None,
+                              attributes=items,
                               called=_callees(called, computations) if called else None,
                               literal=literal, parameter_number=parameter_number, span=self.spans[k])
             new.parent = comp

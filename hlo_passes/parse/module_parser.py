@@ -38,7 +38,7 @@ from lark import Token
 
 from hlo_passes.ir.attributes import Attr
 from hlo_passes.ir.computation import Computation
-from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction
+from hlo_passes.ir.instruction import CALLED_COMPUTATION_KEYS, Instruction, intern_attributes
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import OPCODES_BY_NAME, Opcode
 from hlo_passes.ir.shape import ArrayShape, Layout, Shape, TupleShape
@@ -448,8 +448,8 @@ class ModuleBuilder(ShapeBuilder):
             if key not in attributes:
                 where = " (a nested instruction takes no attributes)" if nested else ""
                 raise SemanticError(f"attribute {key} is expected but not seen{where}", opcode_tok)
-        if attributes:
-            instr.attributes = attributes
+        if attributes:  # instructions given the same slots share one dict (ir/instruction.py)
+            instr.attributes = intern_attributes(attributes.items())  # type: ignore[assignment]
 
     def _references(self, instr: Instruction, attrs: Sequence[tuple[TokenLike, Attr]]) -> None:
         """Called computations and control predecessors, defined above their use."""

@@ -322,8 +322,8 @@ class Partitioner:
     def clone(self, instr: Instruction, operands: Sequence[Instruction], shape: Shape,
               **called: Computation | tuple[Computation, ...]) -> Instruction:
         """`instr` with new operands and per-device shape; attributes kept except the sharding."""
-        attrs = {k: v for k, v in instr.attributes.items() if k != "sharding"}
-        new = Instruction(instr.opcode, shape, operands, name=instr.name, attributes=attrs,
+        new = Instruction(instr.opcode, shape, operands, name=instr.name,
+                          attributes=instr.shared_attributes_without("sharding"),
                           called=dict(instr.called, **called) if instr.called or called else None,
                           literal=instr.literal,
                           parameter_number=instr.parameter_number)
