@@ -44,7 +44,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import ProgramKind, ProgramReading, read_program
-from hlo_passes.ir.shape import TupleShape
+from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.parse.module_parser import parse_module
@@ -266,12 +266,17 @@ def _reading_beside(module: Module, reading: ProgramReading, other: Module) -> P
     if reading.kind.is_per_device or reading.overridden:
         return reading
     mine, theirs = module.entry.parameters, other.entry.parameters
-    if len(mine) != len(theirs) or all(a.shape == b.shape for a, b in zip(mine, theirs)):
+    if len(mine) != len(theirs) or all(_same_dims(a.shape, b.shape) for a, b in zip(mine, theirs)):
         return reading
     if all(_has_sharding(a) and _tiles_match(b.shape, a.sharding, a.shape) for a, b in zip(mine, theirs)):
         return ProgramReading(ProgramKind.PER_DEVICE, reading.num_devices,
                               "its parameters are the other module's, tiled by their shardings")
     return reading
+
+
+def _same_dims(x: Shape, y: Shape) -> bool:
+    """The same shape but for layouts (a recompiled module's parameters have none)."""
+    return x.to_hlo(with_layout=False) == y.to_hlo(with_layout=False)
 
 
 # ------------------------------------------------------------- public API --
