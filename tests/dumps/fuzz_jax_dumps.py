@@ -72,6 +72,7 @@ class Gen:
         self.inputs: list[tuple[tuple[int, ...], str]] = []
         self.pool: list[tuple[object, bool]] = []  # (array, exact): exact = no rounding-order effects
         self.ops: list[str] = []
+        self.used: set[int] = set()  # pool entries an op has read
 
     # -- helpers
     def choice(self, seq):
@@ -106,6 +107,7 @@ class Gen:
         if not cands:
             return None, False
         i = cands[-1] if self.coin(0.5) else self.choice(cands)
+        self.used.add(i)
         return self.pool[i]
 
     def spec(self, shape, even: bool):
@@ -515,7 +517,9 @@ class Gen:
                 return lax.psum_scatter(v, a, scatter_dimension=d, tiled=True)
             return v * (lax.axis_index(a).astype(v.dtype) + 1.0)
         out_spec = P() if kind in ("psum", "all_gather") else in_spec
-        kw = {"axis_names": frozenset({a})} if partial else {}
+        kw: dict = {"axis_names": frozenset({a})} if partial else {}
+        if kind == "all_gather":  # its result is the same on every device, which JAX cannot infer
+            kw["check_vma"] = False
         y = shard_map(body, mesh=self.mesh, in_specs=in_spec, out_specs=out_spec, **kw)(x)
         self.push(y, e and kind in ("all_gather", "ppermute", "axis_index") and pre is not jnp.tanh)
         return True
@@ -554,8 +558,9 @@ class Gen:
                 if last.size > 4096 or last.ndim > 4:  # keep the programs small
                     self.pool.pop()
                     self.ops[-1] += "(dropped)"
-        outs = [self.pool[-1][0]]
-        for _ in range(int(self.rng.integers(0, 3))):
+        # the results: what no op read (most recent first, at most 4), so that little is dead
+        outs = [x for i, (x, _) in reversed(list(enumerate(self.pool))) if i not in self.used][:4]
+        if self.coin(0.2):
             x, _ = self.pick()
             if all(x is not o for o in outs):
                 outs.append(x)
@@ -631,8 +636,10 @@ class Result:
 
 
 def _last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "(no output)"
+    """The line that says what went wrong: an `error:` line, a BAD output, else the last one."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    telling = [ln for ln in lines if ln.startswith(("error:", "BAD ", "MISMATCH")) or "Error:" in ln]
+    return (telling or lines or ["(no output)"])[-1 if not telling else 0][:300]
 
 
 def _cli(argv: list[str]) -> tuple[int, str]:
@@ -678,8 +685,9 @@ def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True) -> tupl
         p = subprocess.run([sys.executable, str(HERE), "--child", str(seed), "--lowering", lowering],
                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        checks = [ln for ln in p.stderr.splitlines() if "Check failed" in ln or ln.startswith("F1")]
         info = json.loads(lines[-1]) if lines else {"phase": "died", "error": f"rc={p.returncode}: " +
-                                                    _last_line(p.stderr)}
+                                                    (checks[0] if checks else _last_line(p.stderr))}
     except subprocess.TimeoutExpired:
         info = {"phase": "died", "error": "the child timed out"}
     phase = info["phase"]
