@@ -55,6 +55,7 @@ TIMEOUT = 300
 
 MESHES = [((8,), ("a",)), ((2, 4), ("a", "b")), ((4, 2), ("a", "b")), ((2, 2, 2), ("a", "b", "c"))]
 DIMS = [1, 2, 3, 4, 5, 6, 8, 8, 10, 12, 16, 16]
+STEPS = {False: (3, 9), True: (8, 17)}  # ops per program (--big: longer programs)
 
 
 # ------------------------------------------------------------------------------- generator ----
@@ -63,7 +64,7 @@ class Gen:
     dry run (under jax.eval_shape, inputs made up as zeros) and the real trace build the same
     program; the dry run learns the inputs the program asks for."""
 
-    def __init__(self, seed: int, mesh, args=None):
+    def __init__(self, seed: int, mesh, args=None, steps: tuple[int, int] = (3, 9)):
         import numpy as np
         self.np = np
         self.rng = np.random.default_rng(seed)
@@ -73,6 +74,7 @@ class Gen:
         self.pool: list[tuple[object, bool]] = []  # (array, exact): exact = no rounding-order effects
         self.ops: list[str] = []
         self.used: set[int] = set()  # pool entries an op has read
+        self.steps = steps
 
     # -- helpers
     def choice(self, seq):
@@ -547,7 +549,7 @@ class Gen:
         names = list(self.OPS)
         weights = self.np.array([self.OPS[n] for n in names], float)
         weights /= weights.sum()
-        steps = int(self.rng.integers(3, 9))
+        steps = int(self.rng.integers(*self.steps))
         tries = 0
         while len(self.ops) < steps and tries < 50:
             tries += 1
@@ -568,7 +570,7 @@ class Gen:
 
 
 # ----------------------------------------------------------------------------------- child ----
-def child(seed: int, lowering: str) -> int:
+def child(seed: int, lowering: str, big: bool = False) -> int:
     """Build, jit and run program `seed`; print one JSON line {phase, error, ops, ...}."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
@@ -587,7 +589,7 @@ def child(seed: int, lowering: str) -> int:
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
     report["mesh"] = f"{dict(zip(names, shape))}"
     try:
-        dry = Gen(seed, mesh)
+        dry = Gen(seed, mesh, steps=STEPS[big])
         out_shapes = jax.eval_shape(lambda: dry.build())
     except Exception:
         return say("generate", traceback.format_exc(limit=-4))
@@ -610,18 +612,73 @@ def child(seed: int, lowering: str) -> int:
             for (s, dt), sh in zip(inputs, in_sh)]
 
     def fz(*a):
-        return Gen(seed, mesh, a).build()
+        return Gen(seed, mesh, a, steps=STEPS[big]).build()
     fz.__name__ = fz.__qualname__ = f"fz_{seed}"
     try:
         jitted = jax.jit(fz, in_shardings=tuple(in_sh), out_shardings=out_sh, donate_argnums=donate)
         lowered = jitted.lower(*args)
     except Exception:
         return say("lower", traceback.format_exc(limit=-4))
+    host_args = [np.asarray(a) for a in args]  # (before a donation deletes them)
     try:
-        jax.block_until_ready(lowered.compile()(*args))
+        outs = jax.block_until_ready(lowered.compile()(*args))
     except Exception:
         return say("xla", traceback.format_exc(limit=-4))
+    dump = _dump_dir()
+    if dump is not None:  # what JAX computed, for the `jax` check
+        np.savez(dump / "fuzz_args.npz", *host_args)
+        np.savez(dump / "fuzz_outs.npz", *[np.asarray(o) for o in jax.tree.leaves(outs)])
     return say("ran")
+
+
+def _dump_dir() -> Path | None:
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_dump_to="):
+            return Path(flag.split("=", 1)[1])
+    return None
+
+
+def jax_check(before: Path, dump: Path) -> tuple[str, str]:
+    """JAX's run of the program (XLA's compile, partitioned, on 8 devices) against `hlo-passes
+    exec` of before_optimizations on the same arguments (XLA on one device, unpartitioned): a
+    mismatch is XLA's partitioned compile computing something else, unless our exec misreads."""
+    import re
+
+    import numpy as np
+    args, outs = dump / "fuzz_args.npz", dump / "fuzz_outs.npz"
+    if not args.exists() or not outs.exists():
+        return "skipped", "no saved arguments"
+    text = before.read_text()
+    entry = text[text.find("\nENTRY"):]
+    header = entry[:entry.find("{\n")]
+    used = [int(m) for m in re.findall(r"\ba_(\d+)_\.\d+:", header)]
+    with np.load(args) as a:
+        arrays = [a[f"arr_{i}"] for i in range(len(a.files))]
+    if len(used) != header.count(": "):
+        return "skipped", "parameters not named a_N_ (cannot match them to the arguments)"
+    np.savez(dump / "fuzz_in.npz", *[arrays[i] for i in used])
+    rc, out = _cli(["exec", str(before), "--inputs", str(dump / "fuzz_in.npz"), "--save-outputs",
+                    str(dump / "fuzz_exec.npz")])
+    if rc != 0:
+        return classify(rc, out)
+    with np.load(outs) as w, np.load(dump / "fuzz_exec.npz") as g:
+        if len(w.files) != len(g.files):
+            return "XLA-fault", f"JAX returned {len(w.files)} outputs, exec {len(g.files)}"
+        for i in range(len(w.files)):
+            want, got = g[f"arr_{i}"], w[f"arr_{i}"]
+            if want.shape != got.shape:
+                return "XLA-fault", f"output {i}: JAX {got.shape}, exec {want.shape}"
+            if want.dtype.kind == "f":
+                scale = float(np.nanmax(np.abs(want))) if want.size else 0.0
+                bad = ~(np.abs(got - want) <= 1e-5 + 1e-4 * np.maximum(np.abs(want), scale))
+                bad &= ~(np.isnan(want) & np.isnan(got))
+            else:
+                bad = want != got
+            if bad.any():
+                k = int(np.argmax(bad.ravel()))
+                return "XLA-fault", (f"output {i}: JAX's run differs from exec of the original at flat "
+                                     f"[{k}]: {got.ravel()[k]} vs {want.ravel()[k]}")
+    return "ok", ""
 
 
 # ---------------------------------------------------------------------------------- parent ----
@@ -653,7 +710,7 @@ def _cli(argv: list[str]) -> tuple[int, str]:
 
 
 # What our tools print when XLA (not we) cannot compile or run the original program.
-_XLA_ON_ORIGINAL = ("running the original", "XLA cannot run the original", "original module:",
+_XLA_ON_ORIGINAL = ("could not compile or run the original", "running the original", "XLA cannot run the original", "original module:",
                     "ORIGINAL:")
 
 
@@ -665,6 +722,8 @@ def classify(rc: int, out: str, *, xla_own: bool = False) -> tuple[str, str]:
         return "CRASH", f"rc={rc}: " + _last_line(tb)
     if rc == 1:
         return ("XLA-fault" if xla_own else "WRONG"), _last_line(out)
+    if "values elided" in out:  # a dump without --xla_dump_large_constants: rightly refused
+        return "skipped", _last_line(out)
     if xla_own or any(s in out for s in _XLA_ON_ORIGINAL):
         return "XLA-fault", _last_line(out)
     return "OURS-REFUSED", _last_line(out)
@@ -675,14 +734,16 @@ def stage_file(directory: Path, module: str, suffix: str) -> Path | None:
     return found[-1] if found else None
 
 
-def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True) -> tuple[list[Result], dict]:
+def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True, big: bool = False
+             ) -> tuple[list[Result], dict]:
     dump = work / f"{lowering}.{seed}"
     shutil.rmtree(dump, ignore_errors=True)
     dump.mkdir(parents=True)
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump}",
            "JAX_PLATFORMS": "cpu"}
     try:
-        p = subprocess.run([sys.executable, str(HERE), "--child", str(seed), "--lowering", lowering],
+        p = subprocess.run([sys.executable, str(HERE), "--child", str(seed), "--lowering", lowering]
+                           + (["--big"] if big else []),
                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
         checks = [ln for ln in p.stderr.splitlines() if "Check failed" in ln or ln.startswith("F1")]
@@ -695,23 +756,26 @@ def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True) -> tupl
         return [Result(seed, lowering, "program", "skipped", f"{phase}: " + _last_line(info["error"]))], info
     module = f"jit_fz_{seed}"
     before = stage_file(dump, module, "before_optimizations.txt")
+    results = []
+    if before is not None:  # (also when XLA could not compile it: a user may still run our passes)
+        out = dump / "ours.before.hlo"
+        rc, text = _cli(["run", str(before), "--passes", PIPELINE, "--verify", "-q", "-o", str(out)])
+        kind, detail = classify(rc, text)
+        results.append(Result(seed, lowering, "before", kind, detail, [str(before), str(out)]))
     if phase != "ran":
         return [Result(seed, lowering, "program", "XLA-fault", f"{phase}: " + _last_line(info["error"]),
-                       [str(before)] if before else [])], info
-    optimized = stage_file(dump, module, "cpu_after_optimizations.txt") or \
-        stage_file(dump, module, "after_optimizations.txt")
-    results = []
+                       [str(before)] if before else []), *results], info
     if before is None:
         return [Result(seed, lowering, "program", "skipped", "no before_optimizations dump")], info
-    out = dump / "ours.before.hlo"
-    rc, text = _cli(["run", str(before), "--passes", PIPELINE, "--verify", "-q", "-o", str(out)])
-    kind, detail = classify(rc, text)
-    results.append(Result(seed, lowering, "before", kind, detail, [str(before), str(out)]))
+    optimized = stage_file(dump, module, "cpu_after_optimizations.txt") or \
+        stage_file(dump, module, "after_optimizations.txt")
     if optimized is not None:
         out2 = dump / "ours.optimized.hlo"
         rc, text = _cli(["run", str(optimized), "--passes", "collective-fusion", "--verify", "-q", "-o", str(out2)])
         kind, detail = classify(rc, text)
         results.append(Result(seed, lowering, "optimized", kind, detail, [str(optimized), str(out2)]))
+    kind, detail = jax_check(before, dump)
+    results.append(Result(seed, lowering, "jax", kind, detail, [str(before)]))
     if xla_own:
         rc, text = _cli(["verify", str(dump), "--module", module])
         kind, detail = classify(rc, text, xla_own=True)
@@ -732,11 +796,12 @@ def main(argv=None) -> int:
     ap.add_argument("--show", action="store_true", help="print the details and files of every non-ok check")
     ap.add_argument("--keep", type=Path, help="keep dump directories of non-ok seeds under this directory")
     ap.add_argument("--no-xla-own", action="store_true", help="skip `verify DIR --module` of XLA's own compile")
+    ap.add_argument("--big", action="store_true", help="longer programs (8-16 ops instead of 3-8)")
     ap.add_argument("--json", type=Path, help="append every result as a JSON line here")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child is not None:
-        return child(args.child, args.lowering)
+        return child(args.child, args.lowering, args.big)
     lowerings = ("shardy", "gspmd") if args.lowering == "both" else (args.lowering,)
     work = Path(tempfile.mkdtemp(prefix="fuzz-jax-dumps-"))
     counts: dict[tuple[str, str, str], int] = {}
@@ -744,7 +809,7 @@ def main(argv=None) -> int:
     try:
         for seed in range(args.start, args.start + args.seeds):
             for lowering in lowerings:
-                results, info = run_seed(seed, lowering, work, xla_own=not args.no_xla_own)
+                results, info = run_seed(seed, lowering, work, xla_own=not args.no_xla_own, big=args.big)
                 failed = [r for r in results if r.kind != "ok"]
                 for r in results:
                     counts[(r.lowering, r.check, r.kind)] = counts.get((r.lowering, r.check, r.kind), 0) + 1
@@ -766,7 +831,7 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for lowering in lowerings:
-        for check in ("program", "before", "optimized", "xla-own"):
+        for check in ("program", "before", "optimized", "jax", "xla-own"):
             row = {k[2]: v for k, v in counts.items() if k[0] == lowering and k[1] == check}
             if row:
                 print(f"{lowering:6} {check:9} " + ", ".join(f"{k} {v}" for k, v in sorted(row.items())))
