@@ -6,7 +6,7 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-spmd fuzz-propagation fuzz startup typecheck
+.PHONY: venv demo test bench bench-wus bench-view screenshots corpus clean check-dumps fuzz-dumps fuzz-spmd fuzz-propagation fuzz startup typecheck
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV) || { echo "error: need Python >= 3.12 (set PYTHON312=/path/to/python3.12)"; exit 2; }
@@ -34,6 +34,11 @@ check-dumps: venv
 	rm -rf out/dumps
 	for l in shardy gspmd; do XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_dump_to=out/dumps/$$l --xla_dump_hlo_pass_re=spmd-partitioning" $(PY) tests/dumps/programs.py --lowering $$l || exit 1; done
 	$(PY) tests/dumps/survey.py out/dumps/shardy out/dumps/gspmd
+
+# Random JAX programs (random meshes, shardings, donation; both lowerings) dumped by XLA, every stage
+# file through the CLI as users run it; non-ok seeds' dump directories are kept under out/fuzz-dumps.
+fuzz-dumps: venv
+	$(PY) tests/dumps/fuzz_jax_dumps.py --seeds $${SEEDS:-100} --start $${START:-0} --lowering $${LOWERING:-both} --show --keep out/fuzz-dumps
 
 # Differential fuzzing of spmd-partition: random sharded modules against XLA's run of the original (long profile).
 fuzz-spmd: venv

@@ -65,7 +65,7 @@ def test_verify_usage_and_compile_errors(tmp_path):
                         "  ROOT r = f32[4] custom-call(x), custom_call_target=\"no_such_kernel\"\n}\n")
     r = cli("verify", rejected, rejected)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.splitlines() == ["error: XLA could not compile or run a module:",
+    assert r.stderr.splitlines() == ["error: XLA could not compile or run the original module:",
                                      "  NOT_FOUND: No registered implementation for untyped custom call to "
                                      "no_such_kernel for Host"]
 

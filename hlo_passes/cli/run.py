@@ -148,10 +148,14 @@ def main(args) -> int:
     out = print_module(module)
     # deferred: the runtime loads numpy and xla_backend (jax on first use)
     from hlo_passes.runtime import verify_equivalent
+    from hlo_passes.runtime.verify import OriginalFailed
     from hlo_passes.runtime.xla_backend import quiet_cpp_logs
 
     quiet_cpp_logs()
-    report = verify_equivalent(cast(str, original), out, original_as=args.as_kind)
+    try:
+        report = verify_equivalent(cast(str, original), out, original_as=args.as_kind)
+    except OriginalFailed as e:  # nothing to compare with; the passes' output was not judged
+        raise UserError(f"--verify: {e}") from None
     print(report.format(), file=sys.stderr)
     if not report.ok:
         return 1

@@ -362,6 +362,13 @@ class _Flat:
                     and instr.parent is comp and instr not in self.call_results):
                 value = instr.operands[0].operands[instr.attr("index")]
                 was_root = comp.root is instr
+                if was_root and comp.is_entry and "sharding" in instr.attributes:
+                    # The entry's result sharding is the function's result attribute in the
+                    # import, not the folded op's: it stays, on the value now returned (one
+                    # annotated with a sharding of its own, or a parameter, keeps the read).
+                    if "sharding" in value.attributes or value.opcode is Opcode.PARAMETER:
+                        continue
+                    value.sharding = instr.sharding
                 instr.replace_all_uses_with(value)
                 if was_root:
                     comp.root = value
