@@ -18,7 +18,7 @@ from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMEN
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
+from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, to_sharding
 
 
 @handles(*ELEMENTWISE_UNARY, *ELEMENTWISE_BINARY, *ELEMENTWISE_TERNARY, Opcode.MAP)

@@ -312,7 +312,7 @@ def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue 
         summing = model.collective("all-reduce", instr.shape.byte_size(), op_tm.num_tiles)
         if summing < moving:
             return None
-    em, b = p.em, p.em.b()
+    b = p.em.b()
     out = to_sharding(op_tm)
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, to_sharding(idx_tm))

@@ -29,8 +29,7 @@ from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
 from hlo_passes.passes.spmd.handlers.slicing import local_except
 from hlo_passes.ir.reduction import Reduction
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape, tile_map,
-                                                       tm_local_dims, to_sharding)
+from hlo_passes.passes.spmd.partition_context import PValue, groups_varying, tile_map, tm_local_dims, to_sharding
 
 
 @handles(Opcode.TOPK)
