@@ -25,8 +25,7 @@ The grouping engine, as XLA runs it:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Callable, ClassVar, Hashable, Iterable, Sequence
+from typing import Callable, ClassVar, Hashable, Sequence
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -36,7 +35,6 @@ from hlo_passes.ir.reduction import Reduction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import Sharding, ShardingKind
-from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.collectives.domains import DomainMap
 from hlo_passes.passes.collectives.post_order import (CombineOrder, Reachability, channel_dependencies,
                                                       xla_post_order)
