@@ -301,7 +301,9 @@ class Executable:
         arrays = self.upload(args)
         with exact_dtypes():
             results = self._loaded.execute_sharded(arrays).disassemble_into_single_device_arrays()
-            local = [[np.asarray(out[k]) for out in results] for k in range(len(results[0]) if results else 0)]
+            # a program without outputs (`() -> ()`) still ran on every device: one empty list each
+            local = [[np.asarray(out[k]) for out in results]
+                     for k in range(len(results[0]) if results else len(self._local_positions()))]
         if _api().jax.process_count() == 1:
             return local
         return self._gather(local, len(results))
