@@ -71,10 +71,16 @@ class OriginalFailed(VerificationError):
     """XLA cannot compile or run the ORIGINAL module (XLA's fault or the input's, not a rewrite's)."""
 
 
+# Exceptions that only a bug of ours raises: XLA's errors come as RuntimeError or ValueError.
+PYTHON_BUGS = (IndexError, KeyError, AttributeError, TypeError, NameError, AssertionError)
+
+
 def _run_original(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
     try:
         return _run_global(module, inputs, num_devices, platform, report)
     except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable):
+        raise
+    except PYTHON_BUGS:  # ours, never to be blamed on XLA or the input (it hid an IndexError once)
         raise
     except Exception as e:  # XLA's compile and run errors
         raise OriginalFailed("XLA could not compile or run the original module:\n  "
