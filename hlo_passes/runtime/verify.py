@@ -78,10 +78,8 @@ PYTHON_BUGS = (IndexError, KeyError, AttributeError, TypeError, NameError, Asser
 def _run_original(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
     try:
         return _run_global(module, inputs, num_devices, platform, report)
-    except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable):
-        raise
-    except PYTHON_BUGS:  # ours, never to be blamed on XLA or the input (it hid an IndexError once)
-        raise
+    except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable, *PYTHON_BUGS):
+        raise  # PYTHON_BUGS: ours, never to be blamed on XLA or the input (it hid an IndexError once)
     except Exception as e:  # XLA's compile and run errors
         raise OriginalFailed("XLA could not compile or run the original module:\n  "
                              + "\n  ".join(xla_error_lines(e))) from e

@@ -50,8 +50,8 @@ def _iota_components(indices: Instruction, ivd: int) -> dict[int, int]:
     offset = 0
     for piece in indices.operands:
         width = piece.array_shape.dims[ivd]
-        if piece.opcode is Opcode.IOTA and width == 1 and piece.attr("iota_dimension") != ivd:
-            found[offset] = piece.attr("iota_dimension")
+        if piece.opcode is Opcode.IOTA and width == 1 and piece.iota_dimension != ivd:
+            found[offset] = piece.iota_dimension
         offset += width
     return found
 
@@ -84,8 +84,7 @@ def _rewrite(comp: Computation, instr: Instruction) -> int:
             used.add(j)
     if not pairs or len(pairs) == len(index_map):
         return 0
-    sharding = indices.attributes.get("sharding")
-    s = indices.sharding if sharding is not None else None
+    s = indices.sharding
     if s is not None and (s.is_tuple or (s.kind is ShardingKind.TILED and s.tile_dims[ivd] > 1)):
         return 0
     drop = {k for k, _, _ in pairs}
@@ -100,7 +99,7 @@ def _rewrite(comp: Computation, instr: Instruction) -> int:
     new_idx = b.concatenate(pieces, ivd) if len(pieces) > 1 else pieces[0]
     if s is not None:
         for x in {id(p): p for p in [*pieces, new_idx]}.values():
-            x.set_attr("sharding", s)
+            x.sharding = s
     instr.replace_operand(indices, new_idx)
     batching = sorted([*zip(op_batching, idx_batching), *((o, j) for _, o, j in pairs)])
     dropped_ops = {o for _, o, _ in pairs}

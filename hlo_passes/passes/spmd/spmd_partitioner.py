@@ -44,6 +44,7 @@ from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
 from hlo_passes.passes.spmd.handlers import Handler
 from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
+from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
 from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
                                                        is_manual, is_partially_manual, local_shape, root_of)
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
@@ -73,7 +74,6 @@ class SpmdPartitioner(ModulePass):
         model = CostModel.for_profile(self.options.cost_profile)
         with collector_paused():  # see hlo_passes/_gc.py: on a 24-layer step it ran 1.4 of 5 s
             _complete_shardings(module, self)
-            from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
             if make_iota_batching_explicit(module):
                 self.remark(None, "gather/scatter index components that are an iota made explicit batching dims")
             Partitioner(PartitionContext(module, n, self, model)).run()

@@ -107,11 +107,8 @@ def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArraySh
 def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     (user,) = instr.users if len(instr.users) == 1 else (None,)
     if user is not None and instr.parent is not None and _rotation(p, user) is not None:
-        # Never read: the only user, a concatenate, rotates this slice's operand itself
-        # (`_rotate`).  A collective-free stand-in that DCE removes.
-        bb = p.em.b()
-        return PValue(bb.broadcast(bb.constant(0, instr.array_shape.element_type), instr.array_shape),
-                      Sharding.replicated(), instr.shape)
+        # Never read: the only user, a concatenate, rotates this slice's operand itself (`_rotate`).
+        return _unread_stand_in(p, instr)
     merged = _slice_of_pad(p, instr)
     if merged is not None:
         return merged
@@ -123,6 +120,13 @@ def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     windows = {d: WindowDimension(1, spec.strides[d], -spec.starts[d]) for d in fixed}
     done = _shifted(p, instr, fixed, windows, zero_padding=True)
     return done if done is not None else local_except(p, instr, fixed)
+
+
+def _unread_stand_in(p: HandlerContext, instr: Instruction) -> PValue:
+    """What a value its only user partitions without reading stands for: zeros, replicated, no
+    collective, gone at the partitioner's DCE."""
+    shape = instr.array_shape
+    return PValue(p.em.broadcast_scalar(0, shape.element_type, shape.dims), Sharding.replicated(), instr.shape)
 
 
 def _slice_of_pad(p: HandlerContext, instr: Instruction) -> PValue | None:
@@ -167,10 +171,8 @@ def _merges_with_slice(p: HandlerContext, pad_: Instruction) -> bool:
 def pad(p: HandlerContext, instr: Instruction) -> PValue:
     if instr.parent is not None and _merges_with_slice(p, instr):
         # Never read: the only user, a slice, partitions as one pad of this pad's operand
-        # (`_slice_of_pad`).  A collective-free stand-in that DCE removes.
-        b = p.em.b()
-        etype = instr.array_shape.element_type
-        return PValue(b.broadcast(b.constant(0, etype), instr.array_shape), Sharding.replicated(), instr.shape)
+        # (`_slice_of_pad`).
+        return _unread_stand_in(p, instr)
     cfg: PaddingConfig = instr.attr("padding")
     fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
     # output row r reads input row (r - low) / (interior + 1) where that is whole
