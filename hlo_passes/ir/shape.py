@@ -93,6 +93,9 @@ class ArrayShape(Shape):
     def without_layout(self) -> "ArrayShape":
         return interned(replace(self, layout=None))
 
+    def with_layout(self, layout: "Layout | None") -> "ArrayShape":
+        return interned(replace(self, layout=layout))
+
     def _dim_text(self, i: int) -> str:
         if self.unbounded and self.unbounded[i]:
             return "?"

@@ -7,8 +7,10 @@ multi-device module runs on N devices.
   `sharding={manual}` (all other `sharding=` annotations dropped) and compiled with
   `num_partitions=N` through XLA's SPMD partitioner, which leaves manual code alone;
   XLA itself then interprets channel ids, replica groups and partition-id.
-  XLA's manual mode rejects variadic all-reduces, so those are first split into one
-  all-reduce per operand (same groups, fresh channel ids) — the same computation.
+  XLA's manual mode rejects variadic all-reduces, and XLA CPU can misplace the pieces of
+  a variadic all-gather, so those are first split into one collective per operand (same
+  groups, fresh channel ids; `per_device.split_variadic_collectives`) — the same
+  computation.
   Replica-style programs (`replica_count=N`, one partition) compile as they are with
   `num_replicas=N`.  A program XLA still rejects in manual mode (a partitioner
   limitation, not an error in the program) runs as the equivalent `replica_count=N`
@@ -34,19 +36,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.parse.attribute_reader import reader_for
-from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.parse.shardy_import import has_partially_manual_regions, import_shardy
 from hlo_passes.printer import print_module
 from hlo_passes.runtime import xla_backend
 from hlo_passes.runtime.compare import compare_arrays
-from hlo_passes.runtime.per_device import as_replica_program
+from hlo_passes.runtime.per_device import SPLIT_ALWAYS, SPLIT_IN_MANUAL_MODE, as_replica_program, split_variadic_collectives
 
 
 class PartitionError(ValueError):
@@ -131,24 +131,6 @@ def leaf_shardings(sharding: Sharding | None, shape: Shape) -> list[Sharding | N
 
 
 # ------------------------------------------------------- manual programs --
-def _split_variadic_all_reduces(module: Module) -> None:
-    for comp in module.computations:
-        for instr in list(comp.instructions):
-            if instr.opcode is not Opcode.ALL_REDUCE or len(instr.operands) < 2:
-                continue
-            b = Builder(comp, before=instr)
-            parts = []
-            for operand in instr.operands:
-                part = b.op(Opcode.ALL_REDUCE, operand.shape, [operand], name=instr.name,
-                            called=dict(instr.called))
-                for key, slot in instr.attributes.items():
-                    part.attributes[key] = slot
-                if "channel_id" in instr.attributes:
-                    part.set_attr("channel_id", module.new_channel_id())
-                parts.append(part)
-            comp.replace(instr, b.tuple(parts))
-
-
 def manual_program(module: Module, num_partitions: int) -> str:
     """Text of a per-device program with its ENTRY parameters and ROOT marked manual.
 
@@ -172,7 +154,7 @@ def manual_program(module: Module, num_partitions: int) -> str:
     for p in entry.parameters:
         p.sharding = _manual_like(p.shape)
     entry.root.sharding = _manual_like(entry.root.shape)
-    _split_variadic_all_reduces(copy)
+    split_variadic_collectives(copy, SPLIT_IN_MANUAL_MODE)
     copy.num_partitions = num_partitions
     for key in ("allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output"):
         copy.attributes.pop(key, None)
@@ -198,6 +180,9 @@ def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_dev
                            platform: str | None = None) -> DeviceRun:
     """Run a per-device program on `num_devices` devices (see the module docstring)."""
     replicas, partitions = module.replica_count, module.num_partitions
+    if any(i.opcode in SPLIT_ALWAYS and len(i.operands) > 1 for i in module.all_instructions()):
+        module = module.clone()
+        split_variadic_collectives(module, SPLIT_ALWAYS)
     if partitions == 1:  # replica-style: XLA runs it as it is
         text = print_module(module)
         exe = xla_backend.compile_hlo(text, num_replicas=num_devices, platform=platform)

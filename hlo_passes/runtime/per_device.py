@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hlo_passes.ir.builder import Builder
 from hlo_passes.ir.collective_groups import participant_groups
+from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.parse.module_parser import parse_module
@@ -84,13 +86,53 @@ def random_inputs(text: str, num_devices: int, *, replicated: list[bool] | None 
     return per_device_inputs(parse_module(text), num_devices, replicated=replicated, seed=seed)
 
 
-def as_replica_program(text: str, num_devices: int) -> str:
+SPLIT_IN_MANUAL_MODE = frozenset({Opcode.ALL_REDUCE, Opcode.ALL_GATHER})
+SPLIT_ALWAYS = frozenset({Opcode.ALL_GATHER})
+
+
+def split_variadic_collectives(module: Module, opcodes: frozenset[Opcode]) -> None:
+    """One collective per operand (same groups and attributes, fresh channel ids) in place of
+    each variadic all-reduce / all-gather of `opcodes`: the same computation, in the form XLA
+    CPU runs right.
+
+    Why: XLA's manual mode rejects variadic all-reduces; and XLA CPU constrains the layout of a
+    single all-gather so that the gathered dimension is major (its runtime concatenates the
+    devices' buffers) but not that of a variadic one, whose layout it may propagate from a
+    neighbouring transpose; the devices' pieces then land in the wrong places (seen in jax
+    0.12 on a JAX-program fuzz seed, 2014).  Verification asks what a program means, so it
+    runs the split form."""
+    for comp in module.computations:
+        for instr in list(comp.instructions):
+            if instr.opcode not in opcodes or len(instr.operands) < 2:
+                continue
+            b = Builder(comp, before=instr)
+            parts = []
+            for k, operand in enumerate(instr.operands):
+                shape = instr.shape.elements[k] if instr.opcode is Opcode.ALL_GATHER else operand.shape
+                part = b.op(instr.opcode, shape, [operand], name=instr.name, called=dict(instr.called))
+                for key, slot in instr.attributes.items():
+                    part.attributes[key] = slot
+                if instr.sharding is not None and instr.sharding.is_tuple:
+                    part.sharding = instr.sharding.element(k)
+                if "channel_id" in instr.attributes:
+                    part.set_attr("channel_id", module.new_channel_id())
+                parts.append(part)
+            comp.replace(instr, b.tuple(parts))
+
+
+def as_replica_program(text: str, num_devices: int, *, split_all_gathers: bool = True) -> str:
     """A per-device `num_partitions=N` program as the equivalent `replica_count=N` program
-    (and, when XLA already compiled it, as a fresh program: recompile.py)."""
+    (and, when XLA already compiled it, as a fresh program: recompile.py), its variadic
+    all-gathers split (`split_variadic_collectives`; `split_all_gathers=False` keeps them, to
+    show XLA CPU's fault)."""
     module = parse_module(text)
     fresh = needs_fresh_program(module) and make_fresh_program(module)
+    split = split_all_gathers and any(i.opcode in SPLIT_ALWAYS and len(i.operands) > 1
+                                      for i in module.all_instructions())
+    if split:
+        split_variadic_collectives(module, SPLIT_ALWAYS)
     if module.replica_count > 1 and module.num_partitions == 1:
-        return print_module(module) if fresh else text  # already a replica program
+        return print_module(module) if fresh or split else text  # already a replica program
     module.num_partitions = num_devices
     for instr in module.all_instructions():
         if instr.opcode is Opcode.PARTITION_ID:

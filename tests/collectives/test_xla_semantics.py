@@ -315,6 +315,43 @@ def test_all_gather_mixed_ranks_merge_into_dimension_zero():
     assert merged_names(m, AG) == [["p", "q", "q"]] and ops(m, AG)[0].attr("dimensions") == (0,)
 
 
+def test_all_gather_leading_is_read_in_the_layout_the_module_carries():
+    # A dump after XLA's optimizations gathers dimension 2 of f32[1,16,12]{1,0,2}: major in
+    # memory, so the pieces are contiguous and the merged gather stays over dimension 2 (no
+    # transposes; the row-major reading took it for a trailing dimension and transposed)
+    text = module(f"""
+  p = f32[1,16,3]{{1,0,2}} parameter(0)
+  q = f32[16,1,3]{{1,0,2}} parameter(1)
+  a = f32[1,16,12]{{1,0,2}} all-gather(p), {G4}, dimensions={{2}}
+  b = f32[16,1,12]{{1,0,2}} all-gather(q), {G4}, dimensions={{2}}
+  ROOT t = (f32[1,16,12]{{1,0,2}}, f32[16,1,12]{{1,0,2}}) tuple(a, b)""")
+    _, m, _ = run("all-gather-combiner", text)
+    (merged,) = ops(m, AG)
+    assert merged.attr("dimensions") == (2,) and not ops(m, Opcode.TRANSPOSE)
+    assert [str(e) for e in merged.shape.elements] == ["f32[1,16,12]{1,0,2}", "f32[16,1,12]{1,0,2}"]
+
+
+def test_all_gather_a_layout_that_hides_the_gathered_dimension_goes_through_row_major():
+    # b gathers dimension 0, which its layout {1,0,2} puts behind dimension 2 (size 16): it is
+    # merged through an identity transpose to row-major; a swapped member gets row-major
+    # transposes too (a transpose that kept {1,0,2} would leave the memory order as it was)
+    text = module(f"""
+  p = f32[2,3]{{1,0}} parameter(0)
+  q = f32[3,1,16]{{1,0,2}} parameter(1)
+  r = f32[4,2]{{1,0}} parameter(2)
+  a = f32[8,3]{{1,0}} all-gather(p), {G4}, dimensions={{0}}
+  b = f32[12,1,16]{{1,0,2}} all-gather(q), {G4}, dimensions={{0}}
+  c = f32[4,8]{{1,0}} all-gather(r), {G4}, dimensions={{1}}
+  ROOT t = (f32[8,3]{{1,0}}, f32[12,1,16]{{1,0,2}}, f32[4,8]{{1,0}}) tuple(a, b, c)""")
+    _, m, _ = run("all-gather-combiner", text, combine_by_dim=False)
+    (merged,) = ops(m, AG)
+    assert merged.attr("dimensions") == (0,)
+    assert [str(e) for e in merged.shape.elements] == ["f32[8,3]{1,0}", "f32[12,1,16]{2,1,0}", "f32[8,4]{1,0}"]
+    into = {t.operands[0].name: t for t in ops(m, Opcode.TRANSPOSE) if t.operands[0].opcode is Opcode.PARAMETER}
+    assert into["q"].attr("dimensions") == (0, 1, 2) and str(into["q"].shape) == "f32[3,1,16]{2,1,0}"
+    assert str(into["r"].shape) == "f32[2,4]{1,0}"
+
+
 def test_all_gather_element_types():
     text = module(f"""
   p = f32[2] parameter(0)

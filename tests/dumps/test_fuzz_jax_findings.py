@@ -204,17 +204,32 @@ def test_run_verify_reports_xla_failing_on_the_original_as_xla(tmp_path):
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.mark.xfail(strict=True, reason="open (JAX-program fuzz seed 2014, --big, gspmd): one variadic all-gather "
-                   "of two transposed operands gives its second result wrong on XLA:CPU through our runtime, two "
-                   "separate all-gathers of the same operands give it right; not decided whether XLA:CPU or our "
-                   "recompile is at fault (README, Collective fusion)")
 def test_variadic_all_gather_of_seed_2014_matches_the_separate_gathers():
-    """Kept as the open case it is, narrowed from XLA's after_optimizations dump: the second
-    result of the merged gather is wrong on every device although its operand comes straight
-    from a parameter; it turns right when the *first* operand comes from a parameter too instead
-    of the softmax fusion under a conditional, and in every smaller module tried (same shapes,
-    layouts, groups in list or mesh form).  Strict: when it starts to pass, the cause is gone
-    and the all-gather combiner needs no guard for it."""
+    """Narrowed from XLA's after_optimizations dump (JAX-program fuzz seed 2014, --big,
+    gspmd): one variadic all-gather of two transposed operands against two separate ones.
+    They mean the same; the runtime runs variadic all-gathers split, so verification says so."""
     separate = (DATA / "variadic_all_gather_2014.separate.hlo").read_text()
     combined = (DATA / "variadic_all_gather_2014.combined.hlo").read_text()
     assert verify_equivalent(separate, combined).ok
+
+
+def test_xla_cpu_misplaces_the_variadic_all_gather_of_seed_2014():
+    """Why the runtime splits variadic all-gathers: XLA CPU, run on the merged gather as written,
+    gives its second result wrong on every device.  Its layout assignment makes the gathered
+    dimension major for a single all-gather (f32[12,1,16]{1,2,0}) but gives the variadic one
+    {1,0,2}, taken from the transposes around it, where dimension 0 is not major; its runtime
+    concatenates the devices' buffers, so the pieces interleave wrongly.  When a jaxlib
+    fixes that, this fails, and the split (`per_device.split_variadic_collectives`) can go."""
+    import numpy as np
+    from hlo_passes.runtime import xla_backend
+    from hlo_passes.runtime.per_device import as_replica_program, random_inputs
+    separate = (DATA / "variadic_all_gather_2014.separate.hlo").read_text()
+    combined = (DATA / "variadic_all_gather_2014.combined.hlo").read_text()
+    inputs = random_inputs(separate, 8, seed=3)
+    want = xla_backend.compile_hlo(as_replica_program(separate, 8), num_replicas=8).run(inputs)
+    as_written = as_replica_program(combined, 8, split_all_gathers=False)
+    assert "all-gather(" in as_written and ") all-gather(" in as_written  # still one tuple-shaped gather
+    got = xla_backend.compile_hlo(as_written, num_replicas=8).run(inputs)
+    assert all(not np.allclose(w[0], g[0]) for w, g in zip(want, got))
+    split = xla_backend.compile_hlo(as_replica_program(combined, 8), num_replicas=8).run(inputs)
+    assert all(np.array_equal(w[0], s[0]) for w, s in zip(want, split))

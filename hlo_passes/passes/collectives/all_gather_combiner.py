@@ -22,13 +22,21 @@ on a tie) when every member has it, else dimension 0; a member over another dime
 the two dimensions before and after (a transpose; each all-gather equals its transposed twin).
 
 One departure in form, not in what is combined: XLA CPU gathers by concatenating each
-device's buffer, and its layout assignment does not always make the gathered dimension major
-in a *variadic* all-gather (seen in jax 0.12: once an operand has other users its elements
-stay row-major, and the devices' pieces of a gather over dimension 1 of f32[4,4] land as whole
-blocks one after another).  So when the chosen dimension is not leading for every member
-(some dimension before it larger than 1), the merged gather runs over dimension 0 instead,
-every member swapping its own dimension into 0 and back; the group and the count of
-all-gathers are XLA's.
+device's buffer.  Its layout assignment makes the gathered dimension major for a single
+all-gather but not for a variadic one, whose layout it may take from the values around it
+(seen in jax 0.12: once an operand has other users its elements stay row-major, and the
+devices' pieces of a gather over dimension 1 of f32[4,4] land as whole blocks one after
+another).  So the merged gather is built in the form least exposed to that.  "Leading" is
+read in memory order: the member's own layout when the module carries layouts (a dump after
+XLA's optimizations gathers dimension 2 of f32[1,16,12]{1,0,2}, major there), row-major when
+it does not.  When the chosen dimension is not leading for every member (some dimension more
+major than it larger than 1), the merged gather runs over dimension 0 instead, every member
+swapping its own dimension into 0 and back through row-major transposes; the group and the
+count of all-gathers are XLA's.  A member whose own layout puts its gathered dimension behind
+a larger one (no XLA backend writes that) goes through an identity transpose to row-major.
+Even so, XLA CPU may give the merged gather a transposed layout of its own choosing (JAX
+fuzz seed 2014: a transpose after it invites one), so the runtime runs variadic all-gathers
+split (`runtime/partitioned.py`) and the README says what that means on XLA CPU.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import Shape, TupleShape
+from hlo_passes.ir.shape import Layout, Shape, TupleShape
 from hlo_passes.passes.collectives.all_reduce_combiner import (DEFAULT_THRESHOLD_BYTES,
                                                                 DEFAULT_THRESHOLD_COUNT)
 from hlo_passes.ir.collective_groups import group_mode
@@ -54,12 +62,43 @@ def gather_dimension(instr: Instruction) -> int:
     return instr.dimensions[0]
 
 
-def leading_at(shape: Shape, own: int, dim: int) -> bool:
-    """After swapping dimension `own` of `shape` into position `dim`, is every dimension before
-    `dim` of size 1 (each device's piece one contiguous run of a row-major buffer)?"""
+def major_to_minor(shape: Shape) -> list[int]:
+    """The dimensions of `shape` in memory order, most major first (row-major without a layout)."""
+    if shape.layout is None or len(shape.layout.minor_to_major) != shape.rank:
+        return list(range(shape.rank))
+    return list(reversed(shape.layout.minor_to_major))
+
+
+def leading(shape: Shape, dim: int) -> bool:
+    """Is every dimension more major than `dim` in `shape`'s layout (row-major without one) of
+    size 1, so that each device's piece of a gather over `dim` is one contiguous run?"""
+    order = major_to_minor(shape)
+    return all(shape.dims[d] == 1 for d in order[:order.index(dim)])
+
+
+def swapped(shape: Shape, own: int, dim: int) -> Shape:
+    """`shape` with dimensions `own` and `dim` swapped, row-major when `shape` has a layout (a
+    transpose that kept the layout would leave the memory order, and the gather, as they were)."""
     dims = list(shape.dims)
     dims[own], dims[dim] = dims[dim], dims[own]
-    return all(d == 1 for d in dims[:dim])
+    moved = shape.with_dims(dims)
+    return moved if shape.layout is None else moved.with_layout(Layout.default_for_rank(shape.rank))
+
+
+def as_gathered(m: Instruction, own: int, dim: int) -> tuple[Shape, Shape] | None:
+    """The operand and result shapes with which member `m`, gathering `own`, takes part in a
+    merged gather over `dim`: its own when `own == dim` and its layouts keep that dimension
+    leading; None when it must go through a transpose (a swap, or an identity one that only
+    makes the layout row-major)."""
+    if own == dim and leading(m.shape, dim) and leading(m.operands[0].shape, dim):
+        return m.operands[0].shape, m.shape
+    return None
+
+
+def leading_at(m: Instruction, own: int, dim: int) -> bool:
+    """Is the gathered dimension leading in memory once member `m` gathers over `dim`, as it is
+    or through the row-major swap of `own` into `dim`?"""
+    return as_gathered(m, own, dim) is not None or leading(swapped(m.shape, own, dim), dim)
 
 
 def swap(rank: int, a: int, b: int) -> list[int]:
@@ -96,21 +135,22 @@ class AllGatherCombiner(CombinerPass):
         b = Builder(comp, before=members[-1], metadata=first.attributes.get("metadata"))
         own = [gather_dimension(m) for m in members]
         dim = most_frequent_dimension(own, [m.shape.rank for m in members])
-        if not all(leading_at(m.shape, d, dim) for m, d in zip(members, own)):
-            self.remark(first, f"gathers dimension {dim} behind dimensions larger than 1: merged over "
+        if not all(leading_at(m, d, dim) for m, d in zip(members, own)):
+            self.remark(first, f"gathers dimension {dim} behind dimensions larger than 1 in memory: merged over "
                         "dimension 0 through transposes (XLA CPU may keep a variadic all-gather's "
                         "elements row-major, which would misplace the devices' pieces)", "note")
             dim = 0
         operands, shapes, perms = [], [], []
         for m, d in zip(members, own):
-            if d == dim:
+            if as_gathered(m, d, dim) is not None:
                 operands.append(m.operands[0])
                 shapes.append(m.shape)
                 perms.append(None)
                 continue
             perm = swap(m.shape.rank, d, dim)
-            operands.append(b.transpose(m.operands[0], perm))
-            shapes.append(m.shape.with_dims(tuple(m.shape.dims[p] for p in perm)))
+            operand = m.operands[0]
+            operands.append(b.op(Opcode.TRANSPOSE, swapped(operand.shape, d, dim), [operand], dimensions=tuple(perm)))
+            shapes.append(swapped(m.shape, d, dim))
             perms.append(perm)
         mode = group_mode(first)
         combined = b.op(Opcode.ALL_GATHER, TupleShape(tuple(shapes)), operands,
@@ -122,7 +162,7 @@ class AllGatherCombiner(CombinerPass):
             value = b.get_tuple_element(combined, k)
             if perm is not None:
                 value.sharding = shape_free(m.sharding)
-                value = b.transpose(value, perm)
+                value = b.op(Opcode.TRANSPOSE, m.shape, [value], dimensions=tuple(perm))
             value.sharding = m.sharding
             values.append(value)
         for operand, m in zip(operands, members):
