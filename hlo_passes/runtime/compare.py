@@ -54,11 +54,13 @@ class OutputStats:
     detail: str = ""
     rtol: float = 0.0
     atol: float = 0.0
+    compared: bool = True  # False: values not comparable (see verify.drawn_at_random)
 
     def format(self) -> str:
         mark = "ok " if self.ok else "BAD"
-        line = (f"{mark} output {self.index}: {self.dtype}{list(self.shape)} max abs {self.max_abs:.3g} "
-                f"max rel {self.max_rel:.3g}")
+        line = f"{mark} output {self.index}: {self.dtype}{list(self.shape)}"
+        if self.compared:
+            line += f" max abs {self.max_abs:.3g} max rel {self.max_rel:.3g}"
         return line + (f" — {self.detail}" if self.detail else "")
 
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Callable, TypeVar
+
 import numpy as np
 
 from hlo_passes.ir.computation import Computation
@@ -83,6 +85,9 @@ def _run_original(module: Module, inputs, num_devices, platform, report) -> list
     except Exception as e:  # XLA's compile and run errors
         raise OriginalFailed("XLA could not compile or run the original module:\n  "
                              + "\n  ".join(xla_error_lines(e))) from e
+
+
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------- report --
@@ -380,7 +385,7 @@ def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num
             got = _run_rewritten_partitioned(a, b, inputs, n, param_shardings, root_sharding, report, platform)
     except (PartitionError, _inputs.InputError) as e:
         raise VerificationError(str(e)) from None
-    return _compare(report, want, got, rtol, atol, computed_in(a, b))
+    return _compare(report, want, got, rtol, atol, computed_in(a, b), drawn_at_random(a, b))
 
 
 def _check_signatures(a: Module, b: Module, *, same_shapes: bool) -> None:
@@ -439,78 +444,115 @@ def _hlo(s: Sharding | None) -> str:
     return s.to_hlo() if s is not None else "{replicated}"
 
 
-def computed_in(*modules: Module) -> list[np.dtype | None]:
-    """Per output (leaf of the ENTRY result), the least precise float type it is computed from in
-    any of `modules` (inside fusions and other called computations too; its own type counts, so
-    None only for outputs without floats).  An f32 loss of a bf16 model carries bf16 roundings,
-    which XLA places differently per platform and per partitioning."""
-    loosest: dict[Instruction, np.dtype | None] = {}
-    by_comp: dict[Computation, np.dtype | None] = {}
+def _per_output(module: Module, own: Callable[[Instruction], T], merge: Callable[[T, T], T]) -> list[T]:
+    """Per output (leaf of the ENTRY result), `own` of every instruction it is computed from,
+    merged: its operands' and the called computations' (fusions, loops, ...) transitively."""
+    done: dict[Instruction, T] = {}
+    by_comp: dict[Computation, T] = {}
 
-    def looser(x: np.dtype | None, y: np.dtype | None) -> np.dtype | None:
-        if x is None or y is None:
-            return x if y is None else y
-        return x if default_tolerance(x)[0] >= default_tolerance(y)[0] else y
-
-    def own(instr: Instruction) -> np.dtype | None:
-        found = None
-        for leaf in instr.shape.leaves():
-            t = leaf.element_type
-            if t.is_float or t.is_complex:
-                found = looser(found, t.numpy_dtype())
-        return found
-
-    def of_comp(comp: Computation) -> np.dtype | None:
+    def of_comp(comp: Computation) -> T:
         if comp not in by_comp:
-            by_comp[comp] = None  # a computation reached again while open (none in HLO) adds nothing
             found = None
             for instr in comp.instructions:
-                found = looser(found, own(instr))
+                found = own(instr) if found is None else merge(found, own(instr))
                 for callee in instr.called_computations():
-                    found = looser(found, of_comp(callee))
+                    if callee is not comp:
+                        found = merge(found, of_comp(callee))
             by_comp[comp] = found
         return by_comp[comp]
 
-    def of(instr: Instruction) -> np.dtype | None:
+    def of(instr: Instruction) -> T:
         stack = [instr]
         while stack:  # operands first, without recursion (deep models)
             top = stack[-1]
-            if top in loosest:
+            if top in done:
                 stack.pop()
                 continue
-            pending = [o for o in top.operands if o not in loosest]
+            pending = [o for o in top.operands if o not in done]
             if pending:
                 stack.extend(pending)
                 continue
             stack.pop()
             found = own(top)
             for o in top.operands:
-                found = looser(found, loosest[o])
+                found = merge(found, done[o])
             for callee in top.called_computations():
-                found = looser(found, of_comp(callee))
-            loosest[top] = found
-        return loosest[instr]
+                found = merge(found, of_comp(callee))
+            done[top] = found
+        return done[instr]
 
+    root = module.entry.root
+    leaves = root.shape.leaves()
+    flat = root.opcode is Opcode.TUPLE and len(root.operands) == len(leaves)
+    return [of(o) for o in root.operands] if flat else [of(root)] * len(leaves)
+
+
+def _looser(x: np.dtype | None, y: np.dtype | None) -> np.dtype | None:
+    if x is None or y is None:
+        return x if y is None else y
+    return x if default_tolerance(x)[0] >= default_tolerance(y)[0] else y
+
+
+def _own_precision(instr: Instruction) -> np.dtype | None:
+    found = None
+    for leaf in instr.shape.leaves():
+        t = leaf.element_type
+        if t.is_float or t.is_complex:
+            found = _looser(found, t.numpy_dtype())
+    return found
+
+
+def computed_in(*modules: Module) -> list[np.dtype | None]:
+    """Per output (leaf of the ENTRY result), the least precise float type it is computed from in
+    any of `modules` (inside fusions and other called computations too; its own type counts, so
+    None only for outputs without floats).  An f32 loss of a bf16 model carries bf16 roundings,
+    which XLA places differently per platform and per partitioning."""
     result: list[np.dtype | None] = []
     for module in modules:
-        root = module.entry.root
-        leaves = root.shape.leaves()
-        flat = root.opcode is Opcode.TUPLE and len(root.operands) == len(leaves)
-        per_leaf = [of(o) for o in root.operands] if flat else [of(root)] * len(leaves)
+        per_leaf = _per_output(module, _own_precision, _looser)
         if not result:
             result = per_leaf
         elif len(result) == len(per_leaf):
-            result = [looser(x, y) for x, y in zip(result, per_leaf)]
+            result = [_looser(x, y) for x, y in zip(result, per_leaf)]
     return result
 
 
+# XLA's `rng` draws new numbers on every run (XLA keeps a generator state per executable), and
+# `rng-get-and-update-state` reads and advances that state: what depends on them differs from
+# one run to the next, even for one program run twice.  `rng-bit-generator` is a pure function
+# of its state operand.
+_NONDETERMINISTIC = frozenset({Opcode.RNG, Opcode.RNG_GET_AND_UPDATE_STATE})
+
+
+def drawn_at_random(*modules: Module) -> list[bool]:
+    """Per output, whether it depends on a nondeterministic op in any of `modules`."""
+    result: list[bool] = []
+    for module in modules:
+        per_leaf = _per_output(module, lambda i: i.opcode in _NONDETERMINISTIC, lambda x, y: x or y)
+        result = per_leaf if not result else [x or y for x, y in zip(result, per_leaf)]
+    return result
+
+
+def _not_compared(index: str, w: np.ndarray, g: np.ndarray) -> OutputStats:
+    """An output that depends on XLA's `rng`: its values differ on every run, so only what a run
+    cannot change is compared (type and shape)."""
+    w, g = np.asarray(w), np.asarray(g)
+    same = w.dtype == g.dtype and w.shape == g.shape
+    detail = ("not compared: drawn by XLA's nondeterministic rng (new numbers every run); type and shape match"
+              if same else f"type or shape differ: expected {w.dtype}{list(w.shape)}, got {g.dtype}{list(g.shape)}")
+    return OutputStats(index, str(w.dtype), tuple(w.shape), ok=same, detail=detail, compared=False)
+
+
 def _compare(report: VerificationReport, want, got, rtol, atol,
-             precisions: list[np.dtype | None] | None = None) -> VerificationReport:
+             precisions: list[np.dtype | None] | None = None, random: list[bool] | None = None) -> VerificationReport:
     report.expected, report.actual = list(want), list(got)
     if len(want) != len(got):
         report.problems.append(f"{len(want)} outputs expected, {len(got)} produced")
         return report
     for i, (w, g) in enumerate(zip(want, got)):
+        if random is not None and i < len(random) and random[i]:
+            report.outputs.append(_not_compared(str(i), w, g))
+            continue
         narrow = precisions[i] if precisions is not None and i < len(precisions) else None
         report.outputs.append(compare_arrays(str(i), w, g, rtol, atol, computed_in=narrow))
     return report
@@ -535,13 +577,17 @@ def _verify_per_device(a: Module, b: Module, n: int, seed, rtol, atol, inputs, p
     report.expected, report.actual = list(want[0]), list(got[0])
     worst: dict[int, OutputStats] = {}
     precisions = computed_in(a, b)
+    random = drawn_at_random(a, b)
     for d, (w_outs, g_outs) in enumerate(zip(want, got)):
         if len(w_outs) != len(g_outs):
             report.problems.append(f"device {d}: {len(w_outs)} outputs expected, {len(g_outs)} produced")
             break
         for i, (w, g) in enumerate(zip(w_outs, g_outs)):
-            stats = compare_arrays(f"{i} (device {d})", w, g, rtol, atol,
-                                   computed_in=precisions[i] if i < len(precisions) else None)
+            if i < len(random) and random[i]:
+                stats = _not_compared(f"{i} (device {d})", w, g)
+            else:
+                stats = compare_arrays(f"{i} (device {d})", w, g, rtol, atol,
+                                       computed_in=precisions[i] if i < len(precisions) else None)
             best = worst.get(i)
             if best is None or (best.ok and not stats.ok) or (best.ok == stats.ok and stats.max_abs > best.max_abs):
                 worst[i] = stats
