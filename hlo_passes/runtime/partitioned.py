@@ -44,6 +44,8 @@ from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.parse.shardy_import import has_partially_manual_regions, import_shardy
 from hlo_passes.printer import print_module
+from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.sharding_propagation import unspecified_dims
 from hlo_passes.runtime import xla_backend
 from hlo_passes.runtime.compare import compare_arrays
 from hlo_passes.runtime.per_device import SPLIT_ALWAYS, SPLIT_IN_MANUAL_MODE, as_replica_program, split_variadic_collectives
@@ -271,6 +273,7 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
     modules are compiled."""
     copy = module.clone()
     copy.num_partitions = num_devices
+    _steer_around_manual_subgroup_hints(copy, notes)
     flags = dict(platform=platform,
                  propagate_to_output=(propagate_to_output if propagate_to_output is not None else
                                       _propagation_flags(copy, "allow_spmd_sharding_propagation_to_output")),
@@ -290,6 +293,25 @@ def compile_xla_spmd(module: Module, num_devices: int, platform: str | None, not
     import_shardy(copy)
     notes.append(f"{reason}; it ran in GSPMD form after our Shardy import")
     return xla_backend.compile_hlo(print_module(copy), num_partitions=num_devices, spmd=True, **flags)
+
+
+def _steer_around_manual_subgroup_hints(module: Module, notes: list[str]) -> None:
+    """Drop `unspecified_dims` from `Sharding` annotations inside partially manual regions.
+
+    XLA's GSPMD propagation CHECK-fails on them and aborts the process
+    (`hlo_sharding_util.cc` `IsManualSubgroup()`; JAX's GSPMD lowering of a partially manual
+    shard_map writes them, and jit of such a program dies the same way).  The hint only leaves
+    XLA's propagation free to shard the named dims further, which changes the plan, never a
+    value, so a verification may run without it."""
+    dropped = 0
+    for instr in module.all_instructions():
+        if (instr.custom_call_target == "Sharding" and instr.sharding is not None
+                and su.is_manual_subgroup(instr.sharding) and unspecified_dims(instr) is not None):
+            instr.remove_attr("backend_config")
+            dropped += 1
+    if dropped:
+        notes.append(f"dropped unspecified_dims from {dropped} partially manual Sharding annotation(s): XLA's GSPMD "
+                     "propagation aborts on them (IsManualSubgroup CHECK); they change XLA's plan, not the values")
 
 
 def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int,
