@@ -517,3 +517,53 @@ def test_outputs_drawn_by_the_rng_instruction_are_not_compared():
     assert not verify_equivalent(RNG_PROGRAM, wrong).ok
     other_use = RNG_PROGRAM.replace("s = f32[64] add(p, r)", "s = f32[64] subtract(p, r)")
     assert verify_equivalent(RNG_PROGRAM, other_use).ok  # the limit: not comparable: the values are random either way
+
+
+STEERED_PROGRAM = """HloModule m, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+summed {
+  p = (f32[2]) parameter(0)
+  x = f32[2] get-tuple-element(p), index=0
+  s = f32[2] all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add
+  ROOT t = (f32[2]) tuple(s)
+}
+
+negated {
+  p = (f32[2]) parameter(0)
+  x = f32[2] get-tuple-element(p), index=0
+  n = f32[2] negate(x)
+  ROOT t = (f32[2]) tuple(n)
+}
+
+ENTRY main_spmd {
+  k = s32[] parameter(0)
+  x = f32[2] parameter(1)
+  y = f32[2] parameter(2)
+  i = s32[] clamp(s32[] constant(0), k, s32[] constant(1))
+  t = (f32[2]) tuple(x)
+  c = (f32[2]) conditional(i, t, t), branch_computations={summed, negated}
+  r = f32[2] get-tuple-element(c), index=0
+  ROOT o = f32[2] add(r, y)
+}
+"""
+
+
+def test_a_parameter_steering_a_branch_with_a_collective_is_the_same_on_every_device():
+    """XLA's after_optimizations drops the parameters' shardings, so a per-device program does not
+    say its branch index is replicated; with a different index per device the devices wait in
+    different collectives and XLA hangs (JAX-program fuzz seed 2020).  Such a parameter gets one
+    value on every device; the others stay per device."""
+    from hlo_passes.runtime.inputs import per_device_inputs, steering_parameters
+    module = parse_module(STEERED_PROGRAM)
+    assert steering_parameters(module) == {0}
+    args = per_device_inputs(module, 4, seed=1)
+    assert all(np.array_equal(a, args[0][0]) for a in args[0])
+    assert not all(np.array_equal(a, args[1][0]) for a in args[1])
+    report = verify_equivalent(STEERED_PROGRAM, STEERED_PROGRAM)
+    assert report.ok and report.mode.startswith("per-device"), report.format()

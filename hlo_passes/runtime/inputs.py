@@ -107,15 +107,57 @@ def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
             for label, shape in parameter_leaves(module)]
 
 
+def steering_parameters(module: Module) -> set[int]:
+    """ENTRY parameters (by number) that decide which branch a conditional takes or how often a
+    while loop runs, where that conditional or loop holds a collective (in any computation it
+    calls).  In a per-device program such a value must be the same on every device: devices
+    that took different branches would wait for each other in different collectives and XLA
+    would hang (JAX-program fuzz seed 2020: XLA's after_optimizations had lost the parameter's
+    `replicated` sharding; JAX always fed it one value).  For a loop, every parameter that
+    reaches its initial state counts (the condition may read any of it)."""
+    with_collectives: dict[object, bool] = {}
+
+    def holds_collective(comp) -> bool:
+        if comp not in with_collectives:
+            with_collectives[comp] = False  # (HLO has no recursion; a guard all the same)
+            with_collectives[comp] = any(
+                i.opcode.is_collective or any(holds_collective(c) for c in i.called_computations())
+                for i in comp.instructions)
+        return with_collectives[comp]
+
+    steering: set[int] = set()
+    seen: set[int] = set()
+
+    def parameters_reaching(instr) -> None:
+        stack = [instr]
+        while stack:
+            top = stack.pop()
+            if id(top) in seen:
+                continue
+            seen.add(id(top))
+            if top.opcode is Opcode.PARAMETER:
+                steering.add(top.parameter_number)
+            stack.extend(top.operands)
+
+    for instr in module.entry.instructions:
+        if instr.opcode is Opcode.CONDITIONAL and any(holds_collective(c) for c in instr.called_computations()):
+            parameters_reaching(instr.operands[0])
+        elif instr.opcode is Opcode.WHILE and any(holds_collective(c) for c in instr.called_computations()):
+            parameters_reaching(instr.operands[0])
+    return steering
+
+
 def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None = None,
                       seed: int = 0) -> list[list[np.ndarray]]:
     """`args[leaf][device]`: random inputs per device, identical on every device for the
-    parameters flagged in `replicated` (one flag per ENTRY parameter)."""
+    parameters flagged in `replicated` (one flag per ENTRY parameter) and for those that steer
+    control flow around collectives (`steering_parameters`)."""
     rng = np.random.default_rng(seed)
     positive = positive_parameters(module)
+    steering = steering_parameters(module)
     flags = []
     for number, p in enumerate(module.entry.parameters):
-        same = bool(replicated and number < len(replicated) and replicated[number])
+        same = bool(replicated and number < len(replicated) and replicated[number]) or number in steering
         flags += [same] * len(p.shape.leaves())
     args = []
     for (label, shape), same in zip(parameter_leaves(module), flags):
