@@ -131,3 +131,43 @@ def test_verify_usage_errors_are_clear(tmp_path):
     out = tmp_path / "outputs"
     assert cli("verify", a, a, "--save-outputs", out).returncode == 0
     assert out.exists() and not (tmp_path / "outputs.npz").exists()
+
+
+DYING_CHILD = r"""
+import os, sys
+print("output 0: float32[4] min 0 max 1", flush=True)
+sys.stderr.write("hlo-passes: m.hlo: global program on 8 devices\n")
+sys.stderr.write("E1126 13:58:49.254619    6805 rendezvous.cc:116] [id=0] waiting for all reduce\n")
+sys.stderr.write("F1126 13:59:29.255255    6808 rendezvous.cc:161] [id=4] Termination timeout for `all reduce` exceeded.\n")
+sys.stderr.write("*** Check failure stack trace: ***\n    @     0x7f145eca71f5  (unknown)\n")
+sys.stderr.flush()
+os.abort()
+"""
+
+
+def test_xla_aborting_the_process_ends_with_an_error_line_and_exit_2(capfd):
+    """XLA stops the process on its own failed checks (SIGABRT, a C++ stack dump, 134): the
+    supervisor passes the child's output through, holds XLA's dying lines back, and reports
+    XLA's reason in one `error:` line with exit 2."""
+    from hlo_passes.cli.supervise import supervise
+    rc = supervise([], child_command=[sys.executable, "-c", DYING_CHILD])
+    out, err = capfd.readouterr()
+    assert rc == 2
+    assert "output 0: float32[4]" in out and "global program on 8 devices" in err and "waiting for all reduce" in err
+    assert "error: XLA stopped the process (SIGABRT): [id=4] Termination timeout" in err and "rendezvous.cc:161" in err
+    assert "@     0x7f" not in err and "Check failure stack trace" not in err
+
+
+def test_supervised_commands_pass_output_and_status_through(tmp_path):
+    """From the command line `exec`/`verify`/`run --verify` run as a supervised child: the
+    output, the exit status and the usage errors are the child's."""
+    from hlo_passes.cli.supervise import needs_supervisor
+    assert needs_supervisor(["verify", "a.hlo", "b.hlo"]) and needs_supervisor(["run", "a.hlo", "--verify"])
+    assert not needs_supervisor(["run", "a.hlo", "--passes", "dce"]) and not needs_supervisor(["fmt", "a.hlo"])
+    assert not needs_supervisor(["verify", "a.hlo", "b.hlo", "--processes", "2"])
+    (tmp_path / "a.hlo").write_text(ORIGINAL)
+    (tmp_path / "b.hlo").write_text(PARTITIONED)
+    p = cli("verify", str(tmp_path / "a.hlo"), str(tmp_path / "b.hlo"))
+    assert p.returncode == 0 and "EQUIVALENT" in p.stdout + p.stderr
+    p = cli("verify", str(tmp_path / "a.hlo"))
+    assert p.returncode == 2 and "error" in p.stderr and "Traceback" not in p.stderr

@@ -63,6 +63,11 @@ def _command_of(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     words = list(argv) if argv is not None else sys.argv[1:]
+    if argv is None:  # from the command line: a command that runs XLA runs in a child (supervise.py)
+        from hlo_passes.cli import supervise
+
+        if supervise.needs_supervisor(words):
+            return supervise.supervise(words)
     command = _command_of(words)
     parser = build_parser(command if command in _module_names() else None)
     args = parser.parse_args(argv)

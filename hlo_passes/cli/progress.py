@@ -21,7 +21,9 @@ SHOW_AFTER = float(os.environ.get("HLO_PASSES_PROGRESS_AFTER", "1.0"))
 class Progress:
     def __init__(self, total: int, stream=None, enabled: bool | None = None):
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
+        if enabled is None:  # a supervised child writes to its parent's terminal through a pipe
+            enabled = self.stream.isatty() or (self.stream is sys.stderr and os.environ.get("HLO_PASSES_STDERR_TTY") == "1")
+        self.enabled = enabled
         self.total = total
         self._label = ""
         self._started = 0.0

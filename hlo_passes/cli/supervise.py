@@ -1,0 +1,116 @@
+"""Commands that run XLA, run in a child process: XLA aborting ends with an error, not a core.
+
+XLA stops the whole process when one of its internal checks fails (`CHECK failed`, a
+rendezvous that waited too long): SIGABRT, a C++ stack dump and exit status 134, with no
+chance for Python to report anything.  It does so on programs it cannot compile or run
+itself (the JAX-program fuzzer met a GSPMD propagation check, a CPU emitter check and a
+collective rendezvous timeout).  So `verify`, `exec` and `run --verify`, when started from the
+command line, run as a child of a small parent that imports nothing heavy.  The child's
+output passes through as it comes; XLA's fatal lines and stack dump are held back, and if the
+child dies of a signal the parent prints one `error:` line with XLA's own reason and exits 2.
+Multi-process runs (`--processes`, `--coordinator`) have their own launcher and are left as
+they are; `main(argv)` called from Python (tests, scripts) runs in process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+SUPERVISED = "HLO_PASSES_SUPERVISED"  # set in the child: run the command itself
+STDERR_IS_TTY = "HLO_PASSES_STDERR_TTY"  # the parent's stderr is a terminal (the child's is a pipe)
+
+# The lines XLA and absl write while aborting: `F1126 13:46:27.031659   18113 file.cc:2714] ...`,
+# `*** Check failure stack trace: ***`, `    @     0x7f48ca17050f  Symbol`, `*** SIGABRT received`,
+# `PC: @ ...`, and Python's faulthandler dump after them.
+_FATAL = re.compile(rb"^F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ (?P<where>[^\]]+)\] (?P<what>.*)$")
+_DUMP = re.compile(rb"^(\*\*\* |PC: @|\s+@\s|Fatal Python error|Current thread|Thread 0x|\s+File \")")
+
+
+def needs_supervisor(argv: list[str]) -> bool:
+    if os.environ.get(SUPERVISED) == "1":
+        return False
+    words = [w for w in argv if not w.startswith("-")]
+    command = words[0] if words else None
+    if any(w in ("--processes", "--coordinator") or w.startswith(("--processes=", "--coordinator="))
+           for w in argv):
+        return False
+    if any(w in ("-h", "--help") for w in argv):
+        return False
+    return command in ("verify", "exec") or (command == "run" and "--verify" in argv)
+
+
+def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
+    """Run `hlo-passes ARGV` (or `child_command`) as a child; its exit status, or 2 with an
+    `error:` line when it dies of a signal."""
+    env = dict(os.environ, **{SUPERVISED: "1"})
+    if sys.stderr.isatty():
+        env[STDERR_IS_TTY] = "1"
+    command = child_command or [sys.executable, "-m", "hlo_passes", *argv]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
+    assert child.stderr is not None
+    out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+    held: list[bytes] = []  # XLA's dying words, shown only if it did not die after all
+    fatal: list[re.Match] = []
+    partial = b""
+    try:
+        while True:
+            chunk = os.read(child.stderr.fileno(), 65536)
+            if not chunk:
+                break
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                _route(line + b"\n", held, fatal, out)
+            if partial and not held and not _looks_like_dump(partial):
+                _write(out, partial)  # a status line ends in "\r...", without a newline
+                partial = b""
+        if partial:
+            _route(partial, held, fatal, out)
+        rc = child.wait()
+    except KeyboardInterrupt:  # the child, in the same process group, got it too
+        child.wait()
+        return 130
+    if rc >= 0:
+        for line in held:
+            _write(out, line)
+        return rc
+    name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+    if fatal:
+        where = fatal[-1].group("where").decode(errors="replace").strip()
+        what = fatal[-1].group("what").decode(errors="replace").strip()
+        reason = f"{what} ({where})"
+        if len(reason) > 400:
+            reason = reason[:400] + "..."
+        print(f"error: XLA stopped the process ({name}): {reason}\n(an internal check of XLA failed on this "
+              "program: XLA could not compile or run it; not something hlo-passes can report better)", file=sys.stderr)
+    elif -rc == signal.SIGKILL:
+        print("error: the process was killed (SIGKILL), most likely for lack of memory", file=sys.stderr)
+    else:
+        print(f"error: the process ended on {name} inside XLA or a library it calls", file=sys.stderr)
+    return 2
+
+
+def _looks_like_dump(line: bytes) -> bool:
+    return bool(_FATAL.match(line.rstrip(b"\n")) or _DUMP.match(line))
+
+
+def _route(line: bytes, held: list[bytes], fatal: list[re.Match], out) -> None:
+    match = _FATAL.match(line.rstrip(b"\n"))
+    if match:
+        fatal.append(match)
+    if match or held or _DUMP.match(line):
+        held.append(line)  # from XLA's first dying word on, everything waits for the verdict
+        return
+    _write(out, line)
+
+
+def _write(out, data: bytes) -> None:
+    if out is None:
+        sys.stderr.write(data.decode(errors="replace"))
+    else:
+        out.write(data)
+    sys.stderr.flush()
