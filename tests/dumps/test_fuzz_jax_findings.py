@@ -247,3 +247,25 @@ def test_partially_manual_hints_that_abort_xla_are_dropped_for_verification(tmp_
                        cwd=Path(__file__).resolve().parents[2], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "EQUIVALENT" in p.stdout + p.stderr and "dropped unspecified_dims" in p.stdout + p.stderr
+
+
+def test_seed_2035_our_partition_matches_the_truth_where_xlas_partition_does_not():
+    """JAX-program fuzz seed 2035 (--big, shardy), reduced: a dynamic-update-slice writes one row
+    of a [2,4] value whose rows are sharded over four devices (two of them padding), beside a
+    shard_map.  `verify` reported a MISMATCH, but the oracle was wrong: XLA's own partition of
+    the original leaves the row unwritten.  Judged against the values computed by hand (a
+    sigmoid, then the row replaced), our partition is right.  When a jaxlib fixes XLA's, the
+    last assertion fails and this can become a plain verify test."""
+    import numpy as np
+    from hlo_passes.runtime.verify import random_inputs
+    text = (DATA / "dus_uneven_rows_2035.hlo").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    inputs = random_inputs(parse_module(text), seed=0)
+    report = verify_equivalent(text, print_module(module), inputs=inputs)
+    update, index, x = inputs[3], int(inputs[4]), inputs[5]
+    row = min(max(index + 2 if index < 0 else index, 0), 1)
+    truth = 1 / (1 + np.exp(-x))
+    truth[row:row + 1] = update
+    assert np.allclose(report.actual[0], truth, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(report.expected[0], truth)  # XLA's partition of the original (its fault)
