@@ -88,8 +88,12 @@ def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
     pairs: list[tuple[int, int]] = []
     used: set[int] = set()
     need = [d for d in range(dst.num_devices) if tuple(dst.coords[d]) != tuple(src.coords[d])]
+    moving = set(need)
     for d in need:
-        cands = [s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used]
+        # devices that keep their tile last: one that sends nothing sends it to itself in the
+        # same permute (`_emit_permute`)
+        cands = sorted((s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used),
+                       key=lambda s: s not in moving)
         if not cands:
             return None
         used.add(cands[0])
@@ -297,8 +301,56 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
             best, best_cost = grid, grid_cost
     whole = _gather_then_slice_plan(src, dst, dims, esize)
     if whole is not None and steps_estimate(whole, dims, esize, model) < best_cost:
-        best = whole
+        best, best_cost = whole, steps_estimate(whole, dims, esize, model)
+    early = _permute_before_gather(best, src, dst, dims, esize)
+    if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
+        best = early
     return best
+
+
+def _permute_before_gather(steps: list[Step], src: TileMap, dst: TileMap, dims: tuple[int, ...],
+                           esize: int) -> list[Step] | None:
+    """A plan ending in an all-gather and then a permute (the gather left the target's tiles on
+    the wrong devices) with the permute moved before the gather, where it moves the smaller
+    tiles: each device first takes the piece of its target tile that the gather then completes
+    ([2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate: permute the halves of
+    dim 0 so that each gather pair holds both halves of its target tile, as XLA's partitioner
+    does).  None when the plan does not end so or no permute reaches the pieces."""
+    if len(steps) < 2 or steps[-1].kind != "permute" or steps[-2].kind != "all-gather":
+        return None
+    before = steps[-3].result if len(steps) >= 3 else src
+    k, g = steps[-2].dims
+    if before.dims[k] != dst.dims[k] * g or any(before.dims[a] != dst.dims[a] for a in range(dst.rank) if a != k):
+        return None
+    # devices holding each target tile, split into g residues of dim k (who already holds a
+    # residue's piece keeps it)
+    holders: dict[tuple[int, ...], list[int]] = {}
+    for d in range(dst.num_devices):
+        holders.setdefault(tuple(dst.coords[d]) + (int(dst.manual[d]),), []).append(d)
+    coords = dst.coords.copy()
+    for devs in holders.values():
+        if len(devs) % g:
+            return None
+        left = {r: len(devs) // g for r in range(g)}
+        rest: list[int] = []
+        for d in devs:
+            own = int(before.coords[d, k])
+            same = (own // g == dst.coords[d, k] and int(before.manual[d]) == int(dst.manual[d])
+                    and all(before.coords[d, a] == dst.coords[d, a] for a in range(dst.rank) if a != k))
+            if same and left[own % g]:
+                left[own % g] -= 1
+                coords[d, k] = own
+            else:
+                rest.append(d)
+        for d in rest:
+            r = next(r for r in range(g) if left[r])
+            left[r] -= 1
+            coords[d, k] = dst.coords[d, k] * g + r
+    pieces = TileMap(before.dims, coords, dst.manual, dst.manual_size)
+    if same_placement(before, pieces) or _permute_pairs(before, pieces) is None:
+        return None
+    permute = Step("permute", (), math.prod(tm_local_dims(before, dims)) * esize, pieces)
+    return steps[:-2] + [permute, Step("all-gather", (k, g), steps[-2].bytes, _coarsened(pieces, k, g))]
 
 
 def _gather_then_slice_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
@@ -482,10 +534,13 @@ def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: t
 def _emit_permute(em: Emitter, x: Instruction, src: TileMap, dst: TileMap) -> Instruction:
     pairs = _permute_pairs(src, dst)
     assert pairs is not None, "a permute step was planned where no permutation reaches the target"
-    moved = em.collective_permute(x, pairs)
     keep = np.all(dst.coords == src.coords, axis=1).astype(np.int64)
-    if not keep.any():
-        return moved
+    senders = {s for s, _ in pairs}
+    kept = [int(d) for d in np.flatnonzero(keep)]
+    if not senders.intersection(kept):
+        # the devices that keep their tile send it to themselves: one permute, no select
+        return em.collective_permute(x, sorted(pairs + [(d, d) for d in kept], key=lambda p: p[1]))
+    moved = em.collective_permute(x, pairs)
     b = em.b()
     flag = b.compare(em.device_scalar(keep), b.constant(1), "EQ")
     pred = b.broadcast(flag, ArrayShape(PrimitiveType.PRED, tuple(x.array_shape.dims)))

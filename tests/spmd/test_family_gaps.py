@@ -1,0 +1,142 @@
+"""Family modules where our partition did more than XLA's (issue 11): a needless mask over the
+rows a slice or a zero pad reads outside its operand, a select where a permute can send a
+kept tile to itself, and a permute of gathered tiles that XLA makes before the gather.  Each
+checks the plan (which collectives, how many bytes, no masking ops) and verifies the result
+against XLA's run of the unpartitioned module on 8 devices."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hlo_passes.stats import module_stats
+from tests.spmd.partitioning import collectives, partition_verified
+
+
+def _bytes(module) -> int:
+    return sum(module_stats(module).collective_bytes.values())
+
+
+def _ops(module) -> Counter[str]:
+    return Counter(i.opcode.value for i in module.all_instructions())
+
+
+def test_strided_slice_of_uneven_tiles_reads_their_padding_without_a_mask():
+    """Dim 2 (130 columns, 4 tiles of 33, the last with 2 padding columns) sliced [7:129:2]:
+    the last tile's window reaches past column 130, but a slice's result column j reads one
+    input column, inside the input whenever j is inside the result, so what it reads from the
+    padding lands in the result's own padding: one collective-permute of 5 columns, no
+    iota/compare/select mask."""
+    text = """HloModule ssp, num_partitions=8
+ENTRY e {
+  x = f32[64,20,130] parameter(0), sharding={devices=[1,1,4,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[31,20,61] slice(x), slice={[2:64:2], [0:20], [7:129:2]}, sharding={devices=[1,1,4,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 64 * 20 * 5 * 4
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0 and ops["iota"] == 0
+
+
+def test_slice_of_uneven_tiles_at_the_end_is_unmasked():
+    """The same on one dim of 21 rows in 4 tiles of 6 (3 padding rows), sliced [3:21]: the last
+    tile reads rows 21..23, all padding, into its result's padding."""
+    text = """HloModule su, num_partitions=8
+ENTRY e {
+  x = f32[21,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[18,6] slice(x), slice={[3:21], [0:6]}, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0
+
+
+def test_zero_pad_of_partially_replicated_tiles_needs_no_mask():
+    """pad 4_4 with the constant 0 on rows tiled 4 ways (2 replicas each): the rows before the
+    first tile and past the last are the pad's edge padding, and the collective-permutes
+    deliver zeros there (no neighbour sends), so no row is masked: two collective-permutes of
+    2 rows each way, no iota/compare/select."""
+    text = """HloModule pp, num_partitions=8
+ENTRY e {
+  x = f32[1024,64] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(0)
+  ROOT p = f32[1032,64] pad(x, z), padding=4_4x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 2}
+    assert _bytes(module) == 2 * 2 * 64 * 4
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0 and ops["iota"] == 0
+
+
+def test_nonzero_pad_still_masks_its_edge_rows():
+    """The same pad with the value 1: the permutes deliver zeros, not ones, so the edge rows are
+    still set to the pad value (a select) — and the result verifies."""
+    text = """HloModule pp1, num_partitions=8
+ENTRY e {
+  x = f32[1024,64] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(1)
+  ROOT p = f32[1032,64] pad(x, z), padding=4_4x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert _ops(module)["select"] >= 1
+
+
+def test_zero_pad_of_uneven_tiles_masks_their_padding():
+    """A zero pad of 21 rows in 4 tiles of 6: the last tile's 3 padding rows are don't-care
+    values the pad's high edge would read, so they are masked even though the value is 0."""
+    text = """HloModule ppu, num_partitions=8
+ENTRY e {
+  x = f32[21,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(0)
+  ROOT p = f32[25,6] pad(x, z), padding=2_2x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert _ops(module)["select"] >= 1
+
+
+def test_permute_keeping_tiles_sends_them_to_themselves_instead_of_selecting():
+    """[8,1] -> [2,4,1] through a reshape: after the all-to-all, devices 0, 3, 4, 7 already hold
+    their tiles and the others swap pairwise.  One collective-permute with the self pairs
+    {0,0},{3,3},... does both, as XLA's does: no per-device select between the kept and the
+    received tile."""
+    text = """HloModule rs, num_partitions=8
+ENTRY e {
+  x = f32[48,10] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT r = f32[4,12,10] reshape(x), sharding={devices=[2,4,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-to-all": 1, "collective-permute": 1}
+    (cp,) = [i for i in module.all_instructions() if i.opcode.value == "collective-permute"]
+    pairs = cp.attr("source_target_pairs")
+    assert sorted(s for s, _ in pairs) == list(range(8)) and any(s == t for s, t in pairs)
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0
+
+
+def test_partial_tiles_are_permuted_before_the_gather_not_after():
+    """[2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate of f32[12,10]:
+    gathering dim 0 over pairs leaves the column tiles on the wrong devices, so a permute
+    follows — of the gathered 12x5 tile (240 bytes).  Permuting the 6x5 halves first, so that
+    each gather pair holds both halves of its target tile, moves 120: 120 + 120 for the first
+    reshard, then an all-to-all to [4,1,2] (240), 480 in all as in XLA's partition."""
+    text = """HloModule prp, num_partitions=8
+ENTRY e {
+  p = f32[12,10] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
+  c = f32[12,10] copy(p), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+  ROOT d = f32[12,10] copy(c), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    order = [i.opcode.value for i in module.entry.instructions if i.opcode.is_collective]
+    assert order[:2] == ["collective-permute", "all-gather"]
+    assert _bytes(module) == 480
+    ops = _ops(module)
+    assert ops["select"] == 0
