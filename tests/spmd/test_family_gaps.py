@@ -7,6 +7,7 @@ against XLA's run of the unpartitioned module on 8 devices."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from hlo_passes.stats import module_stats
 from tests.spmd.partitioning import collectives, partition_verified
@@ -140,3 +141,30 @@ ENTRY e {
     assert _bytes(module) == 480
     ops = _ops(module)
     assert ops["select"] == 0
+
+
+def test_dot_gathers_the_small_operand_where_a_partial_sum_ties_on_time():
+    """x f32[32,16] [4,2] times a replicated 16x16 weight, result [4,2]: summing partial products
+    over the 2-way contracting dim (a reduce-scatter of the 8x16 partials, 512 bytes in) and
+    gathering x's 8x8 tiles over that pair (256 bytes in) then multiplying by the weight's
+    column tile receive the same bytes and take the same time; the gather adds nothing, so the
+    tie goes to it, as in XLA's partition (inside a while body: one all-gather per step)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "while_sharded_carry.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 8 * 8 * 4
+
+
+def test_dot_keeps_the_partial_sum_where_it_moves_less():
+    """The same kind of dot with a 64-wide contracting dim and an 8-wide result: each device's
+    8x8 partial reduce-scattered to 8x4 (128 bytes received) beats gathering the other 8x32
+    half of its lhs rows (1 KiB): the summing FLOPs only break ties."""
+    text = """HloModule dps, num_partitions=8
+ENTRY e {
+  x = f32[32,64] parameter(0), sharding={devices=[4,2]<=[8]}
+  w = f32[64,8] parameter(1), sharding={replicated}
+  ROOT d = f32[32,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,2]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
