@@ -55,7 +55,7 @@ from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
 @dataclass(frozen=True, eq=False)
 class Step:
-    kind: str  # "slice" | "permute" | "all-to-all" | "all-gather"
+    kind: str  # "slice" | "permute" | "piece-permute" | "all-to-all" | "all-gather"
     dims: tuple[int, ...]  # all-gather: (dim, g); all-to-all: (from, to, g)
     bytes: int  # bytes each device receives
     result: TileMap  # the placement after this step
@@ -302,10 +302,76 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
     whole = _gather_then_slice_plan(src, dst, dims, esize)
     if whole is not None and steps_estimate(whole, dims, esize, model) < best_cost:
         best, best_cost = whole, steps_estimate(whole, dims, esize, model)
+    pieces = _piece_permute_plan(src, dst, dims, esize)
+    if pieces is not None and steps_estimate(pieces, dims, esize, model) < best_cost:
+        best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
     early = _permute_before_gather(best, src, dst, dims, esize)
     if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
         best = early
     return best
+
+
+def _piece_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[Int64Array, Int64Array] | None:
+    """(senders, offsets) of the piece-permute step (`_piece_permute_plan`), or None where a
+    target tile holding valid elements lies inside no source tile, or one permute cannot
+    bring every such tile to its device.  senders[d]: the device whose tile device d receives
+    its target tile from (d itself: it keeps it; -1: it needs nothing); offsets[k][s]: where
+    device s's outgoing piece starts in its tile along dim k."""
+    n, rank = dst.num_devices, dst.rank
+    s_local = [-(-dims[k] // src.dims[k]) for k in range(rank)]
+    d_local = [-(-dims[k] // dst.dims[k]) for k in range(rank)]
+    a = dst.coords * np.asarray(d_local, np.int64)          # [n, rank] target tile starts
+    b = src.coords * np.asarray(s_local, np.int64)          # [n, rank] source tile starts
+    free = np.any(a >= np.asarray(dims, np.int64), axis=1)  # target wholly padding
+    end_a = np.minimum(a + np.asarray(d_local, np.int64), np.asarray(dims, np.int64))
+    end_b = np.minimum(b + np.asarray(s_local, np.int64), np.asarray(dims, np.int64))
+    # inside[t, s]: target tile of t lies in source tile of s (same manual group)
+    inside = np.all((a[:, None, :] >= b[None, :, :]) & (end_a[:, None, :] <= end_b[None, :, :]), axis=2)
+    inside &= dst.manual[:, None] == src.manual[None, :]
+    inside &= ~free[:, None]
+    keeper = np.diagonal(inside).copy()
+    senders = np.full(n, -1, np.int64)
+    senders[keeper] = np.flatnonzero(keeper)
+    sending = set(int(d) for d in np.flatnonzero(keeper))  # keepers send their piece to themselves
+    for t in np.flatnonzero(~keeper & ~free):
+        # free devices (nothing to keep) first, then other receivers
+        cands = [int(c) for c in np.flatnonzero(inside[t]) if int(c) not in sending]
+        if not cands:
+            return None
+        c = min(cands, key=lambda c: (not free[c], c))
+        senders[t] = c
+        sending.add(c)
+    offsets = np.zeros((rank, n), np.int64)
+    for t in range(n):
+        c = int(senders[t])
+        if c >= 0:
+            offsets[:, c] = a[t] - b[c]
+    return senders, offsets
+
+
+def _piece_permute_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """One collective-permute where every target tile lies inside one source tile: each device
+    that lacks its target tile receives it from a holder that sends nothing else (one that
+    keeps nothing first), the holders slicing it from their tiles at per-device offsets, and
+    the devices that hold their own tile send it to themselves.  Where the tiles do not nest
+    evenly the other plans gather: [2,1,4] last_tile_dim_replicate -> [8,1] of 6 rows moves
+    the one row device 3 lacks, not the 3-row tiles of an all-gather."""
+    if not dst.same_manual(src) or same_placement(src, dst) or _piece_plan(src, dst, dims) is None:
+        return None
+    return [Step("piece-permute", (), math.prod(tm_local_dims(dst, dims)) * esize, dst)]
+
+
+def _emit_piece_permute(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:
+    found = _piece_plan(src, dst, dims)
+    assert found is not None, "a piece-permute step was planned where no single permute reaches the target"
+    senders, offsets = found
+    d_local = tm_local_dims(dst, dims)
+    need = tuple(max(int(offsets[k].max()) + d_local[k], x.array_shape.dims[k]) for k in range(len(dims)))
+    piece = em.local_slice(em.pad_to(x, need), list(offsets), d_local)
+    pairs = [(int(c), t) for t, c in enumerate(senders) if c >= 0]
+    if all(c == t for c, t in pairs):
+        return piece
+    return em.collective_permute(piece, pairs)
 
 
 def _permute_before_gather(steps: list[Step], src: TileMap, dst: TileMap, dims: tuple[int, ...],
@@ -499,6 +565,8 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
             x = _emit_permute(em, x, src_tm, step.result)
+        elif step.kind == "piece-permute":
+            x = _emit_piece_permute(em, x, src_tm, step.result, dims)
         elif step.kind == "all-to-all":
             i, j, g = step.dims
             x = _emit_all_to_all(em, x, src_tm, step.result, (i, j, g), dims)
