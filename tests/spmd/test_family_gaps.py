@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from hlo_passes.ir import ArrayShape, PrimitiveType
+from hlo_passes.parse.attribute_reader import reader_for
+from hlo_passes.passes.spmd.partition_context import tile_map
+from hlo_passes.passes.spmd.reshard import plan
 from hlo_passes.stats import module_stats
 from tests.spmd.partitioning import collectives, partition_verified
 
@@ -168,3 +172,50 @@ ENTRY e {
 """
     module, _ = partition_verified(text)
     assert collectives(module) == {"reduce-scatter": 1}
+
+
+def test_uneven_refinement_permutes_only_the_missing_piece():
+    """f32[6,5] computed [2,1,4] last_tile_dim_replicate (rows 0-2 on devices 0-3, 3-5 on 4-7)
+    and needed [8,1] (row d on device d, devices 6 and 7 padding): the 3-row tiles do not nest
+    in 8 tiles of 1 evenly, so the gather-free plans got stuck and an all-gather of the 3x5
+    tiles (60 bytes) ran.  Every target row lies inside one source tile: device 3's row 3 comes
+    from device 6 (which keeps nothing), every other device slices its own — one
+    collective-permute of one row (20 bytes), no select."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "partial_to_tiled_halo.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 5 * 4
+    assert _ops(module)["select"] == 0
+
+
+def test_piece_permute_where_receivers_also_send():
+    """f32[12,4] from [2,1,4] last_tile_dim_replicate (rows 0-5 on devices 0-3, 6-11 on 4-7)
+    to [4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate (3-row tiles on pairs {0,4},{1,5},{2,6},
+    {3,7}): devices 0, 1, 6, 7 keep a slice of their own tile and send it to themselves, and
+    2, 3, 4, 5, which each lack theirs, receive it from one another — each sends the piece
+    another needs while receiving its own: one collective-permute of 3x4 rows."""
+    text = """HloModule pp2, num_partitions=8
+ENTRY e {
+  x = f32[12,4] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  c = f32[12,4] copy(x), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT d = f32[12,4] copy(c), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 3 * 4 * 4
+    src, dst = (tile_map(reader_for("sharding")(s), 2, 8) for s in (
+        "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"))
+    # one step, not a local slice to 3-row tiles followed by a permute of them
+    assert [s.kind for s in plan(src, dst, ArrayShape(PrimitiveType.F32, (12, 4)))] == ["piece-permute"]
+
+
+def test_in_place_update_offset_is_one_subtraction_per_dim():
+    """A dynamic-update-slice into rows tiled 8 ways, updated in place: the (clamped) offset
+    goes to U + o - s in the tile padded by U rows; the per-device table holds s - U, so each
+    sliced dim costs a clamp and one subtract (no add of the constant U)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "dus_dyn2d.hlo").read_text()
+    module, _ = partition_verified(text)
+    ops = _ops(module)
+    assert ops["add"] == 0
+    assert ops["subtract"] == ops["clamp"] == 2

@@ -435,9 +435,10 @@ def _update_in_place(p: HandlerContext, instr: Instruction, tm: TileMap, sliced:
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
         o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
-        first = p.em.device_scalar(tm.coords[:, d] * local[d])
+        # at U + o - s in the padded tile: the table holds s - U, one subtraction per device
+        first = p.em.device_scalar(tm.coords[:, d] * local[d] - upd[d])
         pad_cfg.append((upd[d], upd[d], 0))
-        starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
+        starts.append(b.subtract(o, first))
     padded = b.pad(x, b.constant(0, x.array_shape.element_type), PaddingConfig(tuple(pad_cfg)))
     written = b.dynamic_update_slice(padded, u, starts)
     lows = [c[0] for c in pad_cfg]
