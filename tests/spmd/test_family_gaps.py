@@ -219,3 +219,19 @@ def test_in_place_update_offset_is_one_subtraction_per_dim():
     ops = _ops(module)
     assert ops["add"] == 0
     assert ops["subtract"] == ops["clamp"] == 2
+
+
+def test_zero_pad_test_reads_the_bits_of_any_element_type():
+    """The zero test is on the constant's bits: a complex (0, 0) pad value is zero padding too
+    (no mask), and -0.0, whose bits are not the permutes' zeros, keeps its mask."""
+    text = """HloModule cz, num_partitions=8
+ENTRY e {{
+  x = {t}[16,4] parameter(0), sharding={{devices=[4,1,2]<=[8] last_tile_dim_replicate}}
+  z = {t}[] constant({z})
+  ROOT p = {t}[20,4] pad(x, z), padding=2_2x0_0, sharding={{devices=[4,1,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    module, _ = partition_verified(text.format(t="c64", z="(0, 0)"))
+    assert _ops(module)["select"] == 0
+    module, _ = partition_verified(text.format(t="f32", z="-0"))
+    assert _ops(module)["select"] >= 1

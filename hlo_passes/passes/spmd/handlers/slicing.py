@@ -188,10 +188,13 @@ def pad(p: HandlerContext, instr: Instruction) -> PValue:
 def _is_positive_zero(x: Instruction) -> bool:
     """Is `x` a scalar constant +0 (all bits zero: what a collective-permute delivers to a device
     it sends nothing to, and what an exchange's buffers start as)?"""
-    if x.opcode is not Opcode.CONSTANT or x.array_shape.rank != 0:
+    if x.opcode is not Opcode.CONSTANT or x.array_shape.rank != 0 or str(x.literal).lstrip().startswith("-"):
+        return False  # (a -0 reads as +0 from its literal)
+    try:
+        v = np.asarray(x.literal_value())
+    except (ValueError, TypeError, KeyError):  # a literal numpy cannot hold: not known to be zero
         return False
-    v = x.literal_value()
-    return bool(v == 0) and not bool(np.signbit(v))
+    return not any(v.tobytes())
 
 
 def _shifted(p: HandlerContext, instr: Instruction, fixed: list[int], windows: dict[int, WindowDimension],
