@@ -342,10 +342,10 @@ def _piece_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[Int6
         senders[t] = c
         sending.add(c)
     offsets = np.zeros((rank, n), np.int64)
-    for t in range(n):
-        c = int(senders[t])
+    for d in range(n):
+        c = int(senders[d])
         if c >= 0:
-            offsets[:, c] = a[t] - b[c]
+            offsets[:, c] = a[d] - b[c]
     return senders, offsets
 
 
