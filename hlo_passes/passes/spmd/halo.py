@@ -199,10 +199,14 @@ _TRANSFERS: dict["Halo", tuple[Transfer, ...]] = {}
 
 
 def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool,
-         active: Sequence[bool] | None = None) -> Halo:
+         active: Sequence[bool] | None = None, reads_outside: bool = True) -> Halo:
     """The exchange for a dim of `size` rows in `tiles` tiles; `zero_padding`: the op pads with
     zero (what the collective-permute delivers where there is no neighbour); `active`: the tiles
-    whose results are not all padding (default: every tile) — only they need their rows."""
+    whose results are not all padding (default: every tile) — only they need their rows;
+    `reads_outside`: whether a result inside the output can read a row outside [0, size) (a
+    slice's cannot: its row j reads one input row, inside the input whenever j is inside the
+    output, so the rows it reads outside only reach the output's don't-care padding and are
+    never masked)."""
     local = -(-size // tiles)
     used = [(t, lo) for t, lo in enumerate(rows.starts) if active is None or active[t]]
     left = max([0] + [t * local - lo for t, lo in used])
@@ -210,7 +214,7 @@ def plan(dim: int, size: int, tiles: int, rows: WindowRows, zero_padding: bool,
     outside = [t for t, lo in used if lo < 0 or lo + rows.width > size]
     beyond_end = [t for t, lo in used if lo + rows.width > size]
     uneven = size % tiles != 0
-    mask = bool(outside) and not zero_padding or bool(beyond_end) and uneven
+    mask = reads_outside and (bool(outside) and not zero_padding or bool(beyond_end) and uneven)
     return Halo(dim, tiles, size, local, rows, left, right, mask,
                 tuple(active) if active is not None and not all(active) else None)
 

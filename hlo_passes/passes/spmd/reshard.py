@@ -55,7 +55,7 @@ from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
 @dataclass(frozen=True, eq=False)
 class Step:
-    kind: str  # "slice" | "permute" | "all-to-all" | "all-gather"
+    kind: str  # "slice" | "permute" | "piece-permute" | "all-to-all" | "all-gather"
     dims: tuple[int, ...]  # all-gather: (dim, g); all-to-all: (from, to, g)
     bytes: int  # bytes each device receives
     result: TileMap  # the placement after this step
@@ -88,8 +88,12 @@ def _permute_pairs(src: TileMap, dst: TileMap) -> list[tuple[int, int]] | None:
     pairs: list[tuple[int, int]] = []
     used: set[int] = set()
     need = [d for d in range(dst.num_devices) if tuple(dst.coords[d]) != tuple(src.coords[d])]
+    moving = set(need)
     for d in need:
-        cands = [s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used]
+        # devices that keep their tile last: one that sends nothing sends it to itself in the
+        # same permute (`_emit_permute`)
+        cands = sorted((s for s in holders.get(tuple(dst.coords[d]) + (int(dst.manual[d]),), []) if s not in used),
+                       key=lambda s: s not in moving)
         if not cands:
             return None
         used.add(cands[0])
@@ -297,8 +301,122 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
             best, best_cost = grid, grid_cost
     whole = _gather_then_slice_plan(src, dst, dims, esize)
     if whole is not None and steps_estimate(whole, dims, esize, model) < best_cost:
-        best = whole
+        best, best_cost = whole, steps_estimate(whole, dims, esize, model)
+    pieces = _piece_permute_plan(src, dst, dims, esize)
+    if pieces is not None and steps_estimate(pieces, dims, esize, model) < best_cost:
+        best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
+    early = _permute_before_gather(best, src, dst, dims, esize)
+    if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
+        best = early
     return best
+
+
+def _piece_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[Int64Array, Int64Array] | None:
+    """(senders, offsets) of the piece-permute step (`_piece_permute_plan`), or None where a
+    target tile holding valid elements lies inside no source tile, or one permute cannot
+    bring every such tile to its device.  senders[d]: the device whose tile device d receives
+    its target tile from (d itself: it keeps it; -1: it needs nothing); offsets[k][s]: where
+    device s's outgoing piece starts in its tile along dim k."""
+    n, rank = dst.num_devices, dst.rank
+    s_local = [-(-dims[k] // src.dims[k]) for k in range(rank)]
+    d_local = [-(-dims[k] // dst.dims[k]) for k in range(rank)]
+    a = dst.coords * np.asarray(d_local, np.int64)          # [n, rank] target tile starts
+    b = src.coords * np.asarray(s_local, np.int64)          # [n, rank] source tile starts
+    free = np.any(a >= np.asarray(dims, np.int64), axis=1)  # target wholly padding
+    end_a = np.minimum(a + np.asarray(d_local, np.int64), np.asarray(dims, np.int64))
+    end_b = np.minimum(b + np.asarray(s_local, np.int64), np.asarray(dims, np.int64))
+    # inside[t, s]: target tile of t lies in source tile of s (same manual group)
+    inside = np.all((a[:, None, :] >= b[None, :, :]) & (end_a[:, None, :] <= end_b[None, :, :]), axis=2)
+    inside &= dst.manual[:, None] == src.manual[None, :]
+    inside &= ~free[:, None]
+    keeper = np.diagonal(inside).copy()
+    senders = np.full(n, -1, np.int64)
+    senders[keeper] = np.flatnonzero(keeper)
+    sending = set(int(d) for d in np.flatnonzero(keeper))  # keepers send their piece to themselves
+    for t in np.flatnonzero(~keeper & ~free):
+        # free devices (nothing to keep) first, then other receivers
+        cands = [int(c) for c in np.flatnonzero(inside[t]) if int(c) not in sending]
+        if not cands:
+            return None
+        c = min(cands, key=lambda c: (not free[c], c))
+        senders[t] = c
+        sending.add(c)
+    offsets = np.zeros((rank, n), np.int64)
+    for d in range(n):
+        c = int(senders[d])
+        if c >= 0:
+            offsets[:, c] = a[d] - b[c]
+    return senders, offsets
+
+
+def _piece_permute_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """One collective-permute where every target tile lies inside one source tile: each device
+    that lacks its target tile receives it from a holder that sends nothing else (one that
+    keeps nothing first), the holders slicing it from their tiles at per-device offsets, and
+    the devices that hold their own tile send it to themselves.  Where the tiles do not nest
+    evenly the other plans gather: [2,1,4] last_tile_dim_replicate -> [8,1] of 6 rows moves
+    the one row device 3 lacks, not the 3-row tiles of an all-gather."""
+    if not dst.same_manual(src) or same_placement(src, dst) or _piece_plan(src, dst, dims) is None:
+        return None
+    return [Step("piece-permute", (), math.prod(tm_local_dims(dst, dims)) * esize, dst)]
+
+
+def _emit_piece_permute(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:
+    found = _piece_plan(src, dst, dims)
+    assert found is not None, "a piece-permute step was planned where no single permute reaches the target"
+    senders, offsets = found
+    d_local = tm_local_dims(dst, dims)
+    need = tuple(max(int(offsets[k].max()) + d_local[k], x.array_shape.dims[k]) for k in range(len(dims)))
+    piece = em.local_slice(em.pad_to(x, need), list(offsets), d_local)
+    pairs = [(int(c), t) for t, c in enumerate(senders) if c >= 0]
+    if all(c == t for c, t in pairs):
+        return piece
+    return em.collective_permute(piece, pairs)
+
+
+def _permute_before_gather(steps: list[Step], src: TileMap, dst: TileMap, dims: tuple[int, ...],
+                           esize: int) -> list[Step] | None:
+    """A plan ending in an all-gather and then a permute (the gather left the target's tiles on
+    the wrong devices) with the permute moved before the gather, where it moves the smaller
+    tiles: each device first takes the piece of its target tile that the gather then completes
+    ([2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate: permute the halves of
+    dim 0 so that each gather pair holds both halves of its target tile, as XLA's partitioner
+    does).  None when the plan does not end so or no permute reaches the pieces."""
+    if len(steps) < 2 or steps[-1].kind != "permute" or steps[-2].kind != "all-gather":
+        return None
+    before = steps[-3].result if len(steps) >= 3 else src
+    k, g = steps[-2].dims
+    if before.dims[k] != dst.dims[k] * g or any(before.dims[a] != dst.dims[a] for a in range(dst.rank) if a != k):
+        return None
+    # devices holding each target tile, split into g residues of dim k (who already holds a
+    # residue's piece keeps it)
+    holders: dict[tuple[int, ...], list[int]] = {}
+    for d in range(dst.num_devices):
+        holders.setdefault(tuple(dst.coords[d]) + (int(dst.manual[d]),), []).append(d)
+    coords = dst.coords.copy()
+    for devs in holders.values():
+        if len(devs) % g:
+            return None
+        left = {r: len(devs) // g for r in range(g)}
+        rest: list[int] = []
+        for d in devs:
+            own = int(before.coords[d, k])
+            same = (own // g == dst.coords[d, k] and int(before.manual[d]) == int(dst.manual[d])
+                    and all(before.coords[d, a] == dst.coords[d, a] for a in range(dst.rank) if a != k))
+            if same and left[own % g]:
+                left[own % g] -= 1
+                coords[d, k] = own
+            else:
+                rest.append(d)
+        for d in rest:
+            r = next(r for r in range(g) if left[r])
+            left[r] -= 1
+            coords[d, k] = dst.coords[d, k] * g + r
+    pieces = TileMap(before.dims, coords, dst.manual, dst.manual_size)
+    if same_placement(before, pieces) or _permute_pairs(before, pieces) is None:
+        return None
+    permute = Step("permute", (), math.prod(tm_local_dims(before, dims)) * esize, pieces)
+    return steps[:-2] + [permute, Step("all-gather", (k, g), steps[-2].bytes, _coarsened(pieces, k, g))]
 
 
 def _gather_then_slice_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
@@ -447,6 +565,8 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
             x = _emit_slice(em, x, src_tm, step.result, dims)
         elif step.kind == "permute":
             x = _emit_permute(em, x, src_tm, step.result)
+        elif step.kind == "piece-permute":
+            x = _emit_piece_permute(em, x, src_tm, step.result, dims)
         elif step.kind == "all-to-all":
             i, j, g = step.dims
             x = _emit_all_to_all(em, x, src_tm, step.result, (i, j, g), dims)
@@ -482,10 +602,13 @@ def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: t
 def _emit_permute(em: Emitter, x: Instruction, src: TileMap, dst: TileMap) -> Instruction:
     pairs = _permute_pairs(src, dst)
     assert pairs is not None, "a permute step was planned where no permutation reaches the target"
-    moved = em.collective_permute(x, pairs)
     keep = np.all(dst.coords == src.coords, axis=1).astype(np.int64)
-    if not keep.any():
-        return moved
+    senders = {s for s, _ in pairs}
+    kept = [int(d) for d in np.flatnonzero(keep)]
+    if not senders.intersection(kept):
+        # the devices that keep their tile send it to themselves: one permute, no select
+        return em.collective_permute(x, sorted(pairs + [(d, d) for d in kept], key=lambda p: p[1]))
+    moved = em.collective_permute(x, pairs)
     b = em.b()
     flag = b.compare(em.device_scalar(keep), b.constant(1), "EQ")
     pred = b.broadcast(flag, ArrayShape(PrimitiveType.PRED, tuple(x.array_shape.dims)))

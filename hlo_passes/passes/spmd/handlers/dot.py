@@ -189,12 +189,24 @@ def partial_sum_cost(instr: Instruction, space: TileMap, out_rank: int, contract
     local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
     groups = groups_varying(space, summed)
     scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n)
+    esize = max(1, instr.array_shape.element_type.byte_size)
     if scatter is not None:
         dim, t_tm = scatter
         size = instr.array_shape.dims[dim]  # untiled in `out_tm`: sum_partials pads it to a multiple of g
         padded = local // size * (-(-size // g) * g) if size else local
-        return model.collective("reduce-scatter", padded, g) + cost(to_sharding(t_tm), target, instr.shape, n, model)
-    return model.collective("all-reduce", local, g) + cost(to_sharding(out_tm), target, instr.shape, n, model)
+        return (model.collective("reduce-scatter", padded, g) + _summing(padded // esize, g)
+                + cost(to_sharding(t_tm), target, instr.shape, n, model))
+    return (model.collective("all-reduce", local, g) + _summing(local // esize, g)
+            + cost(to_sharding(out_tm), target, instr.shape, n, model))
+
+
+def _summing(elements: int, g: int) -> Estimate:
+    """The additions a reduce-scatter or all-reduce of `elements` over g devices makes on each
+    device ((g - 1) / g of them, each summing g partials): FLOPs only, which the tie-breaker
+    reads.  Where a partial sum and gathering an operand take the same time and bytes (a 2-way
+    contracting dim beside a 2-way result dim of the same size), the gather computes the same
+    local product and adds nothing, as XLA's partition of such a dot does."""
+    return Estimate(flops=elements * (g - 1) // g)
 
 
 def sum_partials(p: HandlerContext, instr: Instruction, local: Instruction, space: TileMap, out_rank: int,

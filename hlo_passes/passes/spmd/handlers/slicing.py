@@ -18,6 +18,8 @@ from hlo_passes.ir.instruction import Instruction
 import math
 from typing import Sequence
 
+import numpy as np
+
 from hlo_passes.ir.attributes import PaddingConfig, SliceSpec, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, TupleShape
@@ -118,7 +120,7 @@ def slice_(p: HandlerContext, instr: Instruction) -> PValue:
              if (spec.starts[d], spec.limits[d], spec.strides[d]) != (0, dims[d], 1)]
     # output row r reads input row r * stride + start: a size-1 window
     windows = {d: WindowDimension(1, spec.strides[d], -spec.starts[d]) for d in fixed}
-    done = _shifted(p, instr, fixed, windows, zero_padding=True)
+    done = _shifted(p, instr, fixed, windows, zero_padding=True, reads_outside=False)
     return done if done is not None else local_except(p, instr, fixed)
 
 
@@ -177,12 +179,26 @@ def pad(p: HandlerContext, instr: Instruction) -> PValue:
     fixed = [d for d, c in enumerate(cfg.dimensions) if c != (0, 0, 0)]
     # output row r reads input row (r - low) / (interior + 1) where that is whole
     windows = {d: WindowDimension(1, 1, cfg.dimensions[d][0], 0, cfg.dimensions[d][2] + 1) for d in fixed}
-    done = _shifted(p, instr, fixed, windows, zero_padding=False)
+    # rows outside the operand are this pad's edge padding: a zero pad value is what the
+    # collective-permutes deliver there, so only uneven tiles' don't-care rows need the mask
+    done = _shifted(p, instr, fixed, windows, zero_padding=_is_positive_zero(instr.operands[1]))
     return done if done is not None else local_except(p, instr, fixed)
 
 
+def _is_positive_zero(x: Instruction) -> bool:
+    """Is `x` a scalar constant +0 (all bits zero: what a collective-permute delivers to a device
+    it sends nothing to, and what an exchange's buffers start as)?"""
+    if x.opcode is not Opcode.CONSTANT or x.array_shape.rank != 0 or str(x.literal).lstrip().startswith("-"):
+        return False  # (a -0 reads as +0 from its literal)
+    try:
+        v = np.asarray(x.literal_value())
+    except (ValueError, TypeError, KeyError):  # a literal numpy cannot hold: not known to be zero
+        return False
+    return not any(v.tobytes())
+
+
 def _shifted(p: HandlerContext, instr: Instruction, fixed: list[int], windows: dict[int, WindowDimension],
-             zero_padding: bool) -> PValue | None:
+             zero_padding: bool, reads_outside: bool = True) -> PValue | None:
     """Slice or pad with the result's tiling kept on the dims it tiles among `fixed`: each device
     takes the input rows its output tile reads from its neighbours (halo exchange, as a
     reduce-window of size 1 would), then slices or pads them locally.  None when no dim gains
@@ -202,7 +218,7 @@ def _shifted(p: HandlerContext, instr: Instruction, fixed: list[int], windows: d
         out_local = -(-out // t)
         rows = t > 1 and halos.window_rows(windows[d], t, [i * out_local for i in range(t)], out_local, [0] * t, 1)
         h = rows and halos.plan(d, size, t, rows, zero_padding,
-                                active=[i * out_local < out for i in range(t)])
+                                active=[i * out_local < out for i in range(t)], reads_outside=reads_outside)
         if not h or h.bytes(1) >= (t - 1) * h.local:  # gathering moves no more
             untiled.append(d)
         else:
@@ -422,9 +438,10 @@ def _update_in_place(p: HandlerContext, instr: Instruction, tm: TileMap, sliced:
             o = b.convert(o, s32)
         # XLA clamps the start so that the update fits: 0 <= o <= N - U
         o = b.op(Opcode.CLAMP, o.shape, [zero, o, b.constant(dims[d] - upd[d])])
-        first = p.em.device_scalar(tm.coords[:, d] * local[d])
+        # at U + o - s in the padded tile: the table holds s - U, one subtraction per device
+        first = p.em.device_scalar(tm.coords[:, d] * local[d] - upd[d])
         pad_cfg.append((upd[d], upd[d], 0))
-        starts.append(b.add(b.constant(upd[d]), b.subtract(o, first)))
+        starts.append(b.subtract(o, first))
     padded = b.pad(x, b.constant(0, x.array_shape.element_type), PaddingConfig(tuple(pad_cfg)))
     written = b.dynamic_update_slice(padded, u, starts)
     lows = [c[0] for c in pad_cfg]

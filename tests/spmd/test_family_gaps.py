@@ -1,0 +1,237 @@
+"""Family modules where our partition did more than XLA's (issue 11): a needless mask over the
+rows a slice or a zero pad reads outside its operand, a select where a permute can send a
+kept tile to itself, and a permute of gathered tiles that XLA makes before the gather.  Each
+checks the plan (which collectives, how many bytes, no masking ops) and verifies the result
+against XLA's run of the unpartitioned module on 8 devices."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from hlo_passes.ir import ArrayShape, PrimitiveType
+from hlo_passes.parse.attribute_reader import reader_for
+from hlo_passes.passes.spmd.partition_context import tile_map
+from hlo_passes.passes.spmd.reshard import plan
+from hlo_passes.stats import module_stats
+from tests.spmd.partitioning import collectives, partition_verified
+
+
+def _bytes(module) -> int:
+    return sum(module_stats(module).collective_bytes.values())
+
+
+def _ops(module) -> Counter[str]:
+    return Counter(i.opcode.value for i in module.all_instructions())
+
+
+def test_strided_slice_of_uneven_tiles_reads_their_padding_without_a_mask():
+    """Dim 2 (130 columns, 4 tiles of 33, the last with 2 padding columns) sliced [7:129:2]:
+    the last tile's window reaches past column 130, but a slice's result column j reads one
+    input column, inside the input whenever j is inside the result, so what it reads from the
+    padding lands in the result's own padding: one collective-permute of 5 columns, no
+    iota/compare/select mask."""
+    text = """HloModule ssp, num_partitions=8
+ENTRY e {
+  x = f32[64,20,130] parameter(0), sharding={devices=[1,1,4,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[31,20,61] slice(x), slice={[2:64:2], [0:20], [7:129:2]}, sharding={devices=[1,1,4,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 64 * 20 * 5 * 4
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0 and ops["iota"] == 0
+
+
+def test_slice_of_uneven_tiles_at_the_end_is_unmasked():
+    """The same on one dim of 21 rows in 4 tiles of 6 (3 padding rows), sliced [3:21]: the last
+    tile reads rows 21..23, all padding, into its result's padding."""
+    text = """HloModule su, num_partitions=8
+ENTRY e {
+  x = f32[21,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT s = f32[18,6] slice(x), slice={[3:21], [0:6]}, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0
+
+
+def test_zero_pad_of_partially_replicated_tiles_needs_no_mask():
+    """pad 4_4 with the constant 0 on rows tiled 4 ways (2 replicas each): the rows before the
+    first tile and past the last are the pad's edge padding, and the collective-permutes
+    deliver zeros there (no neighbour sends), so no row is masked: two collective-permutes of
+    2 rows each way, no iota/compare/select."""
+    text = """HloModule pp, num_partitions=8
+ENTRY e {
+  x = f32[1024,64] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(0)
+  ROOT p = f32[1032,64] pad(x, z), padding=4_4x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 2}
+    assert _bytes(module) == 2 * 2 * 64 * 4
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0 and ops["iota"] == 0
+
+
+def test_nonzero_pad_still_masks_its_edge_rows():
+    """The same pad with the value 1: the permutes deliver zeros, not ones, so the edge rows are
+    still set to the pad value (a select) — and the result verifies."""
+    text = """HloModule pp1, num_partitions=8
+ENTRY e {
+  x = f32[1024,64] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(1)
+  ROOT p = f32[1032,64] pad(x, z), padding=4_4x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert _ops(module)["select"] >= 1
+
+
+def test_zero_pad_of_uneven_tiles_masks_their_padding():
+    """A zero pad of 21 rows in 4 tiles of 6: the last tile's 3 padding rows are don't-care
+    values the pad's high edge would read, so they are masked even though the value is 0."""
+    text = """HloModule ppu, num_partitions=8
+ENTRY e {
+  x = f32[21,6] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  z = f32[] constant(0)
+  ROOT p = f32[25,6] pad(x, z), padding=2_2x0_0, sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert _ops(module)["select"] >= 1
+
+
+def test_permute_keeping_tiles_sends_them_to_themselves_instead_of_selecting():
+    """[8,1] -> [2,4,1] through a reshape: after the all-to-all, devices 0, 3, 4, 7 already hold
+    their tiles and the others swap pairwise.  One collective-permute with the self pairs
+    {0,0},{3,3},... does both, as XLA's does: no per-device select between the kept and the
+    received tile."""
+    text = """HloModule rs, num_partitions=8
+ENTRY e {
+  x = f32[48,10] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT r = f32[4,12,10] reshape(x), sharding={devices=[2,4,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-to-all": 1, "collective-permute": 1}
+    (cp,) = [i for i in module.all_instructions() if i.opcode.value == "collective-permute"]
+    pairs = cp.attr("source_target_pairs")
+    assert sorted(s for s, _ in pairs) == list(range(8)) and any(s == t for s, t in pairs)
+    ops = _ops(module)
+    assert ops["select"] == 0 and ops["compare"] == 0
+
+
+def test_partial_tiles_are_permuted_before_the_gather_not_after():
+    """[2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate of f32[12,10]:
+    gathering dim 0 over pairs leaves the column tiles on the wrong devices, so a permute
+    follows — of the gathered 12x5 tile (240 bytes).  Permuting the 6x5 halves first, so that
+    each gather pair holds both halves of its target tile, moves 120: 120 + 120 for the first
+    reshard, then an all-to-all to [4,1,2] (240), 480 in all as in XLA's partition."""
+    text = """HloModule prp, num_partitions=8
+ENTRY e {
+  p = f32[12,10] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
+  c = f32[12,10] copy(p), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+  ROOT d = f32[12,10] copy(c), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    order = [i.opcode.value for i in module.entry.instructions if i.opcode.is_collective]
+    assert order[:2] == ["collective-permute", "all-gather"]
+    assert _bytes(module) == 480
+    ops = _ops(module)
+    assert ops["select"] == 0
+
+
+def test_dot_gathers_the_small_operand_where_a_partial_sum_ties_on_time():
+    """x f32[32,16] [4,2] times a replicated 16x16 weight, result [4,2]: summing partial products
+    over the 2-way contracting dim (a reduce-scatter of the 8x16 partials, 512 bytes in) and
+    gathering x's 8x8 tiles over that pair (256 bytes in) then multiplying by the weight's
+    column tile receive the same bytes and take the same time; the gather adds nothing, so the
+    tie goes to it, as in XLA's partition (inside a while body: one all-gather per step)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "while_sharded_carry.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 8 * 8 * 4
+
+
+def test_dot_keeps_the_partial_sum_where_it_moves_less():
+    """The same kind of dot with a 64-wide contracting dim and an 8-wide result: each device's
+    8x8 partial reduce-scattered to 8x4 (128 bytes received) beats gathering the other 8x32
+    half of its lhs rows (1 KiB): the summing FLOPs only break ties."""
+    text = """HloModule dps, num_partitions=8
+ENTRY e {
+  x = f32[32,64] parameter(0), sharding={devices=[4,2]<=[8]}
+  w = f32[64,8] parameter(1), sharding={replicated}
+  ROOT d = f32[32,8] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, sharding={devices=[4,2]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+
+
+def test_uneven_refinement_permutes_only_the_missing_piece():
+    """f32[6,5] computed [2,1,4] last_tile_dim_replicate (rows 0-2 on devices 0-3, 3-5 on 4-7)
+    and needed [8,1] (row d on device d, devices 6 and 7 padding): the 3-row tiles do not nest
+    in 8 tiles of 1 evenly, so the gather-free plans got stuck and an all-gather of the 3x5
+    tiles (60 bytes) ran.  Every target row lies inside one source tile: device 3's row 3 comes
+    from device 6 (which keeps nothing), every other device slices its own — one
+    collective-permute of one row (20 bytes), no select."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "partial_to_tiled_halo.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 5 * 4
+    assert _ops(module)["select"] == 0
+
+
+def test_piece_permute_where_receivers_also_send():
+    """f32[12,4] from [2,1,4] last_tile_dim_replicate (rows 0-5 on devices 0-3, 6-11 on 4-7)
+    to [4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate (3-row tiles on pairs {0,4},{1,5},{2,6},
+    {3,7}): devices 0, 1, 6, 7 keep a slice of their own tile and send it to themselves, and
+    2, 3, 4, 5, which each lack theirs, receive it from one another — each sends the piece
+    another needs while receiving its own: one collective-permute of 3x4 rows."""
+    text = """HloModule pp2, num_partitions=8
+ENTRY e {
+  x = f32[12,4] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  c = f32[12,4] copy(x), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT d = f32[12,4] copy(c), sharding={devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 3 * 4 * 4
+    src, dst = (tile_map(reader_for("sharding")(s), 2, 8) for s in (
+        "{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"))
+    # one step, not a local slice to 3-row tiles followed by a permute of them
+    assert [s.kind for s in plan(src, dst, ArrayShape(PrimitiveType.F32, (12, 4)))] == ["piece-permute"]
+
+
+def test_in_place_update_offset_is_one_subtraction_per_dim():
+    """A dynamic-update-slice into rows tiled 8 ways, updated in place: the (clamped) offset
+    goes to U + o - s in the tile padded by U rows; the per-device table holds s - U, so each
+    sliced dim costs a clamp and one subtract (no add of the constant U)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families" / "dus_dyn2d.hlo").read_text()
+    module, _ = partition_verified(text)
+    ops = _ops(module)
+    assert ops["add"] == 0
+    assert ops["subtract"] == ops["clamp"] == 2
+
+
+def test_zero_pad_test_reads_the_bits_of_any_element_type():
+    """The zero test is on the constant's bits: a complex (0, 0) pad value is zero padding too
+    (no mask), and -0.0, whose bits are not the permutes' zeros, keeps its mask."""
+    text = """HloModule cz, num_partitions=8
+ENTRY e {{
+  x = {t}[16,4] parameter(0), sharding={{devices=[4,1,2]<=[8] last_tile_dim_replicate}}
+  z = {t}[] constant({z})
+  ROOT p = {t}[20,4] pad(x, z), padding=2_2x0_0, sharding={{devices=[4,1,2]<=[8] last_tile_dim_replicate}}
+}}
+"""
+    module, _ = partition_verified(text.format(t="c64", z="(0, 0)"))
+    assert _ops(module)["select"] == 0
+    module, _ = partition_verified(text.format(t="f32", z="-0"))
+    assert _ops(module)["select"] >= 1
