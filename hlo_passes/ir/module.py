@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+from bisect import bisect_left
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, cast
@@ -20,59 +21,72 @@ class NameTable:
     """Hands out unique names in XLA's style: `add`, `add.1`, `add.2`, ...
 
     `taken`, when given, lists the names already in use; it is read on the table's first
-    use, so that a parsed module that no pass renames or extends never builds the set.
-    The set is a dict (keys only): at the sizes of a big module's names (tens of thousands)
-    a set's table is twice as large, and two or three tables are alive while spmd-partition
-    runs (the module's, its flattened copy's).
+    use, so that a parsed module that no pass renames or extends never builds the table.
+    Those names are then kept in one sorted list, looked up by bisection: 8 bytes a name,
+    where a dict (or a set) of them takes 40 to 50, and two or three tables of a big module's
+    names (tens of thousands) are alive while spmd-partition runs (the module's, its flattened
+    copy's) and while weight-update-sharding prices its rewrite (the module's, the trial's).
+    Names reserved or handed out afterwards go into a dict (fewer: a pass's new instructions);
+    names of the list released afterwards, into a set.
     """
 
     _SUFFIX = re.compile(r"^(.*?)(?:\.(\d+))?$")
 
     def __init__(self, taken: Callable[[], Iterable[str]] | None = None) -> None:
         self._taken = taken
-        self._names: dict[str, None] | None = None if taken is not None else {}
+        self._sorted: list[str] | None = None if taken is not None else []  # `taken`, once read
+        self._added: dict[str, None] = {}
+        self._released: set[str] = set()  # names of `_sorted` free again
         self._next: dict[str, int] = {}
 
-    @property
-    def _used(self) -> dict[str, None]:
-        if self._names is None:
-            self._names = dict.fromkeys(cast(Callable[[], Iterable[str]], self._taken)())  # until first use
+    def _read(self) -> list[str]:
+        if self._sorted is None:
+            self._sorted = sorted(cast(Callable[[], Iterable[str]], self._taken)())  # until first use
             self._taken = None
-        return self._names
+        return self._sorted
+
+    def _used(self, name: str) -> bool:
+        if name in self._added:
+            return True
+        names = self._read()
+        k = bisect_left(names, name)
+        return k < len(names) and names[k] == name and name not in self._released
 
     def reserve(self, name: str) -> bool:
         """Record an existing name; False when it was taken already."""
-        used = self._used
-        if name in used:
+        if self._used(name):
             return False
-        used[name] = None
+        self._added[name] = None
         return True
 
     def settle(self) -> None:
         """Read the names in use now, where they are still to be read on first use: for a table
         kept aside while its module changes (Module.trial), which must not read the changes."""
-        self._used
+        self._read()
 
     def release(self, name: str) -> None:
-        self._used.pop(name, None)
+        if name in self._added:
+            del self._added[name]
+        elif self._used(name):
+            self._released.add(name)
 
     def unique(self, hint: str) -> str:
         hint = hint.lstrip("%") or "instruction"
         used = self._used
-        if hint not in used and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
-            used[hint] = None
+        if not used(hint) and hint not in PRIMITIVE_TYPES_BY_NAME:  # XLA reads `s1`, `f32` as types
+            self._added[hint] = None
             return hint
         base = cast(re.Match[str], self._SUFFIX.match(hint)).group(1) or hint  # matches any text
         n = self._next.get(base, 1)
-        while f"{base}.{n}" in used:
+        while used(f"{base}.{n}"):
             n += 1
         self._next[base] = n + 1
         name = f"{base}.{n}"
-        used[name] = None
+        self._added[name] = None
         return name
 
     def __contains__(self, name: str) -> bool:
-        return name in self._used
+        return self._used(name)
 
 
 @dataclass
