@@ -78,7 +78,10 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
         for line in held:
             _write(out, line)
         return rc
-    name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:  # a number the signal module has no name for
+        name = f"signal {-rc}"
     if fatal:
         where = fatal[-1].group("where").decode(errors="replace").strip()
         what = fatal[-1].group("what").decode(errors="replace").strip()

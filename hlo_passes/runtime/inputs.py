@@ -139,10 +139,9 @@ def steering_parameters(module: Module) -> set[int]:
                 steering.add(top.parameter_number)
             stack.extend(top.operands)
 
-    for instr in module.entry.instructions:
-        if instr.opcode is Opcode.CONDITIONAL and any(holds_collective(c) for c in instr.called_computations()):
-            parameters_reaching(instr.operands[0])
-        elif instr.opcode is Opcode.WHILE and any(holds_collective(c) for c in instr.called_computations()):
+    for instr in module.entry.instructions:  # a conditional's branch index, a loop's initial state
+        if instr.opcode in (Opcode.CONDITIONAL, Opcode.WHILE) and any(
+                holds_collective(c) for c in instr.called_computations()):
             parameters_reaching(instr.operands[0])
     return steering
 

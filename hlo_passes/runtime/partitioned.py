@@ -48,7 +48,8 @@ from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.sharding_propagation import unspecified_dims
 from hlo_passes.runtime import xla_backend
 from hlo_passes.runtime.compare import compare_arrays
-from hlo_passes.runtime.per_device import SPLIT_ALWAYS, SPLIT_IN_MANUAL_MODE, as_replica_program, split_variadic_collectives
+from hlo_passes.runtime.per_device import (SPLIT_ALWAYS, SPLIT_IN_MANUAL_MODE, as_replica_program, has_variadic,
+                                           split_variadic_collectives)
 
 
 class PartitionError(ValueError):
@@ -182,7 +183,7 @@ def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_dev
                            platform: str | None = None) -> DeviceRun:
     """Run a per-device program on `num_devices` devices (see the module docstring)."""
     replicas, partitions = module.replica_count, module.num_partitions
-    if any(i.opcode in SPLIT_ALWAYS and len(i.operands) > 1 for i in module.all_instructions()):
+    if has_variadic(module, SPLIT_ALWAYS):
         module = module.clone()
         split_variadic_collectives(module, SPLIT_ALWAYS)
     if partitions == 1:  # replica-style: XLA runs it as it is

@@ -90,6 +90,11 @@ SPLIT_IN_MANUAL_MODE = frozenset({Opcode.ALL_REDUCE, Opcode.ALL_GATHER})
 SPLIT_ALWAYS = frozenset({Opcode.ALL_GATHER})
 
 
+def has_variadic(module: Module, opcodes: frozenset[Opcode]) -> bool:
+    """Does `module` hold a collective of `opcodes` with several operands?"""
+    return any(i.opcode in opcodes and len(i.operands) > 1 for i in module.all_instructions())
+
+
 def split_variadic_collectives(module: Module, opcodes: frozenset[Opcode]) -> None:
     """One collective per operand (same groups and attributes, fresh channel ids) in place of
     each variadic all-reduce / all-gather of `opcodes`: the same computation, in the form XLA
@@ -127,8 +132,7 @@ def as_replica_program(text: str, num_devices: int, *, split_all_gathers: bool =
     show XLA CPU's fault)."""
     module = parse_module(text)
     fresh = needs_fresh_program(module) and make_fresh_program(module)
-    split = split_all_gathers and any(i.opcode in SPLIT_ALWAYS and len(i.operands) > 1
-                                      for i in module.all_instructions())
+    split = split_all_gathers and has_variadic(module, SPLIT_ALWAYS)
     if split:
         split_variadic_collectives(module, SPLIT_ALWAYS)
     if module.replica_count > 1 and module.num_partitions == 1:

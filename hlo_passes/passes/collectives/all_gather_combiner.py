@@ -85,20 +85,17 @@ def swapped(shape: Shape, own: int, dim: int) -> Shape:
     return moved if shape.layout is None else moved.with_layout(Layout.default_for_rank(shape.rank))
 
 
-def as_gathered(m: Instruction, own: int, dim: int) -> tuple[Shape, Shape] | None:
-    """The operand and result shapes with which member `m`, gathering `own`, takes part in a
-    merged gather over `dim`: its own when `own == dim` and its layouts keep that dimension
-    leading; None when it must go through a transpose (a swap, or an identity one that only
-    makes the layout row-major)."""
-    if own == dim and leading(m.shape, dim) and leading(m.operands[0].shape, dim):
-        return m.operands[0].shape, m.shape
-    return None
+def joins_as_it_is(m: Instruction, own: int, dim: int) -> bool:
+    """Does member `m`, gathering `own`, take part in a merged gather over `dim` with its own
+    operand and shape (`own == dim` and its layouts keep that dimension leading)?  Otherwise it
+    goes through a transpose: a swap, or an identity one that only makes the layout row-major."""
+    return own == dim and leading(m.shape, dim) and leading(m.operands[0].shape, dim)
 
 
 def leading_at(m: Instruction, own: int, dim: int) -> bool:
     """Is the gathered dimension leading in memory once member `m` gathers over `dim`, as it is
     or through the row-major swap of `own` into `dim`?"""
-    return as_gathered(m, own, dim) is not None or leading(swapped(m.shape, own, dim), dim)
+    return joins_as_it_is(m, own, dim) or leading(swapped(m.shape, own, dim), dim)
 
 
 def swap(rank: int, a: int, b: int) -> list[int]:
@@ -142,7 +139,7 @@ class AllGatherCombiner(CombinerPass):
             dim = 0
         operands, shapes, perms = [], [], []
         for m, d in zip(members, own):
-            if as_gathered(m, d, dim) is not None:
+            if joins_as_it_is(m, d, dim):
                 operands.append(m.operands[0])
                 shapes.append(m.shape)
                 perms.append(None)
