@@ -77,7 +77,7 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _STRING_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/')
 _PARENS = re.compile(r"[()]")
 _MODULE_HEAD = re.compile(rf"\s*HloModule\s+({_NAME})")
-_COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME})\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
+_COMP_HEAD = re.compile(rf"\s*(ENTRY\s+)?({_NAME}):?\s*(?:\((.*)\)\s*->\s*(.*?))?\s*\{{\s*$")
 _PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
 _STRING_ROW = re.compile(r'\s*([0-9]{1,18})\s+("(?:[^"\\]|\\.)*")\s*$')
 _RECORD_ROW = re.compile(r"\s*([0-9]{1,18})\s+\{((?:\s*[A-Za-z_][A-Za-z0-9_]*=-?[0-9]{1,18}(?![0-9]))*)\s*\}\s*$")
@@ -287,9 +287,10 @@ class LineScanner:
             raise Fallback
         name_tok = Token("NAME", m.group(1), offset + m.start(1))
         rest = m.end()
-        colon = re.match(r"\s*:", line[rest:])  # `HloModule name:` of older dumps
-        if colon is not None:
-            rest += colon.end()
+        if line[rest:rest + 1] == ":":  # `HloModule name:` of older dumps
+            rest += 1
+        elif re.match(r"\s+:", line[rest:]):
+            raise Fallback  # a ':' apart from the name: the builder says why it is wrong
         return self.b.module_header([name_tok, split_attributes(line[rest:].rstrip("\r\n"), offset + rest,
                                                                  original[rest:].rstrip("\r\n"))])
 
@@ -394,6 +395,8 @@ class LineScanner:
             # Operands by name, or the instruction itself where it is already defined (XLA
             # prints operands before their users); a name not defined yet keeps its position,
             # for the builder's error message.
+            if self.b.keyword_names:
+                raise Fallback  # names that are keywords resolve through the builder's checks
             defined = self.b.by_name
             if "[" in body or "(" in body:
                 operands = []

@@ -31,7 +31,7 @@ import gc
 import re
 from dataclasses import dataclass
 from sys import intern
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Final, Sequence, cast
 
 import lark
 from lark import Token
@@ -61,6 +61,22 @@ def _range(item: Token | TextRange) -> TextRange:
     if isinstance(item, Token):
         return TextRange(cast(int, item.start_pos), cast(int, item.end_pos))  # the parser's tokens have positions
     return item
+
+
+# Words XLA's lexer never reads as a name (hlo_lexer.cc): its keywords and `nan`, and the element
+# types (tuple and buffer excepted, which are no type words).  Written bare they cannot name a
+# module, a computation or an instruction, nor refer to one; with a '%' before them they can
+# (an instruction still cannot be named after an element type), and a module's or
+# computation's name may also be kept from the lexer by a ':' right after it (`HloModule s2:`).
+KEYWORDS: Final = frozenset({
+    "true", "false", "inf", "nan", "HloModule", "ENTRY", "ROOT", "FileLocations", "FileNames", "FunctionNames",
+    "StackFrames", "maximal", "replicated", "manual", "last_tile_dim_replicate", "shard_as", "shard_like",
+    "unknown", "unreduced"})
+RESERVED_WORDS: Final = KEYWORDS | frozenset(PRIMITIVE_TYPES_BY_NAME)
+
+
+def _reserved_word(word: str) -> str:
+    return "an element type" if word in PRIMITIVE_TYPES_BY_NAME else "a keyword"
 
 
 def _bare(name: str) -> str:
@@ -122,6 +138,7 @@ class ModuleBuilder(ShapeBuilder):
         self.element_refs: dict[tuple[Instruction, int], Instruction] = {}
         self.pending_computations: list[Computation] = []
         self.nested_built: dict[int, Instruction] = {}
+        self.keyword_names = False  # an instruction here is named by a keyword (written `%true`)
 
     # ---------------------------------------------------------------- spans --
     def set_line(self, number: int, start: int) -> None:
@@ -222,9 +239,14 @@ class ModuleBuilder(ShapeBuilder):
     def _build(self, name: str, name_tok: TokenLike, shape: Shape | None, opcode_tok: TokenLike,
                operands: list[Operand], attrs: Sequence[tuple[TokenLike, Attr]], span: SpanFields,
                nested_depth: int = 0) -> Instruction:
-        if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
-            raise SemanticError(f"illegal instruction name '{name}': it is an element type "
-                                f"(rename it, e.g. to '{name}_')", name_tok)
+        if name in RESERVED_WORDS:
+            if name in PRIMITIVE_TYPES_BY_NAME:  # XLA's lexer reads these as element types
+                raise SemanticError(f"illegal instruction name '{name}': it is an element type "
+                                    f"(rename it, e.g. to '{name}_')", name_tok)
+            if not name_tok.value.startswith("%"):
+                raise SemanticError(f"expects an instruction name: '{name}' is a keyword in HLO text "
+                                    f"(write '%{name}', or rename it)", name_tok)
+            self.keyword_names = True  # references to it must carry the '%' too (`_resolve`)
         plan = self.plans.get(opcode_tok.value) or self._plan(opcode_tok)
         opcode = plan.opcode
         # The shape is inferred below when None.
@@ -320,9 +342,13 @@ class ModuleBuilder(ShapeBuilder):
     def _resolve(self, ref: Any) -> Instruction:
         """The instruction an operand name refers to (`%t#1`: element 1 of tuple `t`); it must
         be defined above, in the same computation."""
-        bare = _bare(ref if type(ref) is str else ref.value)
+        raw = ref if type(ref) is str else ref.value
+        bare = _bare(raw)
         target = self.by_name.get(bare)
         if target is not None:
+            if self.keyword_names and bare in KEYWORDS and bare == raw:
+                raise SemanticError(f"expects an operand name: '{bare}' is a keyword in HLO text (write "
+                                    f"'%{bare}')", _positioned(ref))
             return target
         name, _, index = bare.partition("#")
         target = self.by_name.get(name)
@@ -458,10 +484,13 @@ class ModuleBuilder(ShapeBuilder):
             key = key_tok.value
             if key in CALLED_COMPUTATION_KEYS:
                 raw = cast(str, attr.raw).strip()  # parsed: has text
-                names = [_bare(x.strip()) for x in raw[1:-1].split(",") if x.strip()] if raw.startswith("{") \
-                    else [_bare(raw)]
+                written = [x.strip() for x in raw[1:-1].split(",") if x.strip()] if raw.startswith("{") else [raw]
                 comps = []
-                for n in names:
+                for w in written:
+                    if w in RESERVED_WORDS:
+                        raise SemanticError(f"expects a computation name: '{w}' is {_reserved_word(w)} in HLO "
+                                            f"text (write '%{w}')", key_tok)
+                    n = _bare(w)
                     comp = self.computations.get(n)
                     if comp is None:
                         raise SemanticError(f"computation '{n}' is not defined (a computation must be defined "
@@ -471,7 +500,11 @@ class ModuleBuilder(ShapeBuilder):
                     called = {}
                 called[key] = tuple(comps) if raw.startswith("{") or key in _REFERENCE_LIST_KEYS else comps[0]
             elif key == "control-predecessors":
-                for n in (_bare(x.strip()) for x in cast(str, attr.raw).strip()[1:-1].split(",")):
+                for w in (x.strip() for x in cast(str, attr.raw).strip()[1:-1].split(",")):
+                    if w in KEYWORDS:
+                        raise SemanticError(f"expects an instruction name: '{w}' is a keyword in HLO text "
+                                            f"(write '%{w}')", key_tok)
+                    n = _bare(w)
                     pred = self.by_name.get(n)
                     if pred is None:
                         raise SemanticError(f"control predecessor '{n}' is not defined in "
@@ -673,6 +706,8 @@ class ModuleBuilder(ShapeBuilder):
         is_entry = getattr(c[0], "type", None) == "ENTRY"
         if is_entry:
             c = c[1:]
+        c = self._drop_header_colon(c, "a signature or '{'")
+        self._check_header_name(c[0], "computation")
         header = ComputationHeader(is_entry, c[0], c[1] if len(c) > 1 else None, self.span_of(c[0]))
         self._begin_computation(_bare(header.name.value))
         if self.first_computation is None:
@@ -781,8 +816,29 @@ class ModuleBuilder(ShapeBuilder):
 
     # ---------------------------------------------------------------- module --
     def module_header(self, c: list[Any]) -> ModuleHeader:
-        c = [x for x in c if not (isinstance(x, Token) and x.type == "HEADER_COLON")]
+        c = self._drop_header_colon(c, "module attributes or a computation")
+        self._check_header_name(c[0], "module")
         return ModuleHeader(c[0], c[1])
+
+    @staticmethod
+    def _drop_header_colon(c: list[Any], expected: str) -> list[Any]:
+        """A header's children without the colon after its name, which must come right after
+        it: XLA's lexer reads `name:` as one token and a ':' on its own as none it expects."""
+        if len(c) > 1 and isinstance(c[1], Token) and c[1].type == "HEADER_COLON":
+            if c[1].start_pos != c[0].end_pos:
+                raise SemanticError(f"expects {expected}: the ':' after a name comes right after it", c[1])
+            return [c[0], *c[2:]]
+        return c
+
+    def _check_header_name(self, tok: TokenLike, what: str) -> None:
+        """A module's or computation's name must not be a word XLA's lexer reserves (see
+        RESERVED_WORDS), unless a ':' right after it makes the lexer read it as a name."""
+        word = tok.value
+        if word in RESERVED_WORDS:
+            end = cast(int, tok.start_pos) + len(word)
+            if self.text[end:end + 1] != ":":
+                raise SemanticError(f"expects a {what} name: '{word}' is {_reserved_word(word)} in HLO text "
+                                    f"(write '%{word}', or rename it)", tok)
 
     def module(self, c: list[Any]) -> Module:
         header = c[0] if type(c[0]) is ModuleHeader else None

@@ -235,3 +235,44 @@ ENTRY e {{
     assert _ops(module)["select"] == 0
     module, _ = partition_verified(text.format(t="f32", z="-0"))
     assert _ops(module)["select"] >= 1
+
+
+def test_sort_along_one_axis_of_a_2d_mesh_folds_that_axis_into_the_rows():
+    """A sort along dim 1 tiled 4 ways, dim 0 tiled 2 ways: the sort needs dim 1 whole, and the
+    rows are tiled already.  Dim 1's 4 tiles become the minor part of dim 0's (8 row tiles of
+    2 rows): an all-to-all within each group of 4 there and back, each device sorting 2 rows
+    of 512 — not an all-gather after which every device sorts 8 rows (4× the work)."""
+    text = """HloModule s2, num_partitions=8
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[16,512] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT s = f32[16,512] sort(x), dimensions={1}, to_apply=lt, sharding={devices=[2,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-to-all": 2}
+    (sort,) = [i for i in module.all_instructions() if i.opcode.value == "sort"]
+    assert sort.array_shape.dims == (2, 512)
+
+
+def test_sort_whose_rows_cannot_take_the_folded_tiles_gathers():
+    """The same with 6 rows (3 per row tile, not divisible by 4 more): the fold would make
+    uneven tiles, so the sorted dim is gathered (each device sorts its 3 rows whole)."""
+    text = """HloModule s3, num_partitions=8
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  x = f32[6,64] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT s = f32[6,64] sort(x), dimensions={1}, to_apply=lt, sharding={devices=[2,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    (sort,) = [i for i in module.all_instructions() if i.opcode.value == "sort"]
+    assert sort.array_shape.dims == (3, 64)

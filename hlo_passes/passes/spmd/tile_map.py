@@ -178,6 +178,25 @@ class TileMap:
         """Output dim i is input dim perm[i]."""
         return self.remap(len(perm), {i: p for i, p in enumerate(perm)})
 
+    def fold(self, into: int, moved: int) -> "TileMap":
+        """Dim `moved`'s tiling folded into dim `into` as its minor part: dim `into` gets
+        dims[into] * dims[moved] tiles (device coordinate c[into] * dims[moved] + c[moved]) and
+        dim `moved` none.  Where an op needs `moved` whole and `into` is already partly tiled
+        (a sort along one axis of a 2-D mesh), its devices keep working on distinct rows: one
+        all-to-all within each group of the moved axis, as XLA moves a sort's sharding.
+        Computed once per map and arguments."""
+        key = ("fold", self.rank, ((into, moved),))
+        found = self._derived.get(key)
+        if found is None:
+            coords = self.coords.copy()
+            coords[:, into] = self.coords[:, into] * self.dims[moved] + self.coords[:, moved]
+            coords[:, moved] = 0
+            coords.setflags(write=False)
+            dims = list(self.dims)
+            dims[into], dims[moved] = self.dims[into] * self.dims[moved], 1
+            found = self._derived[key] = TileMap(tuple(dims), coords, self.manual, self.manual_size)
+        return found
+
     def with_manual(self, other: "TileMap") -> "TileMap":
         """This tiling within `other`'s manual groups."""
         return TileMap(self.dims, self.coords, other.manual, other.manual_size)

@@ -39,8 +39,9 @@ def local_except(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) ->
 
     Which tiling of the other dims: the result's own (a fixed dim's tiles gathered), or — as
     XLA does for a sort along its sharded dim — the fixed dim's tiling moved onto a free dim
-    that has none (an all-to-all there and back, every device working on its share instead of
-    the whole array).  The cost model picks."""
+    that has none, or folded into a free dim's tiles as their minor part (an all-to-all there
+    and back, every device working on its share instead of the whole array).  The cost model
+    picks."""
     target = p.target(instr)
     first = instr.shape.elements[0] if isinstance(instr.shape, TupleShape) else instr.shape
     assert isinstance(first, ArrayShape), f"{instr.name}: expected an array or a tuple of arrays"
@@ -82,8 +83,13 @@ def _cheapest_local_tiling(p: HandlerContext, instr: Instruction, first: ArraySh
             for g in free:
                 if base.dims[g] == 1 and first.dims[g] % t == 0 and first.dims[g] >= t:
                     moved = source.remap(rank, {d: d for d in free if d != g} | {g: f})
-                    if moved.to_sharding() is not None:
-                        candidates.append(moved)
+                elif base.dims[g] > 1 and first.dims[g] % (base.dims[g] * t) == 0:
+                    # g is tiled already (a 2-D mesh): f's tiles become g's minor tiles
+                    moved = source.remap(rank, {d: d for d in free} | {f: f}).fold(g, f)
+                else:
+                    continue
+                if moved.to_sharding() is not None:
+                    candidates.append(moved)
     if len(candidates) == 1:
         return to_sharding(candidates[0])
     model, n = p.ctx.cost_model, p.n
