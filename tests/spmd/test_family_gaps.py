@@ -242,7 +242,7 @@ def test_sort_along_one_axis_of_a_2d_mesh_folds_that_axis_into_the_rows():
     rows are tiled already.  Dim 1's 4 tiles become the minor part of dim 0's (8 row tiles of
     2 rows): an all-to-all within each group of 4 there and back, each device sorting 2 rows
     of 512 — not an all-gather after which every device sorts 8 rows (4× the work)."""
-    text = """HloModule s2, num_partitions=8
+    text = """HloModule sort2d, num_partitions=8
 lt {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -262,7 +262,7 @@ ENTRY e {
 def test_sort_whose_rows_cannot_take_the_folded_tiles_gathers():
     """The same with 6 rows (3 per row tile, not divisible by 4 more): the fold would make
     uneven tiles, so the sorted dim is gathered (each device sorts its 3 rows whole)."""
-    text = """HloModule s3, num_partitions=8
+    text = """HloModule sort2d_uneven, num_partitions=8
 lt {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -276,3 +276,33 @@ ENTRY e {
     module, _ = partition_verified(text)
     (sort,) = [i for i in module.all_instructions() if i.opcode.value == "sort"]
     assert sort.array_shape.dims == (3, 64)
+
+
+def test_cholesky_with_rows_tiled_on_a_2d_mesh_folds_them_into_the_batch_tiles():
+    """Matrices [8,64,64] tiled 2 ways on the batch, 4 ways on the rows: the rows' tiles become
+    the batch dim's minor tiles (one matrix per device, an all-to-all within each group of 4
+    there and back), not gathered (4 matrices factored per device)."""
+    text = """HloModule c2, num_partitions=8
+ENTRY e {
+  a = f32[8,64,64] parameter(0), sharding={devices=[2,4,1]<=[8]}
+  ROOT c = f32[8,64,64] cholesky(a), lower=true, sharding={devices=[2,4,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-to-all": 2}
+    (chol,) = [i for i in module.all_instructions() if i.opcode.value == "cholesky"]
+    assert chol.array_shape.dims == (1, 64, 64)
+
+
+def test_fft_along_a_tiled_dim_of_a_2d_mesh_runs_on_folded_row_tiles():
+    """An FFT over dim 1 tiled 4 ways, rows tiled 2 ways: each device transforms 2 whole rows."""
+    text = """HloModule f2, num_partitions=8
+ENTRY e {
+  x = c64[16,256] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT f = c64[16,256] fft(x), fft_type=FFT, fft_length={256}, sharding={devices=[2,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-to-all": 2}
+    (fft,) = [i for i in module.all_instructions() if i.opcode.value == "fft"]
+    assert fft.array_shape.dims == (2, 256)

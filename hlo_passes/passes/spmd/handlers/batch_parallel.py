@@ -9,9 +9,10 @@ matrices, and every operand and result keeps the same batch tiling with its core
 
 A tiled core dim cannot stay tiled.  The batch tiling is chosen by price (cost_model.py) among:
 the batch tiling of each operand and of each result's target (core dims gathered), the same with
-a core dim's tiling moved onto a batch dim that has none (an all-to-all there and, when the
-result wants it, back — every device still solves its share, as XLA does for a cholesky whose
-matrix rows are sharded), and none (the op computed whole):
+a core dim's tiling moved onto a batch dim that has none, or folded into a tiled batch dim's
+tiles as their minor part on a 2-D mesh (an all-to-all there and, when the result wants it,
+back — every device still solves its share, as XLA does for a cholesky whose matrix rows are
+sharded), and none (the op computed whole):
 
     %c = f32[16,32,32] cholesky(%x {devices=[1,8,1]}), sharding={devices=[1,8,1]}
   -> all-to-all to {devices=[8,1,1]}, f32[2,32,32] cholesky, all-to-all back
@@ -75,11 +76,15 @@ def _cheapest_batch_tiling(p: HandlerContext, instr: Instruction, k: int, result
         tm = tile_map(sharding, shape.rank, n)
         base = tm.remap(k, {d: d for d in range(k)})
         consider(base)
-        for f in range(k, shape.rank):  # a core dim's tiling moved onto an untiled batch dim
+        for f in range(k, shape.rank):  # a core dim's tiling moved onto a batch dim
             t = tm.dims[f]
             for g in range(k):
                 if t > 1 and base.dims[g] == 1 and sizes[g] >= t:
                     consider(tm.remap(k, {d: d for d in range(k) if d != g} | {g: f}))
+                elif t > 1 and base.dims[g] > 1 and sizes[g] >= base.dims[g] * t:
+                    # the batch dim is tiled already (a 2-D mesh): the core dim's tiles become
+                    # its minor tiles
+                    consider(tm.keep_dims([*range(k), f]).fold(g, f).remap(k, {d: d for d in range(k)}))
         consider(tm.remap(k, {}))  # none: the op computed whole (per manual group)
     priced: list[tuple[TileMap, Estimate]] = []
     for cand in candidates.values():
