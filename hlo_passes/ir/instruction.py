@@ -310,6 +310,17 @@ class Instruction:
             if pred is not new:
                 new.add_control_predecessor(pred)
 
+    def drop_control_edges(self) -> None:
+        """Detach every control edge this instruction has, at both ends (before erasing it
+        together with what it was ordered against)."""
+        for pred in list(self.control_predecessors):
+            cast("list[Instruction]", pred.control_successors).remove(self)
+        for succ in list(self.control_successors):
+            cast("list[Instruction]", succ.control_predecessors).remove(self)
+        if self._rare is not None:
+            self._rare.control_predecessors = NO_CONTROL_EDGES
+            self._rare.control_successors = NO_CONTROL_EDGES
+
     # -------------------------------------------------------------- source --
     @property
     def span(self) -> SourceSpan | None:

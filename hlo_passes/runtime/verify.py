@@ -12,7 +12,10 @@ How a module runs is read from the module itself (`num_partitions`,
     is computed).
 (b) global module that cannot run on one device (manual regions, collectives) or
     that `execute_module` is asked to run on N > 1 devices: XLA's own SPMD
-    partitioner on N devices, global arrays in, global arrays out.
+    partitioner on N devices, global arrays in, global arrays out.  When verifying,
+    the outputs computed from no manual region, collective or device id are then
+    computed again on one device, from the module cut down to them (XLA's
+    partitioner has computed such outputs wrong beside a manual region).
 (c) per-device partitioned module (`num_partitions=N`, per-device shapes, the
     logical sharding on every ENTRY parameter and the ROOT, as `spmd-partition`
     writes it) compared with a global module: global inputs are sliced into
@@ -150,16 +153,19 @@ def _has_sharding(instr) -> bool:
 
 def needs_devices(module: Module) -> bool:
     """A global module that cannot run on one device: collectives or manual regions."""
-    for i in module.all_instructions():
-        if i.opcode.is_collective or i.opcode in (Opcode.PARTITION_ID, Opcode.REPLICA_ID):
-            return True
-        if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (
-                "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
-                "xla.sdy.LocalToGlobalShape"):
-            return True
-        if _has_sharding(i) and i.sharding.is_manual:
-            return True
-    return False
+    return any(_needs_a_device(i) for i in module.all_instructions())
+
+
+def _needs_a_device(i: Instruction) -> bool:
+    """Does `i` make its module need devices: a collective, a device id, a manual region's
+    edge or inside?"""
+    if i.opcode.is_collective or i.opcode in (Opcode.PARTITION_ID, Opcode.REPLICA_ID):
+        return True
+    if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (
+            "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.GlobalToLocalShape",
+            "xla.sdy.LocalToGlobalShape"):
+        return True
+    return _has_sharding(i) and i.sharding.is_manual
 
 
 def strip_shardings(module: Module) -> Module:
@@ -200,7 +206,42 @@ def _run_global(module: Module, inputs, num_devices, platform, report) -> list[n
     report.problems += problems
     report.notes.append(f"original partitioned by XLA's SPMD partitioner on {n} devices")
     report.notes += notes
-    return outputs
+    return _outputs_of_one_device(module, outputs, inputs, platform, report)
+
+
+def _outputs_of_one_device(module: Module, outputs: list[np.ndarray], inputs, platform,
+                           report: VerificationReport) -> list[np.ndarray]:
+    """`outputs` of XLA's partition of `module`, those computed from no manual region,
+    collective or device id recomputed on one device, the module unpartitioned: that is what
+    they mean, and XLA's partitioner has computed such outputs wrong beside a manual region (a
+    dynamic-update-slice into unevenly tiled rows left a row unwritten: JAX fuzz seed 2035,
+    SPMD fuzz seed 10085).  XLA's partition stays the oracle for the outputs that need the
+    devices.  Outputs of a root that is not a flat tuple, or whose slice cannot be cut out and
+    run alone, keep XLA's values."""
+    from hlo_passes.passes.cleanup.dce import DeadCodeElimination  # (the runtime sits above the passes)
+
+    root = module.entry.root
+    if root.opcode is not Opcode.TUPLE or len(root.operands) != len(outputs) \
+            or any(op.shape.is_tuple for op in root.operands):
+        return outputs
+    alone = [not needed for needed in _per_output(module, _needs_a_device, lambda x, y: x or y)]
+    if not any(alone):
+        return outputs
+    part = module.clone()
+    entry = part.entry
+    kept = [op for op, free in zip(entry.root.operands, alone) if free]
+    entry.root = entry.add(Instruction(Opcode.TUPLE, TupleShape(tuple(op.shape for op in kept)), kept,
+                                       name="one_device_outputs"))
+    _keep_only_what_the_root_reads(entry)
+    DeadCodeElimination(remove_cross_partition_collectives=True).run(part)  # (computations nobody calls)
+    if needs_devices(part):  # a called computation of what is kept needs devices after all
+        return outputs
+    values = iter(run_single_device(part, inputs, platform))
+    which = [str(i) for i, free in enumerate(alone) if free]
+    report.notes.append(f"outputs {', '.join(which)} need no device of their own" if len(which) > 1 else
+                        f"output {which[0]} needs no device of its own")
+    report.notes[-1] += ": computed on one device, the module unpartitioned (not by XLA's partition)"
+    return [next(values) if free else out for out, free in zip(outputs, alone)]
 
 
 def run_partitioned(module: Module, global_inputs: list[np.ndarray], *, param_shardings=None,
@@ -442,6 +483,25 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
 
 def _hlo(s: Sharding | None) -> str:
     return s.to_hlo() if s is not None else "{replicated}"
+
+
+def _keep_only_what_the_root_reads(comp: Computation) -> None:
+    """Remove from `comp` everything its root is not computed from (operands and control
+    predecessors, transitively), parameters excepted, effects or not: a slice of the
+    computation for the outputs its root now holds."""
+    kept = set(comp.parameters)
+    stack = [comp.root]
+    while stack:
+        instr = stack.pop()
+        if instr in kept:
+            continue
+        kept.add(instr)
+        stack.extend(instr.operands)
+        stack.extend(instr.control_predecessors)
+    for instr in reversed(comp.post_order()):
+        if instr not in kept:
+            instr.drop_control_edges()
+            comp.remove(instr)
 
 
 def _per_output(module: Module, own: Callable[[Instruction], T], merge: Callable[[T, T], T]) -> list[T]:

@@ -254,9 +254,12 @@ def test_seed_2035_our_partition_matches_the_truth_where_xlas_partition_does_not
     of a [2,4] value whose rows are sharded over four devices (two of them padding), beside a
     shard_map.  `verify` reported a MISMATCH, but the oracle was wrong: XLA's own partition of
     the original leaves the row unwritten.  Judged against the values computed by hand (a
-    sigmoid, then the row replaced), our partition is right.  When a jaxlib fixes XLA's, the
-    last assertion fails and this can become a plain verify test."""
+    sigmoid, then the row replaced), our partition is right.  The output needs no manual region,
+    so `verify` now computes its expected value on one device, unpartitioned, and the report is
+    EQUIVALENT.  When a jaxlib fixes XLA's partitioner, the last assertion fails."""
     import numpy as np
+    from hlo_passes.ir.program_kind import read_program
+    from hlo_passes.runtime.partitioned import run_xla_spmd
     from hlo_passes.runtime.verify import random_inputs
     text = (DATA / "dus_uneven_rows_2035.hlo").read_text()
     module = parse_module(text)
@@ -267,5 +270,8 @@ def test_seed_2035_our_partition_matches_the_truth_where_xlas_partition_does_not
     row = min(max(index + 2 if index < 0 else index, 0), 1)
     truth = 1 / (1 + np.exp(-x))
     truth[row:row + 1] = update
+    assert report.ok, report.format()
     assert np.allclose(report.actual[0], truth, rtol=1e-6, atol=1e-6)
-    assert not np.allclose(report.expected[0], truth)  # XLA's partition of the original (its fault)
+    assert np.allclose(report.expected[0], truth, rtol=1e-6, atol=1e-6)
+    xlas, _, _ = run_xla_spmd(parse_module(text), inputs, read_program(parse_module(text)).num_devices, None, [])
+    assert not np.allclose(xlas[0], truth)  # XLA's partition of the original (its fault)
