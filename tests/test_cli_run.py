@@ -142,6 +142,19 @@ def test_verify_mismatch_exits_1_and_writes_nothing(test_passes, dead, tmp_path,
     assert out.exists()
 
 
+def test_verify_runs_on_the_platform_asked_for(dead, tmp_path, capsys):
+    """`--platform` reaches the runtime: the CPU verifies; a platform this machine lacks is a
+    plain error (exit 2, no output written), not an internal one."""
+    out = tmp_path / "out.hlo"
+    assert cli(["run", str(dead), "--passes=cse,dce", "--verify", "--platform", "cpu", "-o", str(out)]) == 0
+    assert "EQUIVALENT" in capsys.readouterr().err and out.exists()
+    out.unlink()
+    assert cli(["run", str(dead), "--passes=cse,dce", "--verify", "--platform", "tpu", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --verify: no tpu backend") and "internal error" not in err
+    assert not out.exists()
+
+
 def test_xla_dump_directories(tmp_path, capsys):
     dump = tmp_path / "xla_dump"
     dump.mkdir()

@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="write the result here (default: stdout)")
     p.add_argument("--num-partitions", type=int, help="set num-partitions on every pass that has it")
     p.add_argument("--verify", action="store_true", help="compare the result with the input numerically")
+    p.add_argument("--platform", choices=("cpu", "gpu", "tpu"),
+                   help="with --verify: the XLA platform that runs both modules (default cpu; a GPU dump's "
+                        "after_optimizations holds GPU-only custom-calls)")
     p.add_argument("--verify-each", action="store_true", help="structural verifier after every pass")
     p.add_argument("--dump-dir", metavar="DIR", help="module before/after each pass, and a diff per pass")
     p.add_argument("--stats", action="store_true",
@@ -148,13 +151,16 @@ def main(args) -> int:
     out = print_module(module)
     # deferred: the runtime loads numpy and xla_backend (jax on first use)
     from hlo_passes.runtime import verify_equivalent
-    from hlo_passes.runtime.verify import OriginalFailed
-    from hlo_passes.runtime.xla_backend import quiet_cpp_logs
+    from hlo_passes.runtime.inputs import InputError
+    from hlo_passes.runtime.verify import VerificationError
+    from hlo_passes.runtime.xla_backend import BackendUnavailable, quiet_cpp_logs
 
     quiet_cpp_logs()
     try:
-        report = verify_equivalent(cast(str, original), out, original_as=args.as_kind)
-    except OriginalFailed as e:  # nothing to compare with; the passes' output was not judged
+        report = verify_equivalent(cast(str, original), out, original_as=args.as_kind, platform=args.platform)
+    except (VerificationError, InputError, BackendUnavailable) as e:
+        # nothing to compare with (XLA cannot run the original, no such platform here): the
+        # passes' output was not judged
         raise UserError(f"--verify: {e}") from None
     print(report.format(), file=sys.stderr)
     if not report.ok:
