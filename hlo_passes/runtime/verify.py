@@ -465,10 +465,11 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
         fallback = xla.parameters if xla is not None else [
             pa.sharding if _has_sharding(pa) else None for pa in a.entry.parameters]
         param_shardings = [own if own is not None else other for own, other in zip(own_params, fallback)]
+    from_xla = False
     if root_sharding is None:
         root_sharding = own_root
         if root_sharding is None and xla is not None:
-            root_sharding = xla.result
+            root_sharding, from_xla = xla.result, True
             report.notes.append(f"result sharding {_hlo(root_sharding)} from XLA's partitioner")
         elif root_sharding is None and _has_sharding(a.entry.root):
             root_sharding = a.entry.root.sharding
@@ -476,9 +477,20 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
             raise VerificationError("REWRITTEN does not say how its result is sharded and XLA cannot "
                                     f"partition ORIGINAL to tell ({'; '.join(why) or 'no shardings'}); "
                                     "give it (verify --result-sharding)")
-    return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
-                           global_root_shape=a.entry.root.shape, report=report, platform=platform,
-                           num_devices=n)
+    try:
+        return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
+                               global_root_shape=a.entry.root.shape, report=report, platform=platform,
+                               num_devices=n)
+    except PartitionError as e:
+        if not from_xla or "tile; the sharding" not in str(e):
+            raise
+        # XLA's compile here chose another layout of the result than the compile that made
+        # REWRITTEN (another jaxlib, other options, or the partially manual regions' hints
+        # this runtime drops before XLA partitions: `partitioned.compile_xla_spmd`)
+        raise VerificationError(f"REWRITTEN does not say how its result is sharded, and the sharding XLA's "
+                                f"partitioner chooses for ORIGINAL here, {_hlo(root_sharding)}, does not cut it "
+                                f"into REWRITTEN's tiles ({e}): XLA laid the result out otherwise when it "
+                                "compiled REWRITTEN; give the result's sharding (verify --result-sharding)") from None
 
 
 def _hlo(s: Sharding | None) -> str:

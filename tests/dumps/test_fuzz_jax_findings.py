@@ -275,3 +275,25 @@ def test_seed_2035_our_partition_matches_the_truth_where_xlas_partition_does_not
     assert np.allclose(report.expected[0], truth, rtol=1e-6, atol=1e-6)
     xlas, _, _ = run_xla_spmd(parse_module(text), inputs, read_program(parse_module(text)).num_devices, None, [])
     assert not np.allclose(xlas[0], truth)  # XLA's partition of the original (its fault)
+
+
+def test_seed_3202_a_result_laid_out_otherwise_than_xla_here_chooses_is_a_clear_error():
+    """JAX-program fuzz seed 3202 (gspmd), `verify DIR` of XLA's own compile: the per-device
+    after_optimizations does not say how its result is sharded, so verify asks XLA's partitioner
+    for ORIGINAL's result sharding.  Here XLA chooses another layout for the shard_map output
+    (JAX's compile merged both of its tilings; ours, without the partially manual regions'
+    `unspecified_dims` hints XLA aborts on, keeps one), which does not cut the result into the
+    program's tiles.  That is an error naming the way out (the result's sharding given), and
+    with it the program verifies."""
+    from hlo_passes.ir.sharding import Sharding
+    from hlo_passes.parse.attribute_reader import reader_for
+    from hlo_passes.runtime.verify import VerificationError
+
+    before = (DATA / "result_layout_3202.before_optimizations.txt").read_text()
+    after = (DATA / "result_layout_3202.cpu_after_optimizations.txt").read_text()
+    with pytest.raises(VerificationError, match=r"does not cut it into REWRITTEN's tiles.*--result-sharding"):
+        verify_equivalent(before, after)
+    given = reader_for("sharding")("{{replicated}, {replicated}, {devices=[1,1,4,2]<=[8]}}")
+    assert isinstance(given, Sharding)
+    report = verify_equivalent(before, after, root_sharding=given)
+    assert report.ok, report.format()
