@@ -15,7 +15,10 @@ How a module runs is read from the module itself (`num_partitions`,
     partitioner on N devices, global arrays in, global arrays out.  When verifying,
     the outputs computed from no manual region, collective or device id are then
     computed again on one device, from the module cut down to them (XLA's
-    partitioner has computed such outputs wrong beside a manual region).
+    partitioner has computed such outputs wrong beside a manual region); an output
+    that then mismatches is asked again of the module's fully manual regions run
+    directly on each device (manual_regions.py), which judges it where the two
+    oracles disagree.
 (c) per-device partitioned module (`num_partitions=N`, per-device shapes, the
     logical sharding on every ENTRY parameter and the ROOT, as `spmd-partition`
     writes it) compared with a global module: global inputs are sliced into
@@ -426,7 +429,40 @@ def _verify(a: Module, b: Module, ra: ProgramReading, rb: ProgramReading, *, num
             got = _run_rewritten_partitioned(a, b, inputs, n, param_shardings, root_sharding, report, platform)
     except (PartitionError, _inputs.InputError) as e:
         raise VerificationError(str(e)) from None
-    return _compare(report, want, got, rtol, atol, computed_in(a, b), drawn_at_random(a, b))
+    report = _compare(report, want, got, rtol, atol, computed_in(a, b), drawn_at_random(a, b))
+    if not report.ok and not report.problems and needs_devices(a):
+        n = num_devices or max(rb.num_devices if rb.kind.is_per_device else 0, ra.num_devices)
+        report = _second_opinion_of_the_regions(a, b, inputs, n, platform, report, rtol, atol)
+    return report
+
+
+def _second_opinion_of_the_regions(a: Module, b: Module, inputs, n: int, platform, report: VerificationReport,
+                                   rtol, atol) -> VerificationReport:
+    """A mismatch judged by XLA's partition of the global `a`, asked again of `a`'s manual
+    regions run directly on each device (manual_regions.py, which shares nothing with any
+    partitioner).  Where the two oracles disagree on an output, the direct run judges it, and
+    the report says so; where they agree, or `a` is not something the direct run expresses
+    (partially manual regions), the report stands."""
+    from hlo_passes.runtime.manual_regions import run_direct
+
+    try:
+        direct = run_direct(a, inputs, n, platform)
+    except Exception as e:  # noqa: BLE001 - XLA's error: no second opinion, the first stands
+        report.notes.append(f"no second opinion from the manual regions run directly: {xla_error_lines(e, 1)[0]}")
+        return report
+    if direct is None or len(direct) != len(report.expected):
+        return report
+    disputed = [i for i, o in enumerate(report.outputs) if not o.ok
+                and not np.array_equal(direct[i], report.expected[i], equal_nan=True)]
+    if not disputed:
+        return report
+    again = VerificationReport(report.mode, notes=list(report.notes), readings=list(report.readings))
+    which = ", ".join(str(i) for i in disputed)
+    again.notes.append(f"output{'s' if len(disputed) > 1 else ''} {which}: XLA's partition of ORIGINAL computes "
+                       "other values than ORIGINAL's manual regions run directly on each device; judged by "
+                       "the direct run")
+    want = [direct[i] if i in disputed else w for i, w in enumerate(report.expected)]
+    return _compare(again, want, report.actual, rtol, atol, computed_in(a, b), drawn_at_random(a, b))
 
 
 def _check_signatures(a: Module, b: Module, *, same_shapes: bool) -> None:

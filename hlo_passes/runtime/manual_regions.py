@@ -1,0 +1,151 @@
+"""A global module's fully manual regions run as written, on each device, without an SPMD
+partitioner: a second oracle for what such a module computes.
+
+XLA runs a global module that holds manual regions (shard_map, `SPMDFullToShardShape` ...
+`SPMDShardToFullShape`) by partitioning it, and `verify` takes that partition as the oracle.
+XLA's partitioner has been wrong there (verify.py: `_outputs_of_one_device`).  The outputs that
+need the regions can be computed another way, which shares nothing with any partitioner: every
+device computes everything outside the regions whole (the values are global; each device holds
+all of them), cuts its own tile out where a region starts, runs the region's per-device code as
+written, and rebuilds the global value where the region ends from every device's tile:
+
+    r = f32[16,2] custom-call(custom-call(x){Sharding S}), custom_call_target="SPMDFullToShardShape"
+      -> r = f32[16,2] dynamic-slice(x, row offset of this device's tile in S, column offset ...)
+    y = f32[16,4] custom-call(custom-call(l){Sharding manual}), custom_call_target="SPMDShardToFullShape", sharding=S
+      -> every device's l all-gathered, one holder's tile per tile of S, placed as S places it
+
+The result is a per-device program whose every device ends with the same global values; device
+0's are the answer.  Modules this does not express are declined (None): partially manual regions
+(their inside is still partitioned over the other axes), Shardy's region custom-calls, and
+regions whose edges are tuples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hlo_passes.ir.builder import Builder
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.module import Module
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.attributes import PaddingConfig
+from hlo_passes.ir.replica_groups import ReplicaGroups
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.types import PrimitiveType
+
+_ENTER, _LEAVE = "SPMDFullToShardShape", "SPMDShardToFullShape"
+_SHARDY_EDGES = ("xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape")
+
+
+def direct_program(module: Module, num_devices: int) -> Module | None:
+    """The per-device program described in the module docstring, or None when `module` holds
+    what it does not express.  `module` is not changed."""
+    program = module.clone()
+    edges = [i for i in program.all_instructions()
+             if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (_ENTER, _LEAVE, *_SHARDY_EDGES)]
+    if not edges or any(e.custom_call_target in _SHARDY_EDGES for e in edges):
+        return None
+    for edge in edges:
+        made = _enter(edge, num_devices) if edge.custom_call_target == _ENTER else _leave(edge, num_devices)
+        if made is None:
+            return None
+        edge.parent.replace(edge, made)
+    for comp in program.computations:
+        for instr in comp.post_order():
+            if instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target == "Sharding":
+                comp.replace(instr, instr.operands[0])
+            else:
+                instr.remove_attr("sharding")
+    for key in ("allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output"):
+        program.attributes.pop(key, None)
+    program.num_partitions = num_devices
+    return program
+
+
+def _tiles(s: Sharding | None, n: int) -> Sharding | None:
+    """`s` when it tiles an array over all `n` devices (replicas allowed, nothing manual)."""
+    if s is None or s.kind is not ShardingKind.TILED or s.num_devices != n:
+        return None
+    return s if all(k is SubgroupKind.REPLICATED for k in s.subgroups) else None
+
+
+def _enter(edge: Instruction, n: int) -> Instruction | None:
+    """This device's tile of the global value, where a region starts."""
+    annotated = edge.operands[0]
+    if not (annotated.opcode is Opcode.CUSTOM_CALL and annotated.custom_call_target == "Sharding"):
+        return None
+    s = _tiles(annotated.sharding if annotated.has_attr("sharding") else None, n)
+    inside = edge.sharding if edge.has_attr("sharding") else None
+    if s is None or inside is None or not inside.is_manual or not isinstance(edge.shape, ArrayShape):
+        return None
+    x = annotated.operands[0]
+    dims, local = x.array_shape.dims, edge.array_shape.dims
+    if tuple(s.tile_shape(tuple(dims))) != tuple(local):
+        return None
+    b = Builder(edge.parent, before=edge)
+    padded = tuple(t * size for t, size in zip(s.data_tile_dims, local))
+    if padded != tuple(dims):  # uneven tiles: XLA pads the last ones
+        zero = b.constant(0, x.array_shape.element_type)
+        x = b.pad(x, zero, PaddingConfig(tuple((0, p - d, 0) for p, d in zip(padded, dims))))
+    device = b.partition_id()
+    offsets = []
+    for axis in range(len(dims)):
+        table = b.constant_array([s.tile_offset(d, tuple(dims))[axis] for d in range(n)])
+        picked = b.dynamic_slice(table, [device], [1])
+        offsets.append(b.reshape(picked, ArrayShape(PrimitiveType.S32, ())))
+    return b.dynamic_slice(x, offsets, local)
+
+
+def _leave(edge: Instruction, n: int) -> Instruction | None:
+    """The global value rebuilt from every device's tile, where a region ends."""
+    s = _tiles(edge.sharding if edge.has_attr("sharding") else None, n)
+    annotated = edge.operands[0]
+    if s is None or not isinstance(edge.shape, ArrayShape) or not isinstance(annotated.shape, ArrayShape):
+        return None
+    local = annotated.array_shape.dims
+    dims = edge.array_shape.dims
+    if tuple(s.tile_shape(tuple(dims))) != tuple(local):
+        return None
+    b = Builder(edge.parent, before=edge)
+    etype = annotated.array_shape.element_type
+    one = b.reshape(annotated, ArrayShape(etype, (1, *local)))
+    gathered = b.all_gather(one, 0, ReplicaGroups.explicit([range(n)]), channel_id=edge.parent.module.new_channel_id(),
+                            use_global_device_ids=True)
+    grid = s.data_tile_dims
+    holder: dict[tuple[int, ...], int] = {}
+    for d in range(n):
+        holder.setdefault(tuple(s.tile_index(d)), d)
+    pieces = []
+    for index in np.ndindex(*grid) if grid else [()]:
+        d = holder[tuple(int(i) for i in index)]
+        pieces.append(b.slice(gathered, [d] + [0] * len(local), [d + 1] + list(local)))
+    stacked = b.concatenate(pieces, 0) if len(pieces) > 1 else pieces[0]
+    rank = len(local)
+    x = b.reshape(stacked, ArrayShape(etype, (*grid, *local)))
+    x = b.transpose(x, [k for axis in range(rank) for k in (axis, rank + axis)])
+    x = b.reshape(x, ArrayShape(etype, tuple(t * size for t, size in zip(grid, local))))
+    if tuple(x.array_shape.dims) != tuple(dims):
+        x = b.slice(x, [0] * rank, list(dims))
+    assert math.prod(x.array_shape.dims) == math.prod(dims)
+    return x
+
+
+def run_direct(module: Module, inputs: list[np.ndarray], num_devices: int,
+               platform: str | None = None) -> list[np.ndarray] | None:
+    """`module`'s outputs (one per leaf) computed by `direct_program` on `num_devices` devices,
+    every device given every global input; None when the module is declined or the devices end
+    with different values (then this is no oracle)."""
+    from hlo_passes.runtime.partitioned import run_per_device_program  # (it imports the backend)
+
+    program = direct_program(module, num_devices)
+    if program is None:
+        return None
+    run = run_per_device_program(program, [[x] * num_devices for x in inputs], num_devices, platform)
+    first = run.outputs[0]
+    for other in run.outputs[1:]:
+        if any(a.shape != b.shape or not np.array_equal(a, b, equal_nan=True) for a, b in zip(first, other)):
+            return None
+    return list(first)
