@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from hlo_passes import parse_module
 from hlo_passes.ir import ArrayShape, PrimitiveType
 from hlo_passes.parse.attribute_reader import reader_for
 from hlo_passes.passes.spmd.partition_context import tile_map
 from hlo_passes.passes.spmd.reshard import plan
+from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.stats import module_stats
 from tests.spmd.partitioning import collectives, partition_verified
 
@@ -306,3 +308,37 @@ ENTRY e {
     assert collectives(module) == {"all-to-all": 2}
     (fft,) = [i for i in module.all_instructions() if i.opcode.value == "fft"]
     assert fft.array_shape.dims == (2, 256)
+
+
+def test_get_dimension_size_of_a_static_dim_is_the_global_size_without_reading_the_operand():
+    """Rows tiled 8 ways: each device's operand has 8 rows, but the op asks for the global
+    size, 64, a constant; the operand is not gathered (it was: 1,024 bytes)."""
+    text = """HloModule gds, num_partitions=8
+ENTRY e {
+  x = f32[64,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  n = s32[] get-dimension-size(x), dimensions={0}
+  c = f32[] convert(n)
+  b = f32[64,32] broadcast(c), dimensions={}
+  ROOT a = f32[64,32] add(x, b), sharding={devices=[8,1]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {}
+    assert _ops(module)["get-dimension-size"] == 0
+
+
+def test_get_dimension_size_of_a_dynamic_dim_reads_the_whole_operand():
+    """A bounded dynamic dim's size is known only at run time: the operand is gathered and
+    asked (XLA:CPU cannot run dynamic shapes, so this checks the plan only)."""
+    text = """HloModule gds_dyn, num_partitions=8
+ENTRY e {
+  x = f32[<=64,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  n = s32[] get-dimension-size(x), dimensions={0}
+  c = f32[] convert(n)
+  ROOT b = f32[8] broadcast(c), dimensions={}, sharding={replicated}
+}
+"""
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=8).run(module)
+    (gds,) = [i for i in module.all_instructions() if i.opcode.value == "get-dimension-size"]
+    assert gds.operands[0].array_shape.dims == (64, 32)

@@ -80,6 +80,21 @@ def iota(p: HandlerContext, instr: Instruction) -> PValue:
     return PValue(x, target, instr.shape)
 
 
+@handles(Opcode.GET_DIMENSION_SIZE)
+def get_dimension_size(p: HandlerContext, instr: Instruction) -> PValue:
+    """The size of a static dim is the global one, whatever the operand's tiling: a constant on
+    every device, the operand never read (XLA's partitioner answers the same).  A bounded dynamic
+    dim's size is only known at run time, from the whole operand: replicated."""
+    dim: int = instr.attr("dimensions")[0]
+    operand = instr.operands[0].array_shape
+    if operand.dynamic and operand.dynamic[dim]:
+        from hlo_passes.passes.spmd.handlers.fallback import replicate  # (it imports this module)
+
+        return replicate(p, instr, "get-dimension-size of a dynamic dimension")
+    size = p.em.constant(operand.dims[dim], instr.array_shape.element_type)
+    return PValue(size, Sharding.replicated(), instr.shape)
+
+
 @handles(Opcode.RNG)
 def rng(p: HandlerContext, instr: Instruction) -> PValue:
     """XLA's HandleRng: each device draws only what it holds, its tile, from the replicated
