@@ -5,6 +5,8 @@ XLA's partition of the original disagrees with the rewrite."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -65,7 +67,22 @@ def test_the_direct_program_has_no_region_left():
         assert word not in text
 
 
-def test_partially_manual_regions_are_declined():
+def test_a_partially_manual_region_runs_whole_along_its_other_axes():
+    """Columns cut by the manual axis, rows still partitioned inside (SPMD fuzz seed 10085,
+    reduced): each device runs the region on its manual group's columns, all rows."""
+    text = (Path(__file__).parent / "dumps" / "data" / "dus_beside_manual_region_10085.hlo").read_text()
+    inputs = random_inputs(parse_module(text), seed=0)
+    out = run_direct(parse_module(text), inputs, 4)
+    assert out is not None
+    assert np.array_equal(out[0], -inputs[1])
+    dus = inputs[0].copy()
+    dus[2, 0] = inputs[2][0, 0]
+    assert np.array_equal(out[1], dus)
+
+
+def test_edge_shardings_whose_manual_part_cannot_be_read_are_declined():
+    """The region's inside sharding tiles the rows as the outside one does, so no axis is left
+    to be manual, yet the region's shape is cut: declined, not guessed."""
     text = FULLY_MANUAL.format(rows=10).replace(
         'custom_call_target="SPMDFullToShardShape", sharding={manual}',
         'custom_call_target="SPMDFullToShardShape", sharding={devices=[2,1,2]0,1,2,3 last_tile_dims={manual}}')
@@ -101,3 +118,21 @@ def test_a_wrong_rewrite_stays_wrong_under_both_oracles(monkeypatch):
     report = verify_equivalent(text, wrong_rewrite)
     assert not report.ok
     assert not any("judged by the direct run" in n for n in report.notes)  # both oracles agree
+
+
+def test_a_module_xla_cannot_partition_is_judged_by_its_regions_run_directly():
+    """SPMD fuzz seed 9842: XLA cannot partition the original (its partition all-reduces with an
+    `or` reducer XLA:CPU does not implement), so there was no oracle and the seed was skipped.
+    Its manual regions run directly need no such all-reduce: they are the oracle now, and say so."""
+    text = (Path(__file__).parent / "dumps" / "data" / "xla_cannot_partition_9842.hlo").read_text()
+    report = verify_equivalent(text, _partitioned_for(text, 8))
+    assert report.ok, report.format()
+    assert any("XLA cannot partition this global module" in n for n in report.notes), report.notes
+    wrong = verify_equivalent(text, _partitioned_for(text, 8).replace(" tanh(", " exponential(", 1))  # in the region
+    assert not wrong.ok
+
+
+def _partitioned_for(text: str, n: int) -> str:
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=n).run(module)
+    return print_module(module)

@@ -14,10 +14,18 @@ written, and rebuilds the global value where the region ends from every device's
     y = f32[16,4] custom-call(custom-call(l){Sharding manual}), custom_call_target="SPMDShardToFullShape", sharding=S
       -> every device's l all-gathered, one holder's tile per tile of S, placed as S places it
 
+A partially manual region (manual over some mesh axes, still partitioned over the others) is
+run the same way, its inside whole along the other axes: a device holds its manual group's part
+(what the manual axes cut), computed whole, the same on every device of the group.  Which part
+that is follows from the region's edge shardings: the outside sharding S tiles a dim over both
+kinds of axes, the inside one R over the partitioned axes only, so the manual axes cut that dim
+S/R ways, and a device's place among them is read from S beside R.
+
 The result is a per-device program whose every device ends with the same global values; device
-0's are the answer.  Modules this does not express are declined (None): partially manual regions
-(their inside is still partitioned over the other axes), Shardy's region custom-calls, and
-regions whose edges are tuples.
+0's are the answer.  Modules this does not express are declined (None): Shardy's region
+custom-calls, regions whose edges are tuples, edge shardings whose manual part cannot be read
+(a dim cut by the manual axes in an order neither major nor minor to the others), and device
+ids (`partition-id`) beside partially manual regions.
 """
 
 from __future__ import annotations
@@ -48,6 +56,10 @@ def direct_program(module: Module, num_devices: int) -> Module | None:
              if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (_ENTER, _LEAVE, *_SHARDY_EDGES)]
     if not edges or any(e.custom_call_target in _SHARDY_EDGES for e in edges):
         return None
+    partial = any(e.has_attr("sharding") and e.sharding.kind is ShardingKind.TILED for e in edges
+                  if e.custom_call_target == _ENTER)
+    if partial and any(i.opcode in (Opcode.PARTITION_ID, Opcode.REPLICA_ID) for i in program.all_instructions()):
+        return None  # a device id inside a partially manual region means what XLA's partitioner makes of it
     for edge in edges:
         made = _enter(edge, num_devices) if edge.custom_call_target == _ENTER else _leave(edge, num_devices)
         if made is None:
@@ -72,52 +84,91 @@ def _tiles(s: Sharding | None, n: int) -> Sharding | None:
     return s if all(k is SubgroupKind.REPLICATED for k in s.subgroups) else None
 
 
+def _manual_parts(outside: Sharding, inside: Sharding, rank: int, n: int) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
+    """How the manual axes cut a region's value: per dim the number of parts, and per device
+    the part it holds; None when that cannot be read from the edge shardings (module
+    docstring).  `outside` tiles the global value; `inside` is the region's sharding, `{manual}`
+    or partially manual (tiled over the other axes, with a manual subgroup)."""
+    if inside.kind is ShardingKind.MANUAL:
+        return tuple(outside.data_tile_dims), [tuple(outside.tile_index(d)) for d in range(n)]
+    if inside.kind is not ShardingKind.TILED or SubgroupKind.MANUAL not in inside.subgroups or inside.data_rank != rank:
+        return None
+    auto = inside.data_tile_dims
+    if any(o % a for o, a in zip(outside.data_tile_dims, auto)):
+        return None
+    cuts = tuple(o // a for o, a in zip(outside.data_tile_dims, auto))
+    # the manual group of each device: its place along the inside sharding's manual subgroup axis
+    axis = inside.data_rank + inside.subgroups.index(SubgroupKind.MANUAL)
+    where = {int(dev): pos for pos, dev in np.ndenumerate(inside.tile_assignment)}
+    if len(where) != n:
+        return None
+    group = [where[d][axis] for d in range(n)]
+    for minor in (True, False):  # the manual axes minor (then major) to the others within a dim
+        parts = []
+        for d in range(n):
+            s_index = outside.tile_index(d)
+            parts.append(tuple(i % c if minor else i // a for i, c, a in zip(s_index, cuts, auto)))
+        same_group = {(group[x] == group[y], parts[x] == parts[y]) for x in range(n) for y in range(n)}
+        if same_group <= {(True, True), (False, False)}:
+            return cuts, parts
+    return None
+
+
 def _enter(edge: Instruction, n: int) -> Instruction | None:
-    """This device's tile of the global value, where a region starts."""
+    """This device's part of the global value, where a region starts."""
     annotated = edge.operands[0]
     if not (annotated.opcode is Opcode.CUSTOM_CALL and annotated.custom_call_target == "Sharding"):
         return None
     s = _tiles(annotated.sharding if annotated.has_attr("sharding") else None, n)
     inside = edge.sharding if edge.has_attr("sharding") else None
-    if s is None or inside is None or not inside.is_manual or not isinstance(edge.shape, ArrayShape):
+    if s is None or inside is None or not isinstance(edge.shape, ArrayShape):
         return None
     x = annotated.operands[0]
     dims, local = x.array_shape.dims, edge.array_shape.dims
-    if tuple(s.tile_shape(tuple(dims))) != tuple(local):
+    found = _manual_parts(s, inside, len(dims), n)
+    if found is None:
+        return None
+    cuts, parts = found
+    if tuple(-(-d // c) for d, c in zip(dims, cuts)) != tuple(local):
         return None
     b = Builder(edge.parent, before=edge)
-    padded = tuple(t * size for t, size in zip(s.data_tile_dims, local))
-    if padded != tuple(dims):  # uneven tiles: XLA pads the last ones
+    padded = tuple(c * size for c, size in zip(cuts, local))
+    if padded != tuple(dims):  # uneven parts: XLA pads the last ones
         zero = b.constant(0, x.array_shape.element_type)
         x = b.pad(x, zero, PaddingConfig(tuple((0, p - d, 0) for p, d in zip(padded, dims))))
     device = b.partition_id()
     offsets = []
     for axis in range(len(dims)):
-        table = b.constant_array([s.tile_offset(d, tuple(dims))[axis] for d in range(n)])
+        table = b.constant_array([parts[d][axis] * local[axis] for d in range(n)])
         picked = b.dynamic_slice(table, [device], [1])
         offsets.append(b.reshape(picked, ArrayShape(PrimitiveType.S32, ())))
     return b.dynamic_slice(x, offsets, local)
 
 
 def _leave(edge: Instruction, n: int) -> Instruction | None:
-    """The global value rebuilt from every device's tile, where a region ends."""
+    """The global value rebuilt from every device's part, where a region ends."""
     s = _tiles(edge.sharding if edge.has_attr("sharding") else None, n)
     annotated = edge.operands[0]
-    if s is None or not isinstance(edge.shape, ArrayShape) or not isinstance(annotated.shape, ArrayShape):
+    inside = annotated.sharding if annotated.has_attr("sharding") else None
+    if s is None or inside is None or not isinstance(edge.shape, ArrayShape) \
+            or not isinstance(annotated.shape, ArrayShape):
         return None
     local = annotated.array_shape.dims
     dims = edge.array_shape.dims
-    if tuple(s.tile_shape(tuple(dims))) != tuple(local):
+    found = _manual_parts(s, inside, len(dims), n)
+    if found is None:
+        return None
+    grid, parts = found
+    if tuple(-(-d // c) for d, c in zip(dims, grid)) != tuple(local):
         return None
     b = Builder(edge.parent, before=edge)
     etype = annotated.array_shape.element_type
     one = b.reshape(annotated, ArrayShape(etype, (1, *local)))
     gathered = b.all_gather(one, 0, ReplicaGroups.explicit([range(n)]), channel_id=edge.parent.module.new_channel_id(),
                             use_global_device_ids=True)
-    grid = s.data_tile_dims
     holder: dict[tuple[int, ...], int] = {}
     for d in range(n):
-        holder.setdefault(tuple(s.tile_index(d)), d)
+        holder.setdefault(parts[d], d)
     pieces = []
     for index in np.ndindex(*grid) if grid else [()]:
         d = holder[tuple(int(i) for i in index)]

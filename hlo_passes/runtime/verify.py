@@ -18,7 +18,7 @@ How a module runs is read from the module itself (`num_partitions`,
     partitioner has computed such outputs wrong beside a manual region); an output
     that then mismatches is asked again of the module's fully manual regions run
     directly on each device (manual_regions.py), which judges it where the two
-    oracles disagree.
+    oracles disagree, and which is the oracle when XLA cannot partition the module.
 (c) per-device partitioned module (`num_partitions=N`, per-device shapes, the
     logical sharding on every ENTRY parameter and the ROOT, as `spmd-partition`
     writes it) compared with a global module: global inputs are sliced into
@@ -205,7 +205,19 @@ def _run_global(module: Module, inputs, num_devices, platform, report) -> list[n
         return run_single_device(module, inputs, platform)
     n = num_devices or read_program(module).num_devices
     notes: list[str] = []
-    outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
+    try:
+        outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
+    except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable, *PYTHON_BUGS):
+        raise
+    except Exception as e:  # XLA cannot partition it: its manual regions may still run directly
+        from hlo_passes.runtime.manual_regions import run_direct
+
+        direct = run_direct(module, inputs, n, platform)
+        if direct is None:
+            raise
+        report.notes.append(f"XLA cannot partition this global module ({xla_error_lines(e, 1)[0]}); its manual "
+                            f"regions run directly on each of {n} devices instead (manual_regions.py)")
+        return _outputs_of_one_device(module, direct, inputs, platform, report)
     report.problems += problems
     report.notes.append(f"original partitioned by XLA's SPMD partitioner on {n} devices")
     report.notes += notes
