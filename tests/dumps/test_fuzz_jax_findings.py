@@ -189,16 +189,33 @@ def test_grouped_conv_with_features_cut_below_the_groups_verifies():
     assert report.ok, report.format() + "\n" + out
 
 
-def test_run_verify_reports_xla_failing_on_the_original_as_xla(tmp_path):
-
+def test_run_verify_judges_a_module_xla_cannot_partition_by_its_regions_run_directly(tmp_path):
+    """XLA rejects its own partition of the original; its manual region is fully manual, so
+    the regions run directly on each device (runtime/manual_regions.py) are the oracle."""
     src = tmp_path / "in.hlo"
     src.write_text(MANUAL_THEN_GROUPED_CONV)
     p = subprocess.run([sys.executable, "-m", "hlo_passes", "run", str(src), "--passes", "spmd-partition", "--verify",
                         "-q", "-o", str(tmp_path / "out.hlo")], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parents[2])
-    assert p.returncode == 2, p.stderr
-    assert "XLA could not compile or run the original module" in p.stderr, p.stderr
-    assert "feature_group_count" in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert p.returncode == 0, p.stderr
+    assert "EQUIVALENT" in p.stderr and "XLA cannot partition this global module" in p.stderr, p.stderr
+    assert "feature_group_count" in p.stderr and "manual_regions.py" in p.stderr, p.stderr
+
+
+def test_run_verify_reports_xla_failing_on_the_original_as_xla(tmp_path, monkeypatch, capsys):
+    """Where the direct run declines the module too, no oracle is left: `run --verify` says
+    that XLA failed on the input (exit 2), not that hlo-passes has a bug."""
+    from hlo_passes.cli.main import main
+    from hlo_passes.runtime import manual_regions
+    monkeypatch.setattr(manual_regions, "run_direct", lambda *args, **kwargs: None)
+    src = tmp_path / "in.hlo"
+    src.write_text(MANUAL_THEN_GROUPED_CONV)
+    rc = main(["run", str(src), "--passes", "spmd-partition", "--verify", "-q", "-o", str(tmp_path / "out.hlo")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "XLA could not compile or run the original module" in err, err
+    assert "feature_group_count" in err and "internal error" not in err, err
+    assert not (tmp_path / "out.hlo").exists()
 
 
 DATA = Path(__file__).resolve().parent / "data"
