@@ -273,6 +273,56 @@ ENTRY e {
     assert outcome(module) == expected_after == ("n.3", 5)
 
 
+def test_a_trial_of_some_computations_refills_them_and_leaves_the_others_as_they_are():
+    """`Module.trial(changing)` keeps only the computations the block may change: afterwards
+    those are the same computation objects, refilled as a clone's; the others are untouched
+    objects; computations added inside are gone, removed ones are back, and the header is
+    as it was."""
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.instruction import Instruction
+
+    text = """HloModule m, num_partitions=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+body {
+  x = f32[8] parameter(0)
+  ROOT y = f32[8] negate(x)
+}
+unused {
+  u = f32[8] parameter(0)
+  ROOT v = f32[8] abs(u)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] call(p), to_apply=body
+  ar = f32[8] all-reduce(n), channel_id=3, replica_groups={}, to_apply=add
+  ROOT s = f32[8] add(n, ar)
+}
+"""
+    module = parse_module(text)
+    before, structure = print_module(module), _structure(module.clone())
+    entry, add, body, unused = (module.computation(n) for n in ("e", "add", "body", "unused"))
+    untouched = {c.name: (c, c.instructions) for c in (add, body, unused)}
+    with module.trial([entry]) as trial:
+        trial.entry.find("n").opcode = Opcode.ABS
+        p = trial.entry.find("p")
+        trial.entry.add(Instruction(Opcode.SIN, p.shape, [p]), name_hint="n")
+        trial.remove_computation(unused)
+        extra = Computation("extra")
+        extra.root = extra.add(Instruction(Opcode.PARAMETER, p.shape, parameter_number=0, name="q"))
+        trial.add_computation(extra)
+        trial.set_header_attr("num_partitions", 4)
+    assert print_module(module) == before
+    assert _structure(module) == structure
+    assert module.entry is entry and module.computation("e") is entry
+    for name, (comp, instructions) in untouched.items():
+        assert module.computation(name) is comp and comp.instructions == instructions
+    assert module.entry.find("ar").called["to_apply"] is add
+
+
 @pytest.mark.parametrize("case", sorted((Path(__file__).parent.parent / "golden" / "corpus").glob("*/*.hlo")),
                          ids=lambda p: p.name)
 def test_restoring_a_snapshot_of_a_corpus_program_gives_what_a_clone_gives(case):

@@ -13,7 +13,7 @@ from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.shape import Shape
-from hlo_passes.ir.snapshot import ModuleSnapshot
+from hlo_passes.ir.snapshot import ComputationsSnapshot, ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
 
 
@@ -332,20 +332,29 @@ class Module:
         return ModuleSnapshot(self._header_copy(), self.computations, self.entry)
 
     @contextmanager
-    def trial(self) -> Iterator["Module"]:
+    def trial(self, changing: Iterable[Computation] | None = None) -> Iterator["Module"]:
         """The module itself, to change for a trial and have back afterwards: what a pass that
         rewrites a `clone()` to see the outcome needs (weight-update-sharding prices its rewrite
         so), without a second module alive.  A clone costs as much memory as the module; the
         snapshot this keeps instead, a quarter (ir/snapshot.py), which made the clone of a big
         partitioned step the largest thing alive in that pass.
 
+        `changing` names the computations the block may change (all of them when not given):
+        only those are kept in the snapshot, and the block must leave the others as they are;
+        it may add computations and remove any (the list of computations comes back as it
+        was).  Weight-update-sharding changes the entry and its update regions only, not the
+        thousands of reducers and fused computations beside them.
+
         Inside, the module hands out names and channel ids as a fresh clone would (new tables
-        and allocator, read from the module as it is).  On leaving, however the block ends, it
-        is restored from the snapshot (new computation and instruction objects: none taken from
-        it inside or before stays part of it; see `restore`) and gets back the very name tables
-        and channel allocator it had, so that names and ids given out later are those it would
-        have given had no trial run."""
-        snapshot = self.snapshot()
+        and allocator, read from the module as it is).  On leaving, however the block ends, the
+        computations it may have changed are refilled from the snapshot (the same computation
+        objects, new instruction objects: none taken from them inside or before stays part of
+        them; the module is what a `clone()` taken before would be, but for the untouched
+        computations' objects, which stay), the computations it added are dropped, and the
+        module gets back the very name tables and channel allocator it had, so that names and
+        ids given out later are those it would have given had no trial run."""
+        snapshot = ComputationsSnapshot(self._header_copy(), self.computations, self.entry,
+                                        self.computations if changing is None else changing)
         self.names.settle()
         self.computation_names.settle()
         kept = (self.names, self.computation_names, self._next_channel)
@@ -354,8 +363,15 @@ class Module:
         try:
             yield self
         finally:
-            self.discard()  # (the trial's objects freed now, not left to the cyclic collector)
-            self.restore(snapshot)
+            enabled = gc.isenabled()
+            gc.disable()  # as in `clone`: refilling makes no garbage
+            try:
+                for comp in snapshot.restore(self):
+                    comp.discard()  # (the trial's objects freed now, not left to the cyclic collector)
+            finally:
+                if enabled:
+                    gc.enable()
+            self._take_header(snapshot.header)
             self.names, self.computation_names, self._next_channel = kept
 
     def discard(self) -> None:
@@ -384,6 +400,13 @@ class Module:
         self.__dict__.update(restored.__dict__)
         for comp in self.computations:
             comp.module = self
+
+    def _take_header(self, header: "Module") -> None:
+        """`header`'s name, header attributes, debug tables, print style and parsed entry
+        signature (a `_header_copy`) become this module's."""
+        self.name, self.attributes, self.tables = header.name, header.attributes, header.tables
+        self.style = header.style
+        self.parsed_entry_signature = header.parsed_entry_signature
 
     # ------------------------------------------------------------- header --
     def header_attr(self, key: str, default: Any = None) -> Any:
