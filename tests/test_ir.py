@@ -124,6 +124,32 @@ def test_fresh_names_are_never_element_types():
     assert [table.unique(h) for h in ("s1", "f32", "token", "add")] == ["s1.1", "f32.1", "token.1", "add"]
 
 
+def test_a_name_table_that_folds_its_changes_into_its_list_answers_as_one_that_does_not():
+    """A NameTable folds the names added and released since it read its names into its sorted
+    list once they are many; a table folding after every change and one never folding hand out
+    the same names and agree on every name, through releases, reservations and numbering."""
+    import random
+
+    from hlo_passes.ir.module import NameTable
+
+    class Folding(NameTable):
+        _FOLD_MIN, _FOLD_FRACTION = 0, 10**9  # fold after every change
+
+    class Never(NameTable):
+        _FOLD_MIN = 10**9
+
+    rng = random.Random(7)
+    start = [f"n.{k}" for k in range(0, 60, 2)] + ["a", "b.3"]
+    tables = [cls(lambda: iter(start)) for cls in (Folding, Never)]
+    pool = [f"n.{k}" for k in range(70)] + ["n", "a", "a.1", "b", "b.3", "c"]
+    for step in range(600):
+        name, op = rng.choice(pool), rng.choice(("unique", "reserve", "release"))
+        results = [getattr(t, op)(name) for t in tables]
+        assert results[0] == results[1], (step, op, name)
+        assert [name in t for t in tables] == [name in tables[1]] * 2
+    assert [p for p in pool if p in tables[0]] == [p for p in pool if p in tables[1]]
+
+
 def test_module_clone_is_deep_and_prints_the_same():
     """Module.clone copies computations, instructions, use-def and control edges and callees; a
     change to the copy never shows in the original, and both print the same text until then."""
