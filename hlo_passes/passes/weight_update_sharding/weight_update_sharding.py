@@ -258,14 +258,20 @@ def _in_fused_form(module: Module, computations: list[Computation]) -> bool:
 
 def trial_computations(module: Module) -> list[Computation]:
     """The computations `_shard` may change in a trial, the only ones the trials keep
-    (`Module.trial`; the module's reducers, fused computations and per-device copies of called
-    computations are most of it): the entry (a region's rewrite changes the call to it and the
-    ROOT), and the update computations holding an all-reduce or a reduce-scatter (every split,
-    join, inlining, simplification and rewrite starts from one in its computation; fused
-    computations it rewrites are copied or removed, never changed; in a trial it sorts none)."""
-    return [comp for comp in update_computations(module)
-            if comp is module.entry
-            or any(i.opcode is Opcode.ALL_REDUCE or i.opcode is Opcode.REDUCE_SCATTER for i in comp._instructions)]
+    (`Module.trial`; the module's reducers and per-device copies of called computations are
+    most of it): the entry (a region's rewrite changes the call to it and the ROOT), the update
+    computations holding an all-reduce or a reduce-scatter (every split, join, inlining,
+    simplification and rewrite starts from one in its computation; in a trial it sorts none),
+    and the computations their fusions call (XLA's fused form: `fused.normalize` hoists a
+    gradient's transposes out of the fused computation, in place)."""
+    changing: list[Computation] = []
+    for comp in update_computations(module):
+        if comp is module.entry or any(i.opcode is Opcode.ALL_REDUCE or i.opcode is Opcode.REDUCE_SCATTER
+                                       for i in comp._instructions):
+            changing.append(comp)
+            changing += [callee for i in comp._instructions if i.opcode is Opcode.FUSION
+                         for callee in i.called_computations()]
+    return list(dict.fromkeys(changing))
 
 
 def update_computations(module: Module) -> list[Computation]:
