@@ -31,7 +31,7 @@ def test_users_are_tracked_from_parse():
     e = m.entry
     a, mul = e.find("a"), e.find("m")
     assert users(e.find("p")) == ["a"] and users(a) == ["m"]
-    assert mul.operands == [a, a]
+    assert mul.operands == (a, a)
 
 
 def test_replace_all_uses_with_updates_users_and_root():
@@ -41,7 +41,7 @@ def test_replace_all_uses_with_updates_users_and_root():
     b = Builder(e, before=mul)
     s = b.subtract(e.find("p"), e.find("q"))
     a.replace_all_uses_with(s)
-    assert mul.operands == [s, s] and not a.users and users(s) == ["m"]
+    assert mul.operands == (s, s) and not a.users and users(s) == ["m"]
     e.remove(a)
     assert users(e.find("p")) == ["subtract"]
     n.replace_all_uses_with(mul)

@@ -1476,7 +1476,7 @@ def _identity_key(entry: _Settled) -> int:
     return hash((entry[0], entry[1], *map(id, entry[2:])))
 
 
-def _operands_of(instr: Instruction) -> list[Instruction]:
+def _operands_of(instr: Instruction) -> tuple[Instruction, ...]:
     """The neighbours `_from_operands` reads (see _Settled)."""
     return instr.operands
 
