@@ -31,7 +31,7 @@ def test_users_are_tracked_from_parse():
     e = m.entry
     a, mul = e.find("a"), e.find("m")
     assert users(e.find("p")) == ["a"] and users(a) == ["m"]
-    assert mul.operands == [a, a]
+    assert mul.operands == (a, a)
 
 
 def test_replace_all_uses_with_updates_users_and_root():
@@ -41,7 +41,7 @@ def test_replace_all_uses_with_updates_users_and_root():
     b = Builder(e, before=mul)
     s = b.subtract(e.find("p"), e.find("q"))
     a.replace_all_uses_with(s)
-    assert mul.operands == [s, s] and not a.users and users(s) == ["m"]
+    assert mul.operands == (s, s) and not a.users and users(s) == ["m"]
     e.remove(a)
     assert users(e.find("p")) == ["subtract"]
     n.replace_all_uses_with(mul)
@@ -122,6 +122,32 @@ def test_fresh_names_are_never_element_types():
 
     table = NameTable()
     assert [table.unique(h) for h in ("s1", "f32", "token", "add")] == ["s1.1", "f32.1", "token.1", "add"]
+
+
+def test_a_name_table_that_folds_its_changes_into_its_list_answers_as_one_that_does_not():
+    """A NameTable folds the names added and released since it read its names into its sorted
+    list once they are many; a table folding after every change and one never folding hand out
+    the same names and agree on every name, through releases, reservations and numbering."""
+    import random
+
+    from hlo_passes.ir.module import NameTable
+
+    class Folding(NameTable):
+        _FOLD_MIN, _FOLD_FRACTION = 0, 10**9  # fold after every change
+
+    class Never(NameTable):
+        _FOLD_MIN = 10**9
+
+    rng = random.Random(7)
+    start = [f"n.{k}" for k in range(0, 60, 2)] + ["a", "b.3"]
+    tables = [cls(lambda: iter(start)) for cls in (Folding, Never)]
+    pool = [f"n.{k}" for k in range(70)] + ["n", "a", "a.1", "b", "b.3", "c"]
+    for step in range(600):
+        name, op = rng.choice(pool), rng.choice(("unique", "reserve", "release"))
+        results = [getattr(t, op)(name) for t in tables]
+        assert results[0] == results[1], (step, op, name)
+        assert [name in t for t in tables] == [name in tables[1]] * 2
+    assert [p for p in pool if p in tables[0]] == [p for p in pool if p in tables[1]]
 
 
 def test_module_clone_is_deep_and_prints_the_same():
@@ -271,6 +297,56 @@ ENTRY e {
     assert print_module(module) == before
     assert _structure(module) == structure
     assert outcome(module) == expected_after == ("n.3", 5)
+
+
+def test_a_trial_of_some_computations_refills_them_and_leaves_the_others_as_they_are():
+    """`Module.trial(changing)` keeps only the computations the block may change: afterwards
+    those are the same computation objects, refilled as a clone's; the others are untouched
+    objects; computations added inside are gone, removed ones are back, and the header is
+    as it was."""
+    from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.instruction import Instruction
+
+    text = """HloModule m, num_partitions=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+body {
+  x = f32[8] parameter(0)
+  ROOT y = f32[8] negate(x)
+}
+unused {
+  u = f32[8] parameter(0)
+  ROOT v = f32[8] abs(u)
+}
+ENTRY e {
+  p = f32[8] parameter(0)
+  n = f32[8] call(p), to_apply=body
+  ar = f32[8] all-reduce(n), channel_id=3, replica_groups={}, to_apply=add
+  ROOT s = f32[8] add(n, ar)
+}
+"""
+    module = parse_module(text)
+    before, structure = print_module(module), _structure(module.clone())
+    entry, add, body, unused = (module.computation(n) for n in ("e", "add", "body", "unused"))
+    untouched = {c.name: (c, c.instructions) for c in (add, body, unused)}
+    with module.trial([entry]) as trial:
+        trial.entry.find("n").opcode = Opcode.ABS
+        p = trial.entry.find("p")
+        trial.entry.add(Instruction(Opcode.SIN, p.shape, [p]), name_hint="n")
+        trial.remove_computation(unused)
+        extra = Computation("extra")
+        extra.root = extra.add(Instruction(Opcode.PARAMETER, p.shape, parameter_number=0, name="q"))
+        trial.add_computation(extra)
+        trial.set_header_attr("num_partitions", 4)
+    assert print_module(module) == before
+    assert _structure(module) == structure
+    assert module.entry is entry and module.computation("e") is entry
+    for name, (comp, instructions) in untouched.items():
+        assert module.computation(name) is comp and comp.instructions == instructions
+    assert module.entry.find("ar").called["to_apply"] is add
 
 
 @pytest.mark.parametrize("case", sorted((Path(__file__).parent.parent / "golden" / "corpus").glob("*/*.hlo")),

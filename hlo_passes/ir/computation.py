@@ -234,7 +234,7 @@ class Computation:
         a pass has worked on may hold some not yet folded into the order) are reached too,
         without folding."""
         for instr in self._unordered():
-            instr.operands = []
+            instr.operands = ()
             instr._users = None
             instr.control_predecessors = NO_CONTROL_EDGES
             instr.control_successors = NO_CONTROL_EDGES
@@ -272,7 +272,7 @@ class Computation:
                 stack.append((node, True))
                 preds = node.operands
                 if node.control_predecessors:
-                    preds = preds + list(node.control_predecessors)
+                    preds = (*preds, *node.control_predecessors)
                 for op in reversed(preds):
                     if op.parent is self and not state.get(op):
                         stack.append((op, False))

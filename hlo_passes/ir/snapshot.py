@@ -22,12 +22,18 @@ instruction's users.
     before = module.snapshot()      # a ModuleSnapshot
     ...                             # a pass edits the module, then fails
     module.restore(before)          # the module as it was, in new objects
+
+A `ComputationsSnapshot` keeps only some computations of a module in the same flat lists, and
+the module's list of computation objects beside them: `Module.trial` takes one of the
+computations its block may change, and on leaving refills those same computation objects with
+new instructions (weight-update-sharding's trial keeps the entry and the update regions, not
+the module's thousands of reducers and per-device copies of called computations).
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction, SharedAttributes
@@ -45,10 +51,11 @@ class _ComputationRecord:
     """A computation's header fields, and where its instructions, order and control edges are
     in the snapshot's flat lists."""
 
-    __slots__ = ("name", "is_entry", "attributes", "print_signature", "span", "start", "end", "order_start",
-                 "order_end", "control_start", "control_end", "root")
+    __slots__ = ("position", "name", "is_entry", "attributes", "print_signature", "span", "start", "end",
+                 "order_start", "order_end", "control_start", "control_end", "root")
 
-    def __init__(self, comp: Computation):
+    def __init__(self, comp: Computation, position: int):
+        self.position = position  # in the module's list of computations
         self.name = comp.name
         self.is_entry = comp.is_entry
         self.attributes = dict(comp.attributes)
@@ -60,23 +67,27 @@ class _ComputationRecord:
 
     def new_computation(self) -> Computation:
         comp = Computation(self.name, is_entry=self.is_entry)
+        self.reset(comp)
+        return comp
+
+    def reset(self, comp: Computation) -> None:
+        """Give `comp` (empty) the header fields it had."""
+        comp.name = self.name
+        comp.is_entry = self.is_entry
         comp.attributes = dict(self.attributes)
         comp.print_signature = self.print_signature
         comp.span = self.span
-        return comp
 
 
-class ModuleSnapshot:
-    """A module's header (`header`: a module with no computations, its attributes, debug tables
-    and print style copied by `Module.snapshot`) and the contents of its computations."""
+class _FlatComputations:
+    """The contents of some computations of a module in flat lists (see the module docstring),
+    one `_ComputationRecord` each; what their instructions call is kept by position in the
+    module's list of computations."""
 
-    __slots__ = ("header", "records", "entry", "opcodes", "shapes", "names", "attribute_items", "rare", "spans",
-                 "operand_ends", "operands", "order", "control")
+    __slots__ = ("records", "opcodes", "shapes", "names", "attribute_items", "rare", "spans", "operand_ends",
+                 "operands", "order", "control")
 
-    def __init__(self, header: "Module", computations: list[Computation], entry: Computation | None):
-        self.header = header
-        comp_position = {comp: k for k, comp in enumerate(computations)}
-        self.entry = comp_position[entry] if entry is not None else -1
+    def __init__(self, taken: Iterable[Computation], comp_position: dict[Computation, int]):
         self.records: list[_ComputationRecord] = []
         self.opcodes: list[Opcode] = []
         self.shapes: list[Any] = []
@@ -91,11 +102,11 @@ class ModuleSnapshot:
         self.operands = array("i")  # positions in the instruction's computation's post order
         self.order = array("i")  # each computation's instruction order, as post-order positions
         self.control = array("i")  # (instruction, predecessor) position pairs
-        for comp in computations:
+        for comp in taken:
             self._take(comp, comp_position)
 
     def _take(self, comp: Computation, comp_position: dict[Computation, int]) -> None:
-        record = _ComputationRecord(comp)
+        record = _ComputationRecord(comp, comp_position[comp])
         post_order = comp.post_order()
         position = {instr: i for i, instr in enumerate(post_order)}
         record.start, record.end = len(self.opcodes), len(self.opcodes) + len(post_order)
@@ -123,19 +134,6 @@ class ModuleSnapshot:
         record.control_end = len(self.control)
         record.root = position[comp.root] if comp.root is not None else -1
         self.records.append(record)
-
-    def build(self) -> "Module":
-        """The module, built again: `header` with new computations and instructions."""
-        module = self.header
-        computations = [r.new_computation() for r in self.records]
-        for comp in computations:
-            comp.module = module
-        operand_base = 0
-        for comp, record in zip(computations, self.records):
-            operand_base = self._fill(comp, record, computations, operand_base)
-        module.computations = computations
-        module.entry = computations[self.entry] if self.entry >= 0 else None
-        return module
 
     def _fill(self, comp: Computation, record: _ComputationRecord, computations: list[Computation],
               operand_base: int) -> int:
@@ -165,6 +163,69 @@ class ModuleSnapshot:
             made[control[k]].add_control_predecessor(made[control[k + 1]])
         comp.root = made[record.root] if record.root >= 0 else None
         return start
+
+
+class ModuleSnapshot(_FlatComputations):
+    """A module's header (`header`: a module with no computations, its attributes, debug tables
+    and print style copied by `Module.snapshot`) and the contents of all its computations."""
+
+    __slots__ = ("header", "entry")
+
+    def __init__(self, header: "Module", computations: list[Computation], entry: Computation | None):
+        comp_position = {comp: k for k, comp in enumerate(computations)}
+        super().__init__(computations, comp_position)
+        self.header = header
+        self.entry = comp_position[entry] if entry is not None else -1
+
+    def build(self) -> "Module":
+        """The module, built again: `header` with new computations and instructions."""
+        module = self.header
+        computations = [r.new_computation() for r in self.records]
+        for comp in computations:
+            comp.module = module
+        operand_base = 0
+        for comp, record in zip(computations, self.records):
+            operand_base = self._fill(comp, record, computations, operand_base)
+        module.computations = computations
+        module.entry = computations[self.entry] if self.entry >= 0 else None
+        return module
+
+
+class ComputationsSnapshot(_FlatComputations):
+    """Some computations of a module (`taken`), to be put back in place: the module's header
+    (as `ModuleSnapshot`'s), its list of computation objects and entry, and the contents of
+    the taken computations.  `restore` gives the module back that list (computations added
+    since are dropped, removed ones come back) and refills the taken computation objects with
+    new instructions, as a clone's; the others are the objects they are, as they are: whoever
+    takes the snapshot must not change them (adding computations, or removing any from the
+    module, is fine).  Refilled rather than replaced, a taken computation stays the one the
+    module's other instructions call."""
+
+    __slots__ = ("header", "computations", "entry")
+
+    def __init__(self, header: "Module", computations: list[Computation], entry: Computation | None,
+                 taken: Iterable[Computation]):
+        self.header = header
+        self.computations = list(computations)
+        self.entry = entry
+        super().__init__(taken, {comp: k for k, comp in enumerate(computations)})
+
+    def restore(self, module: "Module") -> list[Computation]:
+        """Put the taken computations back into their objects and the module's computation list
+        back as it was; returns the computations added since (no longer in the module), for the
+        caller to discard.  The snapshot must not be used afterwards."""
+        kept = set(self.computations)
+        added = [comp for comp in module.computations if comp not in kept]
+        operand_base = 0
+        for record in self.records:
+            comp = self.computations[record.position]
+            comp.discard()  # what the block left in it: its cycles broken, freed at once
+            record.reset(comp)
+            comp.module = module
+            operand_base = self._fill(comp, record, self.computations, operand_base)
+        module.computations = self.computations
+        module.entry = self.entry
+        return added
 
 
 def _called_positions(instr: Instruction, comp_position: dict[Computation, int]) -> CalledPositions:

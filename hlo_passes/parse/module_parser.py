@@ -258,7 +258,7 @@ class ModuleBuilder(ShapeBuilder):
             else:
                 self._constant(instr, ops, opcode_tok)
         else:
-            instr._init_operands(ops)
+            instr._init_operands(tuple(ops))
             if self.check_semantics:
                 n = len(ops)
                 if n < plan.low or (plan.high is not None and n > plan.high) or (
@@ -294,7 +294,7 @@ class ModuleBuilder(ShapeBuilder):
                 else:
                     raise SemanticError(f"{opcode.value} expects a literal", _positioned(op))
             return literal
-        out: list[Any] = [None] * len(operands)  # sized exactly: it becomes the operand list
+        out: list[Any] = [None] * len(operands)  # the operands (the caller makes them a tuple)
         for i, op in enumerate(operands):
             kind = type(op)
             if kind is Instruction:
@@ -677,7 +677,7 @@ class ModuleBuilder(ShapeBuilder):
                             called={"calls": comp}, span=span)
         operands, preds = list(instr.operands), list(instr.control_predecessors)
         instr.drop_operands()  # also unlinks its control predecessors
-        start._init_operands(operands)
+        start._init_operands(tuple(operands))
         for pred in preds:
             start.add_control_predecessor(pred)
         self.synthesized.append(comp)

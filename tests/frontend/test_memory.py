@@ -68,7 +68,7 @@ def test_users_view_follows_every_edit():
     e.remove(a)
     assert _names(p.users) == ["b", "c"]
     b.replace_all_uses_with(p)
-    assert _names(p.users) == ["b", "c"] and c.operands == [p, p] and not b.users
+    assert _names(p.users) == ["b", "c"] and c.operands == (p, p) and not b.users
     e.remove(b)
     assert _names(p.users) == ["c"]
     with pytest.raises(TypeError):

@@ -221,7 +221,7 @@ def test_well_formed_module_passes_check_module():
 def test_dangling_operand_and_stale_user():
     m = parse_module(SMALL)
     r = m.entry.find("r")
-    r.operands[1] = m.entry.find("c")  # bypasses the IR: p still lists r as a user
+    r.operands = (r.operands[0], m.entry.find("c"), *r.operands[2:])  # bypasses the IR: p still lists r as a user
     messages = [e.message for e in verify_module(m)]
     assert any("lists r as a user, but r does not use it" in msg for msg in messages), messages
 

@@ -263,7 +263,7 @@ def _gather_backward(ctx: PropagationContext, instr: Instruction, user: Instruct
 
 
 # ---------------------------------------------------------------- scatter --
-def _scatter_parts(scatter: Instruction) -> tuple[int, list[Instruction], Instruction, list[Instruction]]:
+def _scatter_parts(scatter: Instruction) -> tuple[int, tuple[Instruction, ...], Instruction, tuple[Instruction, ...]]:
     n = (len(scatter.operands) - 1) // 2
     return n, scatter.operands[:n], scatter.operands[n], scatter.operands[n + 1:]
 

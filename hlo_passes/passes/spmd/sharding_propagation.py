@@ -55,7 +55,7 @@ import functools
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, NamedTuple, Sequence, cast
+from typing import Callable, Iterable, Literal, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -263,9 +263,15 @@ class _Flat:
 
     def __init__(self, module: Module):
         self.original = module
-        # Each original's instructions in the walk: the one itself (most), or a tuple of several
-        # (a body inlined at several sites); a 1-tuple each was 3% of the walk's peak on gpt96.
-        self.copies: dict[Instruction, Instruction | tuple[Instruction, ...]] = {}
+        # The instructions of the module's propagated computations in the order `transfer` visits
+        # them, and beside each its instructions in the walk: the one itself (most), a tuple of
+        # several (a body inlined at several sites; a 1-tuple each was 3% of the walk's peak on
+        # gpt96), or () for none.  Two lists rather than a dict from the one to the other: 16
+        # bytes an instruction where the dict took about 60, and it is alive through the walk
+        # (1.2 MiB of spmd-partition's peak on the 24-layer GPT step).  The walk changes only
+        # the copy, so the module's instructions and their order are the same at `transfer`.
+        self.originals: list[Instruction] = []
+        self.copies: list[Instruction | tuple[Instruction, ...]] = []
         # Tuples the import removes as dead once their elements are read directly (an inlined
         # call's ROOT tuple, typically): the call and its callee's ROOT take the tuple of
         # their elements' shardings, as they would were the tuple still there.
@@ -309,11 +315,12 @@ class _Flat:
         for flat_instr, origs in self.aliases.items():
             for orig in origs:
                 values.setdefault(orig, []).append(flat_instr)
-        self.copies = {}
-        for orig, vs in values.items():
-            live = tuple(r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples)
-            if live:
-                self.copies[orig] = live if len(live) > 1 else live[0]
+        for comp in comps:
+            for orig in comp.instructions:
+                vs = values.get(orig, ())
+                live = tuple(r for r in (self._resolve(v) for v in vs) if r.parent is not None or r in self.dead_tuples)
+                self.originals.append(orig)
+                self.copies.append(live if len(live) != 1 else live[0])
         # Tables of the building only: freed before the walk, whose tables come on top of these.
         self.origin.clear()
         self.aliases.clear()
@@ -535,36 +542,37 @@ class _Flat:
         was 7% of the memory the module holds."""
         changed = False
         slots: dict[int, Attr] = {}  # by id of the sharding: objects, not equal values (metadata differs)
-        for comp in propagated_computations(self.original):
-            for instr in comp.instructions:
-                twins = self.copies.get(instr, ()) if self.module is not self.original else instr
-                if type(twins) is not tuple:
-                    twins = (cast(Instruction, twins),)
-                elif not twins:
-                    continue
-                found = [f for f in (self._state_of(t, state) for t in twins) if f is not None]
-                new = found[0] if found else None
-                if any(f != new for f in found[1:]):
-                    owner.remark(instr, "inlined at several call sites that disagree on its sharding: "
-                                        "the first site's is kept", "missed")
-                if new is not None and instr.shape.is_tuple != (new.kind is ShardingKind.TUPLE):
-                    new = su.single(instr.shape, new) if instr.shape.is_tuple else None
-                old = instr.sharding if "sharding" in instr.attributes else None
-                if new is None:
-                    if old is not None:
-                        instr.sharding = None
-                        changed = True
-                    continue
-                if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
-                        su.canon(old) == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
-                                                 and su.single(instr.shape, su.canon(old)) == new)) and (
-                        not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
-                    continue
-                slot = slots.get(id(new))
-                if slot is None:
-                    slot = slots[id(new)] = Attr(value=new)
-                instr.set_attr_slot("sharding", slot)
-                changed = True
+        pairs: Iterable[tuple[Instruction, Instruction | tuple[Instruction, ...]]] = (
+            zip(self.originals, self.copies) if self.module is not self.original else
+            ((instr, instr) for comp in propagated_computations(self.original) for instr in comp.instructions))
+        for instr, twins in pairs:
+            if type(twins) is not tuple:
+                twins = (cast(Instruction, twins),)
+            elif not twins:
+                continue
+            found = [f for f in (self._state_of(t, state) for t in twins) if f is not None]
+            new = found[0] if found else None
+            if any(f != new for f in found[1:]):
+                owner.remark(instr, "inlined at several call sites that disagree on its sharding: "
+                                    "the first site's is kept", "missed")
+            if new is not None and instr.shape.is_tuple != (new.kind is ShardingKind.TUPLE):
+                new = su.single(instr.shape, new) if instr.shape.is_tuple else None
+            old = instr.sharding if "sharding" in instr.attributes else None
+            if new is None:
+                if old is not None:
+                    instr.sharding = None
+                    changed = True
+                continue
+            if old is not None and old.kind is not ShardingKind.UNKNOWN and old.shard_group is None and (
+                    su.canon(old) == new or (instr.shape.is_tuple and old.kind is not ShardingKind.TUPLE
+                                             and su.single(instr.shape, su.canon(old)) == new)) and (
+                    not owner.options.propagate_metadata or _metadata_of(old) == _metadata_of(new)):
+                continue
+            slot = slots.get(id(new))
+            if slot is None:
+                slot = slots[id(new)] = Attr(value=new)
+            instr.set_attr_slot("sharding", slot)
+            changed = True
         return changed
 
 
@@ -1476,7 +1484,7 @@ def _identity_key(entry: _Settled) -> int:
     return hash((entry[0], entry[1], *map(id, entry[2:])))
 
 
-def _operands_of(instr: Instruction) -> list[Instruction]:
+def _operands_of(instr: Instruction) -> tuple[Instruction, ...]:
     """The neighbours `_from_operands` reads (see _Settled)."""
     return instr.operands
 

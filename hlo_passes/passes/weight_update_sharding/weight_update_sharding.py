@@ -28,7 +28,7 @@ shardings refined by the data groups (`state.py`), so no state is gathered.
 
 Steps:
 1. As a trial on the module (`Module.trial`: taken back afterwards from a compact snapshot, a
-   quarter of a copy's memory): `canonicalize` (variadic all-reduces split, reduce-scatter +
+   quarter of a copy's memory, of the computations it may change, `trial_computations`): `canonicalize` (variadic all-reduces split, reduce-scatter +
    all-gather pairs joined, calls on gradients inlined, XLA's fused form normalized), then
    all-reduces of values every device of the group already holds become `x * N`
    (`simplify_replicated_all_reduces`), then `analysis` finds the components and
@@ -97,8 +97,9 @@ class WeightUpdateSharding(ModulePass):
             return False
         # 1. Everything as a trial (the module taken back afterwards, see Module.trial): what
         # the analysis allows, and what pays.  (`priced` holds names and prices only.)
-        with module.trial() as trial:
-            priced = self._shard(trial, chosen=None)
+        changing = trial_computations(module)
+        with module.trial(changing) as trial:
+            priced = self._shard(trial, chosen=None, in_trial=True)
         chosen = set(priced)
         if chosen and self.options.only_when_it_pays:
             # 2. Packing merges the pass's small collectives, so a component's price leaves out
@@ -106,8 +107,8 @@ class WeightUpdateSharding(ModulePass):
             # dependent on the others) pays a collective's latency more than the all-reduce it
             # replaces, and must still pay with it (unless it keeps state sharded, see below).
             said = len(self.remarks)
-            with module.trial() as candidate:
-                alone = self._shard(candidate, chosen=chosen)
+            with module.trial(changing) as candidate:
+                alone = self._shard(candidate, chosen=chosen, in_trial=True)
             del self.remarks[said:]
             for name in alone:
                 cost, stems, kept = priced[name]
@@ -132,11 +133,14 @@ class WeightUpdateSharding(ModulePass):
         return True
 
     # ---------------------------------------------------------------- steps --
-    def _shard(self, module: Module, chosen: set[str] | None) -> dict:
+    def _shard(self, module: Module, chosen: set[str] | None, in_trial: bool = False) -> dict:
         """Rewrite `module`.  Trial (`chosen` None): every component the analysis allows, priced;
         returns, by the name of the first all-reduce of each that pays, its price and its stems'
         remarks.  Otherwise: only `chosen`, then packed; returns the names of the components
-        whose reduce-scatter packing left alone."""
+        whose reduce-scatter packing left alone.  `in_trial`: `module` is inside a
+        `Module.trial`, its changes undone afterwards, so its computations are not sorted at the
+        end (nobody reads the order, and sorting the entry of a big step was the pass's peak:
+        the check's set and the new order beside the old)."""
         trial = chosen is None
         note = self.remark if trial else (lambda *a, **k: None)
         model = CostModel.for_profile(self.options.cost_profile)
@@ -216,7 +220,8 @@ class WeightUpdateSharding(ModulePass):
             if made and self.options.pack_threshold_bytes > 0:
                 pack_collectives(module, comp, made, sizes, self.options.pack_threshold_bytes)
             alone |= {name for name, rs in scattered.items() if any(x.parent is comp for x in rs)}
-            comp.sort_topologically()
+            if not in_trial:
+                comp.sort_topologically()
         return pays if trial else alone
 
     def _rewriter(self, module: Module, comp: Computation, component: Component, index: DeviceIndex,
@@ -249,6 +254,24 @@ def _in_fused_form(module: Module, computations: list[Computation]) -> bool:
             if instr.opcode is Opcode.FUSION and any(o.opcode is Opcode.ALL_REDUCE for o in instr.operands):
                 return True
     return False
+
+
+def trial_computations(module: Module) -> list[Computation]:
+    """The computations `_shard` may change in a trial, the only ones the trials keep
+    (`Module.trial`; the module's reducers and per-device copies of called computations are
+    most of it): the entry (a region's rewrite changes the call to it and the ROOT), the update
+    computations holding an all-reduce or a reduce-scatter (every split, join, inlining,
+    simplification and rewrite starts from one in its computation; in a trial it sorts none),
+    and the computations their fusions call (XLA's fused form: `fused.normalize` hoists a
+    gradient's transposes out of the fused computation, in place)."""
+    changing: list[Computation] = []
+    for comp in update_computations(module):
+        if comp is module.entry or any(i.opcode is Opcode.ALL_REDUCE or i.opcode is Opcode.REDUCE_SCATTER
+                                       for i in comp._instructions):
+            changing.append(comp)
+            changing += [callee for i in comp._instructions if i.opcode is Opcode.FUSION
+                         for callee in i.called_computations()]
+    return list(dict.fromkeys(changing))
 
 
 def update_computations(module: Module) -> list[Computation]:
