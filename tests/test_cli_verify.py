@@ -158,6 +158,61 @@ def test_xla_aborting_the_process_ends_with_an_error_line_and_exit_2(capfd):
     assert "@     0x7f" not in err and "Check failure stack trace" not in err
 
 
+DIES_PARTITIONING_THE_ORACLE = r"""
+import os, sys
+from hlo_passes import _xla_deaths
+reason = os.environ.get(_xla_deaths.ORACLE_DIED)
+if reason:
+    print("second try, told: " + reason, flush=True)
+    sys.exit(0)
+with _xla_deaths.phase(sys.argv[1]):
+    sys.stderr.write("F1126 23:21:42.858679   18043 hlo_sharding_util.cc:2714] Check failed: sharding.IsManualSubgroup() \n")
+    sys.stderr.flush()
+    os.abort()
+"""
+
+
+def test_a_child_dying_while_xla_partitions_the_oracle_runs_once_more_told_why(capfd):
+    """Dying inside `PARTITIONING_ORACLE` (the step verify marks around XLA's partition of the
+    oracle's global module) gets one more run with XLA's reason in the environment; dying in
+    any other step is reported as before, and a second death is not retried."""
+    from hlo_passes import _xla_deaths
+    from hlo_passes.cli.supervise import supervise
+    rc = supervise([], child_command=[sys.executable, "-c", DIES_PARTITIONING_THE_ORACLE,
+                                      _xla_deaths.PARTITIONING_ORACLE])
+    out, err = capfd.readouterr()
+    assert rc == 0, err
+    assert "second try, told: Check failed: sharding.IsManualSubgroup() (hlo_sharding_util.cc:2714)" in out
+    assert "Check failed" not in err
+    rc = supervise([], child_command=[sys.executable, "-c", DIES_PARTITIONING_THE_ORACLE, "xla-partitions"])
+    out, err = capfd.readouterr()
+    assert rc == 2 and "second try" not in out
+    assert "error: XLA stopped the process (SIGABRT): Check failed: sharding.IsManualSubgroup()" in err
+
+
+def test_verify_judges_by_the_regions_run_directly_where_xla_dies_partitioning_the_original(tmp_path):
+    """SPMD fuzz seed 9370: XLA's partitioner fails a check on the original (a partially manual
+    region; it kills the process).  `verify` runs again without it: the region runs directly
+    on each device, the other outputs on one device."""
+    from hlo_passes import parse_module, print_module
+    from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+    original = ROOT / "tests" / "dumps" / "data" / "xla_dies_partitioning_9370.hlo"
+    module = parse_module(original.read_text())
+    SpmdPartitioner().run(module)
+    (tmp_path / "b.hlo").write_text(print_module(module))
+    p = cli("verify", original, tmp_path / "b.hlo")
+    assert p.returncode == 0, p.stderr
+    report = p.stdout + p.stderr
+    assert "EQUIVALENT" in report and "XLA died partitioning this global module in a first try" in report, report
+    assert "IsManualSubgroup" in report and "manual_regions.py" in report, report
+    # A wrong rewrite is still caught by that oracle.
+    wrong = print_module(module).replace("tanh(", "exponential(", 1)
+    assert wrong != print_module(module)
+    (tmp_path / "wrong.hlo").write_text(wrong)
+    p = cli("verify", original, tmp_path / "wrong.hlo")
+    assert p.returncode == 1 and "MISMATCH" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 def test_supervised_commands_pass_output_and_status_through(tmp_path):
     """From the command line `exec`/`verify`/`run --verify` run as a supervised child: the
     output, the exit status and the usage errors are the child's."""

@@ -8,6 +8,8 @@ collective rendezvous timeout).  So `verify`, `exec` and `run --verify`, when st
 command line, run as a child of a small parent that imports nothing heavy.  The child's
 output passes through as it comes; XLA's fatal lines and stack dump are held back, and if the
 child dies of a signal the parent prints one `error:` line with XLA's own reason and exits 2.
+One death is retried: inside XLA's partition of the oracle's global module (`verify` marks that
+step, _xla_deaths.py), where the child can judge by the module's manual regions run directly.
 Multi-process runs (`--processes`, `--coordinator`) have their own launcher and are left as
 they are; `main(argv)` called from Python (tests, scripts) runs in process.
 """
@@ -19,6 +21,9 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+
+from hlo_passes import _xla_deaths
 
 SUPERVISED = "HLO_PASSES_SUPERVISED"  # set in the child: run the command itself
 STDERR_IS_TTY = "HLO_PASSES_STDERR_TTY"  # the parent's stderr is a terminal (the child's is a pipe)
@@ -45,11 +50,48 @@ def needs_supervisor(argv: list[str]) -> bool:
 
 def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     """Run `hlo-passes ARGV` (or `child_command`) as a child; its exit status, or 2 with an
-    `error:` line when it dies of a signal."""
+    `error:` line when it dies of a signal.  A child that dies while XLA partitions the
+    oracle's global module runs once more, told so (_xla_deaths.py): it judges by the module's
+    manual regions run directly instead."""
     env = dict(os.environ, **{SUPERVISED: "1"})
     if sys.stderr.isatty():
         env[STDERR_IS_TTY] = "1"
     command = child_command or [sys.executable, "-m", "hlo_passes", *argv]
+    handle, phase_file = tempfile.mkstemp(prefix="hlo-passes-phase-")
+    os.close(handle)
+    env[_xla_deaths.PHASE_FILE] = phase_file
+    try:
+        rc, fatal, held = _run_child(command, env)
+        if rc < 0 and fatal and _xla_deaths.ORACLE_DIED not in env \
+                and _xla_deaths.read_phase(phase_file) == _xla_deaths.PARTITIONING_ORACLE:
+            env[_xla_deaths.ORACLE_DIED] = _reason(fatal)
+            rc, fatal, held = _run_child(command, env)
+    except KeyboardInterrupt:  # the child, in the same process group, got it too
+        return 130
+    finally:
+        os.unlink(phase_file)
+    out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+    if rc >= 0:
+        for line in held:
+            _write(out, line)
+        return rc
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:  # a number the signal module has no name for
+        name = f"signal {-rc}"
+    if fatal:
+        print(f"error: XLA stopped the process ({name}): {_reason(fatal)}\n(an internal check of XLA failed on this "
+              "program: XLA could not compile or run it; not something hlo-passes can report better)", file=sys.stderr)
+    elif -rc == signal.SIGKILL:
+        print("error: the process was killed (SIGKILL), most likely for lack of memory", file=sys.stderr)
+    else:
+        print(f"error: the process ended on {name} inside XLA or a library it calls", file=sys.stderr)
+    return 2
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> tuple[int, list[re.Match], list[bytes]]:
+    """Run the child to its end, passing its output through as it comes: its exit status
+    (negative: the signal it died of), XLA's fatal lines and what was held back from them on."""
     child = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
     assert child.stderr is not None
     out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
@@ -70,31 +112,18 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
                 partial = b""
         if partial:
             _route(partial, held, fatal, out)
-        rc = child.wait()
-    except KeyboardInterrupt:  # the child, in the same process group, got it too
+        return child.wait(), fatal, held
+    except KeyboardInterrupt:
         child.wait()
-        return 130
-    if rc >= 0:
-        for line in held:
-            _write(out, line)
-        return rc
-    try:
-        name = signal.Signals(-rc).name
-    except ValueError:  # a number the signal module has no name for
-        name = f"signal {-rc}"
-    if fatal:
-        where = fatal[-1].group("where").decode(errors="replace").strip()
-        what = fatal[-1].group("what").decode(errors="replace").strip()
-        reason = f"{what} ({where})"
-        if len(reason) > 400:
-            reason = reason[:400] + "..."
-        print(f"error: XLA stopped the process ({name}): {reason}\n(an internal check of XLA failed on this "
-              "program: XLA could not compile or run it; not something hlo-passes can report better)", file=sys.stderr)
-    elif -rc == signal.SIGKILL:
-        print("error: the process was killed (SIGKILL), most likely for lack of memory", file=sys.stderr)
-    else:
-        print(f"error: the process ended on {name} inside XLA or a library it calls", file=sys.stderr)
-    return 2
+        raise
+
+
+def _reason(fatal: list[re.Match]) -> str:
+    """XLA's last fatal line as `what (where)`, bounded."""
+    where = fatal[-1].group("where").decode(errors="replace").strip()
+    what = fatal[-1].group("what").decode(errors="replace").strip()
+    reason = f"{what} ({where})"
+    return reason[:400] + "..." if len(reason) > 400 else reason
 
 
 def _looks_like_dump(line: bytes) -> bool:

@@ -47,6 +47,7 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from hlo_passes import _xla_deaths
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
@@ -85,7 +86,7 @@ PYTHON_BUGS = (IndexError, KeyError, AttributeError, TypeError, NameError, Asser
 
 def _run_original(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
     try:
-        return _run_global(module, inputs, num_devices, platform, report)
+        return _run_global(module, inputs, num_devices, platform, report, oracle=True)
     except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable, *PYTHON_BUGS):
         raise  # PYTHON_BUGS: ours, never to be blamed on XLA or the input (it hid an IndexError once)
     except Exception as e:  # XLA's compile and run errors
@@ -199,29 +200,44 @@ def run_single_device(module: Module, inputs: list[np.ndarray], platform: str | 
     return xla_backend.run_single(print_module(strip_shardings(_module(module))), inputs, platform)
 
 
-def _run_global(module: Module, inputs, num_devices, platform, report) -> list[np.ndarray]:
-    """Mode (a), or (b) when the module needs several devices."""
+def _run_global(module: Module, inputs, num_devices, platform, report, oracle: bool = False) -> list[np.ndarray]:
+    """Mode (a), or (b) when the module needs several devices.  `oracle`: `module` is what the
+    other side is judged by, so where XLA cannot partition it (an error, or a first try that
+    died inside XLA: _xla_deaths.py) its manual regions run directly instead."""
     if not needs_devices(module):
         return run_single_device(module, inputs, platform)
     n = num_devices or read_program(module).num_devices
+    died = _xla_deaths.oracle_died_reason() if oracle else None
+    if died:
+        return _run_regions_directly(module, inputs, n, platform, report, f"XLA died partitioning this global module in a first "
+                                     f"try ({died})", OriginalFailed(f"XLA died partitioning the original module: {died}"))
     notes: list[str] = []
     try:
-        outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
+        with _xla_deaths.phase(_xla_deaths.PARTITIONING_ORACLE if oracle else "xla-partitions"):
+            outputs, problems, _ = run_xla_spmd(module, inputs, n, platform, notes)
     except (VerificationError, _inputs.InputError, PartitionError, xla_backend.BackendUnavailable, *PYTHON_BUGS):
         raise
     except Exception as e:  # XLA cannot partition it: its manual regions may still run directly
-        from hlo_passes.runtime.manual_regions import run_direct
-
-        direct = run_direct(module, inputs, n, platform)
-        if direct is None:
-            raise
-        report.notes.append(f"XLA cannot partition this global module ({xla_error_lines(e, 1)[0]}); its manual "
-                            f"regions run directly on each of {n} devices instead (manual_regions.py)")
-        return _outputs_of_one_device(module, direct, inputs, platform, report)
+        return _run_regions_directly(module, inputs, n, platform, report,
+                                     f"XLA cannot partition this global module ({xla_error_lines(e, 1)[0]})", e)
     report.problems += problems
     report.notes.append(f"original partitioned by XLA's SPMD partitioner on {n} devices")
     report.notes += notes
     return _outputs_of_one_device(module, outputs, inputs, platform, report)
+
+
+def _run_regions_directly(module: Module, inputs, n: int, platform, report, why: str,
+                          otherwise: Exception) -> list[np.ndarray]:
+    """The global `module`'s outputs without XLA's partitioner (`why` says what it did): its
+    manual regions run directly on each device (manual_regions.py), the outputs that need no
+    device on one device; `otherwise` is raised where the direct run declines the module."""
+    from hlo_passes.runtime.manual_regions import run_direct
+
+    direct = run_direct(module, inputs, n, platform)
+    if direct is None:
+        raise otherwise
+    report.notes.append(f"{why}; its manual regions run directly on each of {n} devices instead (manual_regions.py)")
+    return _outputs_of_one_device(module, direct, inputs, platform, report)
 
 
 def _outputs_of_one_device(module: Module, outputs: list[np.ndarray], inputs, platform,

@@ -39,11 +39,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from hlo_passes import _xla_deaths  # noqa: E402
 from hlo_passes.parse.module_parser import parse_module  # noqa: E402
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner  # noqa: E402
 from hlo_passes.printer import print_module  # noqa: E402
 from hlo_passes.runtime import verify_equivalent  # noqa: E402
 from hlo_passes.runtime import execute_module  # noqa: E402
+from hlo_passes.runtime.verify import OriginalFailed  # noqa: E402
 from hlo_passes.runtime.xla_backend import canonical_text  # noqa: E402
 from hlo_passes.verifier import verify_module  # noqa: E402
 from tests.spmd.random_hlo import module_from_seed  # noqa: E402
@@ -76,10 +78,11 @@ def judge_text(text: str, seed: int = -1, on_stage: Callable[[str], None] = lamb
     """Judge one module in this process.  `on_stage` hears each stage as it starts ("original",
     "partition", "verify"), so that a parent can tell whose fault an abort was."""
     on_stage("original")
-    try:
-        execute_module(text)
-    except Exception as e:  # XLA cannot run the original: nothing to compare with
-        return Outcome(seed, "skipped", str(e).splitlines()[0][:200], text)
+    if _xla_deaths.oracle_died_reason() is None:  # (else a first try died here: verify knows)
+        try:
+            execute_module(text)
+        except Exception as e:  # XLA cannot run the original: nothing to compare with
+            return Outcome(seed, "skipped", str(e).splitlines()[0][:200], text)
     on_stage("partition")
     module = parse_module(text)
     try:
@@ -98,6 +101,8 @@ def judge_text(text: str, seed: int = -1, on_stage: Callable[[str], None] = lamb
     on_stage("verify")
     try:
         report = verify_equivalent(text, out)
+    except OriginalFailed as e:  # (after a first try died on the original, and no other oracle)
+        return Outcome(seed, "skipped", str(e).splitlines()[0][:200], text, out)
     except Exception as e:
         first = str(e).splitlines()[0]
         if any(fault in first for fault in XLA_CPU_FAULTS):
@@ -165,8 +170,19 @@ class IsolatedJudge:
         signal = -child.returncode if child.returncode < 0 else None
         how = f"signal {signal}" if signal else f"exit {child.returncode}"
         if stage == "original":
-            return Outcome(seed, "skipped", f"XLA died running the original ({how})", text)
+            return self._judge_again_without_xla_partitioning_the_original(text, seed, how)
         return Outcome(seed, "ABORT", f"the judge died in stage {stage!r} ({how}); its stderr ends:\n{tail}", text)
+
+
+    def _judge_again_without_xla_partitioning_the_original(self, text: str, seed: int, how: str) -> Outcome:
+        """XLA died on the original: where it has manual regions, judged once more by them run
+        directly (as the CLI's supervisor does, _xla_deaths.py); else skipped."""
+        skipped = Outcome(seed, "skipped", f"XLA died running the original ({how})", text)
+        if _xla_deaths.ORACLE_DIED in (self._env or os.environ) or "SPMDFullToShardShape" not in text:
+            return skipped
+        with IsolatedJudge(env={_xla_deaths.ORACLE_DIED: f"XLA died running it ({how})"}) as again:
+            outcome = again.judge_text(text, seed)
+        return skipped if outcome.kind == "skipped" else outcome
 
 
 def serve() -> int:

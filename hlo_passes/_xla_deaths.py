@@ -1,0 +1,53 @@
+"""Where XLA died, told by a supervised child to its parent, and what the parent tells a retry.
+
+XLA stops the process when one of its checks fails (cli/supervise.py), and its SPMD partitioner
+has such checks that fire on modules it was given to partition: `verify` partitions a global
+original with manual regions through XLA to know what it computes, and when XLA dies there the
+verdict is lost although another oracle exists (the regions run directly, manual_regions.py).
+So the child marks the step it is in, in a file the parent names (`phase`); when the child dies
+of a signal inside `PARTITIONING_ORACLE`, the parent runs it once more with `ORACLE_DIED` set to
+XLA's reason, and that run judges by the other oracle without asking XLA's partitioner.
+
+No heavy imports: the parent imports this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PHASE_FILE = "HLO_PASSES_PHASE_FILE"  # the parent's file the child writes its step into
+ORACLE_DIED = "HLO_PASSES_XLA_DIED_PARTITIONING_ORACLE"  # XLA's reason, for the retry
+PARTITIONING_ORACLE = "xla-partitions-the-oracle"
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Mark the block as step `name` for a parent that asked (PHASE_FILE), cleared when the
+    block ends however it ends; a process that dies inside leaves the mark."""
+    path = os.environ.get(PHASE_FILE)
+    if not path:
+        yield
+        return
+    with open(path, "w") as f:
+        f.write(name)
+    try:
+        yield
+    finally:
+        with open(path, "w"):
+            pass
+
+
+def read_phase(path: str) -> str:
+    """The step a dead child was in ('' when none or unreadable)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def oracle_died_reason() -> str | None:
+    """XLA's reason when a first try died partitioning the oracle (set by the parent)."""
+    return os.environ.get(ORACLE_DIED) or None
