@@ -136,3 +136,57 @@ def _partitioned_for(text: str, n: int) -> str:
     module = parse_module(text)
     SpmdPartitioner(num_partitions=n).run(module)
     return print_module(module)
+
+
+def _shard_map_programs():
+    """Two jitted functions with shard_map regions over a 4x2 mesh: fully manual with a whole
+    (`P()`) operand and result, and manual over 'x' only (partially manual) with a whole result."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("x", "y"))
+
+    def fully_manual(a, b):
+        summed = jax.shard_map(lambda u, v: jax.lax.psum(jnp.tanh(u) * 2, "x") + v, mesh=mesh,
+                               in_specs=(P("x", None), P()), out_specs=P(), check_vma=False)
+        gathered = jax.shard_map(lambda u: jax.lax.all_gather(u, "y", axis=1, tiled=True), mesh=mesh,
+                                 in_specs=P(None, "y"), out_specs=P(), check_vma=False)
+        return summed(a, b) + 1, gathered(a * 3)
+
+    def partially_manual(a, b):
+        summed = jax.shard_map(lambda u: jax.lax.psum(jnp.sin(u), "x"), mesh=mesh, in_specs=P("x"),
+                               out_specs=P(), axis_names={"x"}, check_vma=False)
+        return summed(a) * b
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((2, 6)).astype(np.float32)
+    tiled, whole = NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P())
+    return {name: (jax.jit(fn, in_shardings=(tiled, whole)), (a, b))
+            for name, fn in (("fully_manual", fully_manual), ("partially_manual", partially_manual))}
+
+
+@pytest.mark.parametrize("lowering", ["shardy", "gspmd"])
+def test_shard_map_regions_as_jax_lowers_them_run_directly(lowering):
+    """JAX's own lowerings of shard_map, both of them: Shardy's region edges
+    (`xla.sdy.GlobalToLocalShape`, a body call) are read through import_shardy, and whole
+    (`{replicated}`) operands and results of a region, fully or partially manual, enter as the
+    whole value and leave as it.  The direct run computes what JAX's compiled function does."""
+    import jax
+
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", lowering == "shardy")
+    try:
+        for name, (jitted, args) in _shard_map_programs().items():
+            text = jitted.lower(*args).as_text(dialect="hlo")
+            assert ("xla.sdy.GlobalToLocalShape" in text) == (lowering == "shardy"), name
+            truth = jitted(*args)
+            truth = truth if isinstance(truth, tuple) else (truth,)
+            direct = run_direct(parse_module(text), list(args), 8)
+            assert direct is not None, name
+            assert len(direct) == len(truth), name
+            for got, want in zip(direct, truth):
+                np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5, err_msg=name)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)

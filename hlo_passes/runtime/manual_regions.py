@@ -21,9 +21,13 @@ that is follows from the region's edge shardings: the outside sharding S tiles a
 kinds of axes, the inside one R over the partitioned axes only, so the manual axes cut that dim
 S/R ways, and a device's place among them is read from S beside R.
 
+A whole value (`{replicated}` outside, as JAX writes a `P()` operand or result) enters as itself
+and leaves as any device's value.  Shardy's form (`xla.sdy.GlobalToLocalShape`, the body a call,
+shardings in frontend attributes) is read as this GSPMD form first (parse/shardy_import.py).
+
 The result is a per-device program whose every device ends with the same global values; device
-0's are the answer.  Modules this does not express are declined (None): Shardy's region
-custom-calls, regions whose edges are tuples, edge shardings whose manual part cannot be read
+0's are the answer.  Modules this does not express are declined (None): regions whose edges
+are tuples, edge shardings whose manual part cannot be read
 (a dim cut by the manual axes in an order neither major nor minor to the others), and device
 ids (`partition-id`) beside partially manual regions.
 """
@@ -43,6 +47,7 @@ from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.parse.shardy_import import import_shardy
 
 _ENTER, _LEAVE = "SPMDFullToShardShape", "SPMDShardToFullShape"
 _SHARDY_EDGES = ("xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape")
@@ -52,6 +57,7 @@ def direct_program(module: Module, num_devices: int) -> Module | None:
     """The per-device program described in the module docstring, or None when `module` holds
     what it does not express.  `module` is not changed."""
     program = module.clone()
+    import_shardy(program)  # Shardy's region edges and shardings as the GSPMD form below
     edges = [i for i in program.all_instructions()
              if i.opcode is Opcode.CUSTOM_CALL and i.custom_call_target in (_ENTER, _LEAVE, *_SHARDY_EDGES)]
     if not edges or any(e.custom_call_target in _SHARDY_EDGES for e in edges):
@@ -77,8 +83,12 @@ def direct_program(module: Module, num_devices: int) -> Module | None:
     return program
 
 
-def _tiles(s: Sharding | None, n: int) -> Sharding | None:
-    """`s` when it tiles an array over all `n` devices (replicas allowed, nothing manual)."""
+def _tiles(s: Sharding | None, n: int, rank: int) -> Sharding | None:
+    """`s` when it tiles a rank-`rank` array over all `n` devices (replicas allowed, nothing
+    manual); `{replicated}` (Shardy writes it where a shard_map's operand or result is
+    whole on every device) as the one tile held by all `n`."""
+    if s is not None and s.kind is ShardingKind.REPLICATED:
+        return Sharding.tiled(np.arange(n).reshape((1,) * rank + (n,)), (SubgroupKind.REPLICATED,))
     if s is None or s.kind is not ShardingKind.TILED or s.num_devices != n:
         return None
     return s if all(k is SubgroupKind.REPLICATED for k in s.subgroups) else None
@@ -97,6 +107,8 @@ def _manual_parts(outside: Sharding, inside: Sharding, rank: int, n: int) -> tup
     if any(o % a for o, a in zip(outside.data_tile_dims, auto)):
         return None
     cuts = tuple(o // a for o, a in zip(outside.data_tile_dims, auto))
+    if all(c == 1 for c in cuts):  # the manual axes cut nothing: every group holds the whole value
+        return cuts, [(0,) * rank for _ in range(n)]
     # the manual group of each device: its place along the inside sharding's manual subgroup axis
     axis = inside.data_rank + inside.subgroups.index(SubgroupKind.MANUAL)
     where = {int(dev): pos for pos, dev in np.ndenumerate(inside.tile_assignment)}
@@ -119,9 +131,11 @@ def _enter(edge: Instruction, n: int) -> Instruction | None:
     annotated = edge.operands[0]
     if not (annotated.opcode is Opcode.CUSTOM_CALL and annotated.custom_call_target == "Sharding"):
         return None
-    s = _tiles(annotated.sharding if annotated.has_attr("sharding") else None, n)
     inside = edge.sharding if edge.has_attr("sharding") else None
-    if s is None or inside is None or not isinstance(edge.shape, ArrayShape):
+    if inside is None or not isinstance(edge.shape, ArrayShape) or not isinstance(annotated.shape, ArrayShape):
+        return None
+    s = _tiles(annotated.sharding if annotated.has_attr("sharding") else None, n, annotated.shape.rank)
+    if s is None:
         return None
     x = annotated.operands[0]
     dims, local = x.array_shape.dims, edge.array_shape.dims
@@ -147,11 +161,12 @@ def _enter(edge: Instruction, n: int) -> Instruction | None:
 
 def _leave(edge: Instruction, n: int) -> Instruction | None:
     """The global value rebuilt from every device's part, where a region ends."""
-    s = _tiles(edge.sharding if edge.has_attr("sharding") else None, n)
     annotated = edge.operands[0]
     inside = annotated.sharding if annotated.has_attr("sharding") else None
-    if s is None or inside is None or not isinstance(edge.shape, ArrayShape) \
-            or not isinstance(annotated.shape, ArrayShape):
+    if inside is None or not isinstance(edge.shape, ArrayShape) or not isinstance(annotated.shape, ArrayShape):
+        return None
+    s = _tiles(edge.sharding if edge.has_attr("sharding") else None, n, edge.shape.rank)
+    if s is None:
         return None
     local = annotated.array_shape.dims
     dims = edge.array_shape.dims
