@@ -53,3 +53,16 @@ def test_an_abort_is_judged_by_its_stage_and_the_judge_recovers(stage, kind):
         if kind == "ABORT":
             assert "aborting in stage verify as asked" in outcome.detail
         assert judge.judge(7).kind == kind  # a fresh child, judged the same way
+
+
+
+def test_a_death_on_an_original_with_manual_regions_is_judged_again_by_the_regions_run_directly():
+    """As the CLI's supervisor does (_xla_deaths.py): the module is judged once more in a
+    fresh child told that XLA died on the original; verify then takes the regions run
+    directly as the oracle, so the module is judged (here ok) rather than skipped.  A module
+    without regions has no such oracle and stays skipped."""
+    from tests.test_verify_manual_regions import FULLY_MANUAL
+    with IsolatedJudge(env={"FUZZ_SPMD_ABORT_AT": "original"}) as judge:
+        outcome = judge.judge_text(FULLY_MANUAL.format(rows=10), 1)
+        assert outcome.kind == "ok", outcome.detail
+        assert judge.judge(7).kind == "skipped"
