@@ -57,19 +57,23 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     if sys.stderr.isatty():
         env[STDERR_IS_TTY] = "1"
     command = child_command or [sys.executable, "-m", "hlo_passes", *argv]
-    handle, phase_file = tempfile.mkstemp(prefix="hlo-passes-phase-")
-    os.close(handle)
-    env[_xla_deaths.PHASE_FILE] = phase_file
+    try:
+        handle, phase_file = tempfile.mkstemp(prefix="hlo-passes-phase-")
+        os.close(handle)
+        env[_xla_deaths.PHASE_FILE] = phase_file
+    except OSError:  # no writable temporary directory: no retry, nothing else lost
+        phase_file = ""
     try:
         rc, fatal, held = _run_child(command, env)
-        if rc < 0 and fatal and _xla_deaths.ORACLE_DIED not in env \
+        if rc < 0 and fatal and phase_file and _xla_deaths.ORACLE_DIED not in env \
                 and _xla_deaths.read_phase(phase_file) == _xla_deaths.PARTITIONING_ORACLE:
             env[_xla_deaths.ORACLE_DIED] = _reason(fatal)
             rc, fatal, held = _run_child(command, env)
     except KeyboardInterrupt:  # the child, in the same process group, got it too
         return 130
     finally:
-        os.unlink(phase_file)
+        if phase_file:
+            os.unlink(phase_file)
     out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
     if rc >= 0:
         for line in held:
