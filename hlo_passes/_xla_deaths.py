@@ -27,16 +27,23 @@ def phase(name: str) -> Iterator[None]:
     """Mark the block as step `name` for a parent that asked (PHASE_FILE), cleared when the
     block ends however it ends; a process that dies inside leaves the mark."""
     path = os.environ.get(PHASE_FILE)
-    if not path:
+    if not path or not _write(path, name):
         yield
         return
-    with open(path, "w") as f:
-        f.write(name)
     try:
         yield
     finally:
-        with open(path, "w"):
-            pass
+        _write(path, "")
+
+
+def _write(path: str, text: str) -> bool:
+    """The mark written; False where it cannot be (the parent then simply does not retry)."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
 
 
 def read_phase(path: str) -> str:
