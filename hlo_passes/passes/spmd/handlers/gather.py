@@ -88,13 +88,66 @@ def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | No
         return None
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    op_tm = idx_tm.remap(operand.array_shape.rank, dict(zip(op_batching, idx_batching)))
     out_tm = idx_tm.remap(instr.array_shape.rank, {out_batch[pos[d]]: d for d in batch})
+    passthrough = _gather_passthrough(instr)
+    to_out = {o: out_batch[pos[i]] for o, i in zip(op_batching, idx_batching)} | passthrough
+
+    def operand_tiling(out: TileMap) -> TileMap:
+        """The operand's batching dims follow the output's matching batch dims, its
+        passthrough dims the offset dims they become."""
+        return out.remap(operand.array_shape.rank, to_out)
+
+    out_tm = _with_passthrough_tiling(p, instr, out_tm, passthrough, operand_tiling)
+    op_tm = operand_tiling(out_tm)
+    idx_tm = out_tm.remap(indices.array_shape.rank, {d: out_batch[pos[d]] for d in batch})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
     idx = p.operand_as(instr, 1, to_sharding(idx_tm))
     out = to_sharding(out_tm)
     new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
+    if any(op_tm.dims[d] > 1 for d in passthrough):
+        new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s
+                                          for d, s in enumerate(instr.gather_dimensions.slice_sizes)))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+
+
+def _with_passthrough_tiling(p: HandlerContext, instr: Instruction, out_tm: TileMap, passthrough: dict[int, int],
+                             operand_tiling: Callable[[TileMap], TileMap]) -> TileMap:
+    """An index-parallel gather's output tiling (`out_tm`, over its batch dims) also split along
+    the offset dims of passthrough operand dims (`passthrough`: operand dim -> offset dim) where
+    the devices the batch tiling leaves over can take them: the result's tiling of those dims,
+    or the operand's.  Each device then gathers its rows of indices from its own columns: no
+    operand columns gathered, no result sliced afterwards (XLA partitions batch and passthrough
+    dims together).  Of the candidates (none, the result's, the operand's) the cost model picks
+    the one moving the least: the operand to `operand_tiling(candidate)`, the result to its
+    target."""
+    if not passthrough:
+        return out_tm
+    operand = instr.operands[0]
+    out_rank = instr.array_shape.rank
+    target = p.target(instr)
+    sources: list[TileMap] = []
+    if not target.is_tuple:
+        sources.append(tile_map(target, out_rank, p.n).keep_dims(list(passthrough.values())))
+    sources.append(tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).remap(
+        out_rank, {o: d for d, o in passthrough.items()}))
+    candidates = [out_tm]
+    for extra in sources:
+        merged = out_tm.merge(extra) if extra.num_tiles > 1 else None
+        if merged is not None and merged.num_tiles > out_tm.num_tiles:
+            candidates.append(merged)
+    if len(candidates) == 1:
+        return out_tm
+    model = p.ctx.cost_model
+
+    def moving(out: TileMap) -> Estimate:
+        return (cost(p.value(operand).sharding, to_sharding(operand_tiling(out)), operand.shape, p.n, model)
+                + cost(to_sharding(out), target, instr.shape, p.n, model))
+
+    best = candidates[0]
+    for candidate in candidates[1:]:
+        if moving(candidate) < moving(best):
+            best = candidate
+    return best
 
 
 def _index_offsets(p: HandlerContext, indices: Instruction, ivd: int,
@@ -459,22 +512,35 @@ def _scatter_passthrough(p: HandlerContext, instr: Instruction, operand: Instruc
                          updates: Instruction) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
-    indices — no communication (variadic scatters too).  None when the result tiles no such dim."""
+    indices — no communication (variadic scatters too).  Explicit batching dims tiled alike
+    stay tiled with them (each device scatters its batch rows' indices and updates into its
+    batch rows: still no communication, where tiling passthrough dims alone would gather the
+    batch).  None when the result tiles no passthrough dim."""
     n = (len(instr.operands) - 1) // 2
+    sd = instr.scatter_dimensions
     to_update = _scatter_passthrough_dims(instr)
     if not to_update:
         return None
     target = p.target(instr)
     first = target.element(0) if target.is_tuple else target
-    tm = tile_map(first, operand.array_shape.rank, p.n).keep_dims(list(to_update))
-    if tm.num_tiles == 1:
-        tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).keep_dims(list(to_update))
-    if tm.num_tiles == 1:
+    rank = operand.array_shape.rank
+    tm = tile_map(first, rank, p.n)
+    if tm.keep_dims(list(to_update)).num_tiles == 1:
+        tm = tile_map(p.value(operand).sharding, rank, p.n)
+    if tm.keep_dims(list(to_update)).num_tiles == 1:
         return None
+    tm = tm.keep_dims(list(to_update) + list(sd.input_batching_dims))
     out = to_sharding(tm)
-    upd_tm = tm.remap(updates.array_shape.rank, {u: d for d, u in to_update.items()})
+    window = set(sd.update_window_dims)
+    upd_scatter = [d for d in range(updates.array_shape.rank) if d not in window]
+    idx_batch = [d for d in range(instr.operands[n].array_shape.rank) if d != sd.index_vector_dim]
+    idx_to_op = dict(zip(sd.scatter_indices_batching_dims, sd.input_batching_dims))
+    upd_from = {u: d for d, u in to_update.items()}
+    if len(upd_scatter) == len(idx_batch):
+        upd_from |= {upd_scatter[k]: idx_to_op[i] for k, i in enumerate(idx_batch) if i in idx_to_op}
+    upd_tm = tm.remap(updates.array_shape.rank, upd_from)
     xs = [p.operand_as(instr, i, out) for i in range(n)]
-    idx = p.operand_as(instr, n, Sharding.replicated())
+    idx = p.operand_as(instr, n, to_sharding(tm.remap(instr.operands[n].array_shape.rank, idx_to_op)))
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
     result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
     new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))

@@ -1,0 +1,139 @@
+"""Data-movement family modules where our partition moved more than XLA's (issue 11, the `dm_*`
+probes in benchmarks/spmd_families): a gather or scatter with explicit batching dims whose
+operand is also tiled along a passthrough dim (the batch and the columns partition together:
+no collective), and a reshape whose tiles do not line up across a merge-then-split of a
+sharded dim (a halo exchange of sub-rows instead of gathering the operand).  Each checks the
+plan by hand-derived counts and verifies the result against XLA's run of the unpartitioned
+module on 8 devices."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.stats import module_stats
+from tests.spmd.partitioning import collectives, partition, partition_verified
+
+
+def _bytes(module) -> int:
+    return sum(module_stats(module).collective_bytes.values())
+
+
+def _ops(module) -> Counter[str]:
+    return Counter(i.opcode.value for i in module.all_instructions())
+
+
+def _only(module, opcode: Opcode):
+    found = [i for i in module.all_instructions() if i.opcode is opcode]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_gather_with_batching_dims_keeps_the_operands_passthrough_tiling():
+    """Batch dim 0 (4) tiled 2 ways, passthrough dim 2 (32 columns) 4 ways, indices tiled by
+    batch only: each device gathers its 2 batch rows' 16 indices from its 8 columns — the
+    result tile f32[2,16,8] with slice_sizes {1,1,8}, nothing moved (it gathered the columns
+    before: 8192 bytes)."""
+    text = """HloModule gb, num_partitions=8
+ENTRY e {
+  x = f32[4,128,32] parameter(0), sharding={devices=[2,1,4]<=[8]}
+  idx = s32[4,16,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[4,16,32] gather(x, idx), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,32}, sharding={devices=[2,1,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert not collectives(module)
+    g = _only(module, Opcode.GATHER)
+    assert tuple(g.array_shape.dims) == (2, 16, 8)
+    assert tuple(g.attr("slice_sizes")) == (1, 1, 8)
+
+
+def test_gather_with_batching_dims_takes_the_result_passthrough_tiling_for_a_replicated_operand():
+    """The operand whole on every device, the result tiled by batch and columns: each device
+    gathers straight into its tile from its local slice of the operand (no result-sized
+    dynamic-slice afterwards, no collective)."""
+    text = """HloModule gr, num_partitions=8
+ENTRY e {
+  x = f32[4,64,32] parameter(0), sharding={replicated}
+  idx = s32[4,8,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[4,8,32] gather(x, idx), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,32}, sharding={devices=[2,1,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert not collectives(module)
+    assert tuple(_only(module, Opcode.GATHER).array_shape.dims) == (2, 8, 8)
+
+
+def test_scatter_with_batching_dims_keeps_the_batch_tiling_beside_the_passthrough_tiling():
+    """The scatter twin: operand and updates tiled [2,1,4] (batch, -, columns), indices by
+    batch: each device scatters its batch rows' updates into its columns — the local scatter
+    is f32[2,128,8] with updates f32[2,16,8] and indices s32[2,16,1]; nothing moves (the
+    passthrough path alone gathered the batch: 9344 bytes)."""
+    text = """HloModule sb, num_partitions=8
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[4,128,32] parameter(0), sharding={devices=[2,1,4]<=[8]}
+  idx = s32[4,16,1] parameter(1), sharding={devices=[2,1,1,4]<=[8] last_tile_dim_replicate}
+  u = f32[4,16,32] parameter(2), sharding={devices=[2,1,4]<=[8]}
+  ROOT s = f32[4,128,32] scatter(x, idx, u), update_window_dims={2}, inserted_window_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0}, scatter_dims_to_operand_dims={1}, index_vector_dim=2, to_apply=add, sharding={devices=[2,1,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert not collectives(module)
+    s = _only(module, Opcode.SCATTER)
+    assert tuple(s.array_shape.dims) == (2, 128, 8)
+    assert [tuple(o.array_shape.dims) for o in s.operands[1:]] == [(2, 16, 1), (2, 16, 8)]
+
+
+def test_reshape_whose_tiles_do_not_line_up_exchanges_sub_rows():
+    """[2,3,7,10] tiled 2 ways on the 7 (tiles of 4 and 3 rows) -> [3,2,1,14,5] tiled 2 ways on
+    the 14 (7 rows each).  Output tile 1 is elements 35..69 of the 70-element group; input tile
+    1 holds 40..69 (and 10 padding elements).  In sub-rows of gcd(10, 35) = 5 elements: tile 1
+    needs sub-rows 7..13 and holds 8..15, so it takes sub-row 7 from tile 0 — 5 elements for
+    each of the 2*3 outer positions, 120 bytes in one collective-permute (it gathered the
+    operand before: 960 bytes)."""
+    text = """HloModule rh, num_partitions=8
+ENTRY e {
+  x = f32[2,3,7,10] parameter(0), sharding={devices=[1,1,2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT r = f32[3,2,1,14,5] reshape(x), sharding={devices=[1,1,1,2,1,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1}
+    assert _bytes(module) == 2 * 3 * 5 * 4
+
+
+def test_reshape_split_with_a_halo_from_the_left_neighbour_only():
+    """f32[6,20] tiled 4 ways (2 rows, the last tile all padding) -> f32[24,5] tiled 4 ways (6
+    rows = 30 elements).  Sub-rows of gcd(20, 30) = 10: input tile t holds sub-rows 4t..4t+3,
+    output tile t needs 3t..3t+2, so tile t takes t sub-rows from tile t-1 (3 at most: within
+    the neighbour), by collective-permute, and nothing is gathered."""
+    text = """HloModule rs, num_partitions=8
+ENTRY e {
+  x = f32[6,20] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  ROOT r = f32[24,5] reshape(x), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    found = collectives(module)
+    assert set(found) == {"collective-permute"}, found
+    assert _bytes(module) < 6 * 20 * 4 // 4 * 3  # less than what an all-gather sends in
+
+
+def test_reshape_whose_output_tiles_drift_past_the_neighbours_is_gathered():
+    """f32[12,8,64] tiled 8 ways (2 rows) -> f32[96,64] tiled 8 ways (12 rows): output tile 7
+    reads input tile 5, two tiles away; a halo would be one permute per distance, so the
+    operand is gathered once as before (the `reshape_merge` family row: 4096 bytes)."""
+    text = """HloModule rm, num_partitions=8
+ENTRY e {
+  x = f32[12,8,64] parameter(0), sharding={devices=[8,1,1]<=[8]}
+  ROOT r = f32[96,64] reshape(x), sharding={devices=[8,1]<=[8]}
+}
+"""
+    module, _, _ = partition(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert "collective-permute" not in _ops(module)
