@@ -137,3 +137,119 @@ ENTRY e {
     module, _, _ = partition(text)
     assert collectives(module) == {"all-gather": 1}
     assert "collective-permute" not in _ops(module)
+
+
+def test_tile_to_partial_on_a_2d_mesh_permutes_before_the_gathers():
+    """[2,4] -> [1,2,4] last_tile_dim_replicate over f32[64,64]: the plan gathered rows (2 KiB
+    sent), permuted the gathered 4 KiB, then gathered columns (4 KiB): 10 KiB.  With the
+    permute moved before the first gather each device first takes the 32x16 piece its pair
+    then completes: 2 + 2 + 4 KiB, XLA's 8 KiB and order."""
+    text = """HloModule tp, num_partitions=8
+ENTRY e {
+  x = f32[64,64] parameter(0), sharding={devices=[2,4]<=[8]}
+  ROOT c = f32[64,64] copy(x), sharding={devices=[1,2,4]<=[8] last_tile_dim_replicate}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 1, "all-gather": 2}
+    assert _bytes(module) == 32 * 16 * 4 + 32 * 16 * 4 + 32 * 32 * 4
+    order = [i.opcode.value for i in module.entry.post_order() if i.opcode.is_collective]
+    assert order[0] == "collective-permute"
+
+
+_DUS = """HloModule dus_const, num_partitions=8
+ENTRY e {{
+  x = f32[{n},32] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  u = f32[{u},32] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  ROOT d = f32[{n},32] dynamic-update-slice(x, u, s32[] constant({at}), s32[] constant(0)), sharding={{devices=[8,1]<=[8]}}
+}}
+"""
+
+
+def test_update_at_a_constant_start_fetches_only_the_rows_that_change_device():
+    """f32[128,32] tiled 8 ways (16 rows), a 64-row update tiled 8 ways (8 rows) written at row
+    32: result tile t (t = 2..5) takes update rows 16(t-2)..+16, two update tiles.  Each device
+    receives at most those 16 rows (2 KiB), by collective-permutes of 8-row pieces; nothing is
+    gathered (it all-to-all'ed operand and update to columns and back before: 5 KiB; XLA
+    gathers both: 3 KiB sent)."""
+    module, _ = partition_verified(_DUS.format(n=128, u=64, at=32))
+    found = collectives(module)
+    assert set(found) == {"collective-permute"}, found
+    assert _bytes(module) == 2 * 8 * 32 * 4
+
+
+def test_update_at_a_constant_start_that_cuts_tiles_and_is_clamped():
+    """The same with tiles the update starts and ends inside of (20 rows at row 5 over tiles of
+    8, update tiles of 3 rows, the last one short), and with a start past the end that XLA
+    clamps to 128 - 20 = 108: both verify, no all-gather."""
+    for at in (5, 200):
+        module, _ = partition_verified(_DUS.format(n=128, u=20, at=at))
+        assert "all-gather" not in collectives(module)
+
+
+def test_slice_of_a_sort_along_its_sharded_dim_reads_the_replicated_sort_result():
+    """A sort along its 8-way tiled dim runs on the gathered rows (every device sorts all
+    4096) and its result is sliced to its own tiling; the slice of the first 8 columns wants
+    them replicated.  It takes the sort's replicated result (through the get-tuple-element)
+    instead of gathering the tiles back: one all-gather of the 4x512 input (8 KiB sent), XLA's
+    plan (it gathered twice before: 16 KiB)."""
+    text = """HloModule st, num_partitions=8
+gt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ia = s32[] parameter(2)
+  ib = s32[] parameter(3)
+  ROOT c = pred[] compare(a, b), direction=GT
+}
+ENTRY e {
+  x = f32[4,4096] parameter(0), sharding={devices=[1,8]<=[8]}
+  i = s32[4,4096] iota(), iota_dimension=1, sharding={devices=[1,8]<=[8]}
+  s = (f32[4,4096], s32[4,4096]) sort(x, i), dimensions={1}, is_stable=true, to_apply=gt, sharding={{devices=[1,8]<=[8]}, {devices=[1,8]<=[8]}}
+  v = f32[4,4096] get-tuple-element(s), index=0, sharding={devices=[1,8]<=[8]}
+  ROOT k = f32[4,8] slice(v), slice={[0:4], [0:8]}, sharding={replicated}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 4 * 512 * 4
+
+
+def test_sliced_result_still_serves_users_of_its_own_tiling():
+    """The wider form is taken only where it costs less: a user of the sort's own tiling
+    (negate, [1,8]) reads the sliced tiles, nothing more is moved for it."""
+    text = """HloModule sw, num_partitions=8
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  x = f32[4,1024] parameter(0), sharding={devices=[1,8]<=[8]}
+  s = f32[4,1024] sort(x), dimensions={1}, to_apply=lt, sharding={devices=[1,8]<=[8]}
+  n = f32[4,1024] negate(s), sharding={devices=[1,8]<=[8]}
+  k = f32[4,8] slice(s), slice={[0:4], [0:8]}, sharding={replicated}
+  ROOT t = (f32[4,1024], f32[4,8]) tuple(n, k), sharding={{devices=[1,8]<=[8]}, {replicated}}
+}
+"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    neg = _only(module, Opcode.NEGATE)
+    assert tuple(neg.array_shape.dims) == (4, 128)
+
+
+def test_gather_without_batching_dims_runs_index_parallel_beside_the_passthrough_tiling():
+    """Indices tiled 2 ways by rows, the operand's 64 columns 4 ways over the other mesh axis,
+    the result [2,4] over both: each device gathers its 16 rows of indices from its 16 columns
+    — nothing moves (the passthrough plan alone gathered the indices: 64 bytes)."""
+    text = """HloModule gip, num_partitions=8
+ENTRY e {
+  x = f32[128,64] parameter(0), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}
+  idx = s32[32,1] parameter(1), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}
+  ROOT g = f32[32,64] gather(x, idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,64}, sharding={devices=[2,4]<=[8]}
+}
+"""
+    module, _ = partition_verified(text)
+    assert not collectives(module)
+    g = _only(module, Opcode.GATHER)
+    assert tuple(g.array_shape.dims) == (16, 16)
+    assert tuple(g.attr("slice_sizes")) == (1, 16)

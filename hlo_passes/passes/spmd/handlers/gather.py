@@ -27,6 +27,7 @@ and indices moves less.  Variadic scatters take every path; one whose reducer pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -76,7 +77,28 @@ def _index_batch_tiling(p: HandlerContext, instr: Instruction, indices: Instruct
     return None
 
 
-def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
+@dataclass(frozen=True)
+class _GatherPlan:
+    """Tilings a gather runs locally with: operand, indices and result (a device gathers its
+    indices' rows from its operand tile into its result tile)."""
+
+    operand: TileMap
+    indices: TileMap
+    result: TileMap
+
+    def price(self, p: HandlerContext, instr: Instruction) -> Estimate:
+        """What moving the operands to these tilings and the result to its target costs."""
+        model, n = p.ctx.cost_model, p.n
+        operand, indices = instr.operands
+        return (cost(p.value(operand).sharding, to_sharding(self.operand), operand.shape, n, model)
+                + cost(p.value(indices).sharding, to_sharding(self.indices), indices.shape, n, model)
+                + cost(to_sharding(self.result), p.target(instr), instr.shape, n, model))
+
+
+def _index_parallel_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
+    """The index-parallel tilings: the indices' batch dims tiled (as the result's, the
+    indices' own or the operand's batching dims: `_index_batch_tiling`), the operand's
+    batching dims alike, its passthrough dims where `_with_passthrough_tiling` keeps them."""
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.array_shape.rank) if d not in offset_dims]
@@ -98,13 +120,30 @@ def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | No
         return out.remap(operand.array_shape.rank, to_out)
 
     out_tm = _with_passthrough_tiling(p, instr, out_tm, passthrough, operand_tiling)
-    op_tm = operand_tiling(out_tm)
-    idx_tm = out_tm.remap(indices.array_shape.rank, {d: out_batch[pos[d]] for d in batch})
-    x = p.operand_as(instr, 0, to_sharding(op_tm))
-    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
-    out = to_sharding(out_tm)
+    return _GatherPlan(operand_tiling(out_tm), out_tm.remap(indices.array_shape.rank,
+                                                            {d: out_batch[pos[d]] for d in batch}), out_tm)
+
+
+def _passthrough_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
+    """The operand's own tiling of its passthrough dims, the indices whole on every device;
+    None when the operand tiles no passthrough dim."""
+    operand, indices = instr.operands
+    passthrough = _gather_passthrough(instr)
+    op_tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).keep_dims(list(passthrough))
+    if op_tm.num_tiles == 1:
+        return None
+    return _GatherPlan(op_tm, TileMap.replicated(indices.array_shape.rank, p.n),
+                       op_tm.remap(instr.array_shape.rank, {o: d for d, o in passthrough.items()}))
+
+
+def _emit_gather(p: HandlerContext, instr: Instruction, plan: _GatherPlan) -> PValue:
+    """The local gather of `plan`: slice sizes of tiled passthrough dims cut to the tile."""
+    passthrough = _gather_passthrough(instr)
+    x = p.operand_as(instr, 0, to_sharding(plan.operand))
+    idx = p.operand_as(instr, 1, to_sharding(plan.indices))
+    out = to_sharding(plan.result)
     new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
-    if any(op_tm.dims[d] > 1 for d in passthrough):
+    if any(plan.operand.dims[d] > 1 for d in passthrough):
         new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s
                                           for d, s in enumerate(instr.gather_dimensions.slice_sizes)))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
@@ -285,25 +324,23 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
 
 @handles(Opcode.GATHER)
 def gather(p: HandlerContext, instr: Instruction) -> PValue:
-    operand = instr.operands[0]
+    """Operand tiled where the indices address it: `_gather_from_sharded_rows`.  Otherwise the
+    cheaper by the cost model of the passthrough plan (the operand's passthrough tiling, the
+    indices whole) and the index-parallel one (the indices' batch tiling, with passthrough
+    tiling beside it where the devices allow: then neither the indices nor the operand move)."""
     done = _gather_from_sharded_rows(p, instr)
     if done is not None:
         return done
-    if instr.attr("operand_batching_dims"):
-        return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
-    dims = operand.array_shape.dims
-    sizes = instr.gather_dimensions.slice_sizes
-    passthrough = _gather_passthrough(instr)
-    op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
-    if op_tm.num_tiles == 1:
-        return _index_parallel_gather(p, instr) or replicate(
-            p, instr, "gather operand not sharded on a passthrough dim and indices untiled")
-    x = p.operand_as(instr, 0, to_sharding(op_tm))
-    idx = p.operand_as(instr, 1, Sharding.replicated())
-    out = to_sharding(op_tm.remap(instr.array_shape.rank, {o: d for d, o in passthrough.items()}))
-    new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
-    new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s for d, s in enumerate(sizes)))
-    return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+    plans = [plan for plan in (_passthrough_plan(p, instr) if not instr.attr("operand_batching_dims") else None,
+                               _index_parallel_plan(p, instr)) if plan is not None]
+    if not plans:
+        return replicate(p, instr, "gather with neither a passthrough dim of the operand nor an index batch dim "
+                                   "tiled")
+    best = plans[0]
+    for plan in plans[1:]:
+        if plan.price(p, instr) < best.price(p, instr):
+            best = plan
+    return _emit_gather(p, instr, best)
 
 
 def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
