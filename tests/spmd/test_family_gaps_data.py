@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.runtime import verify_equivalent
 from hlo_passes.stats import module_stats
 from tests.spmd.partitioning import collectives, partition, partition_verified
 
@@ -253,3 +254,16 @@ ENTRY e {
     g = _only(module, Opcode.GATHER)
     assert tuple(g.array_shape.dims) == (16, 16)
     assert tuple(g.attr("slice_sizes")) == (1, 16)
+
+
+def test_reshape_of_size_one_dims_tiled_has_no_halo_to_plan():
+    """A group of size-1 dims only, the result tiling its size-1 dim (fuzz seed 9096): no
+    sub-rows to exchange, the reshape is planned as before (it raised IndexError)."""
+    text = """HloModule r1, num_partitions=2
+ENTRY e {
+  x = f32[1,1] parameter(0), sharding={replicated}
+  ROOT r = f32[1] reshape(x), sharding={devices=[2]0,1}
+}
+"""
+    _, out, _ = partition(text, n=2)
+    assert verify_equivalent(text, out, num_devices=2).ok

@@ -132,7 +132,8 @@ def _halo_reshape(tm: TileMap, in_dims: tuple[int, ...],
         tiled = [o for o in outs if tm.dims[o] > 1]
         big_in = [i for i in ins if in_dims[i] != 1]
         big_out = [o for o in outs if out_dims[o] != 1]
-        if len(tiled) != 1 or tiled[0] != big_out[0] or not big_in or (len(big_in) == 1 and len(big_out) == 1):
+        if (len(tiled) != 1 or not big_in or not big_out or tiled[0] != big_out[0]
+                or (len(big_in) == 1 and len(big_out) == 1)):  # (a size-1 dim tiled: nothing to exchange)
             continue
         out_dim, in_dim = tiled[0], big_in[0]
         rest = tm.keep_dims([d for d in range(len(out_dims)) if d != out_dim])
