@@ -110,8 +110,8 @@ class HaloReshape:
     operand dim `in_dim` (the group's leading non-1 dim, the only one tiled there) is cut into
     sub-rows of `sub_row` elements — its local tile [rows, rest...] viewed as
     [rows * rest / sub_row, sub_row] — and `halo` (over that view's sub-row dim, which stands
-    where the group starts) gives each
-    device the sub-rows of its output tile, which reshape locally into it."""
+    where the group starts) gives each device the sub-rows of its output tile, which reshape
+    locally into it."""
 
     in_dim: int
     group_in: tuple[int, ...]   # the group's operand dims (consecutive)
@@ -186,7 +186,7 @@ def _reshape_by_halo(p: HandlerContext, instr: Instruction, x: Instruction, op_t
     view_tm = op_tm.remap(len(view), {d: d for d in range(first)} | {first: by_halo.in_dim}
                           | {first + 2 + j: last + 1 + j for j in range(len(dims) - last - 1)})
     window = halos.exchange(p.em, viewed, view_tm, by_halo.halo, None)
-    return b.reshape(window, local_shape(instr.shape, out))
+    return b.reshape(window, local_shape(instr.array_shape, out))
 
 
 def _reshape_plan(p: HandlerContext, tm: TileMap, target: Sharding, op_sharding: Sharding, element: ArrayShape,
