@@ -42,6 +42,7 @@ from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap, stable_order
 if TYPE_CHECKING:
     from hlo_passes.ir.module import Module
     from hlo_passes.passes.pass_base import ModulePass
+    from hlo_passes.passes.spmd.handlers.shape_ops import HaloReshape
     from hlo_passes.passes.spmd.reshard import Step
     from hlo_passes.passes.spmd.sharding_util import ExactKey
 
@@ -291,9 +292,10 @@ class PartitionContext:
         self.reducers: dict[tuple[Opcode, PrimitiveType], Computation] = {}  # Emitter._reducer
         self.reshard_plans: dict[tuple[ExactKey, ExactKey, ArrayShape], list[Step]] = {}  # reshard._plan_of
         # handlers/shape_ops.reshape: (target, operand sharding, operand shape, result shape) ->
-        # (operand map, result map, replicated because a sharded dim splits unevenly)
+        # (operand map, result map, replicated because a sharded dim splits unevenly, the halo
+        # exchange when the tiles do not line up: shape_ops.HaloReshape)
         self.reshape_plans: dict[tuple[ExactKey, ExactKey, ArrayShape, ArrayShape],
-                                 tuple[TileMap, TileMap, bool]] = {}
+                                 tuple[TileMap, TileMap, bool, "HaloReshape | None"]] = {}
         # handlers/dot.partition_dot_like: everything the choice depends on -> the iteration-space
         # tiling (None: none is consistent)
         self.dot_tilings: dict[tuple[object, ...], TileMap | None] = {}

@@ -305,9 +305,13 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
     pieces = _piece_permute_plan(src, dst, dims, esize)
     if pieces is not None and steps_estimate(pieces, dims, esize, model) < best_cost:
         best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
-    early = _permute_before_gather(best, src, dst, dims, esize)
-    if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
-        best = early
+    for at in range(len(best) - 1, 0, -1):  # every gather-then-permute pair, the last first
+        early = _permute_before_gather(best[:at + 1], src, best[at].result, dims, esize)
+        if early is not None:
+            early = early + best[at + 1:]
+            early_cost = steps_estimate(early, dims, esize, model)
+            if early_cost < best_cost:
+                best, best_cost = early, early_cost
     return best
 
 
@@ -381,7 +385,11 @@ def _permute_before_gather(steps: list[Step], src: TileMap, dst: TileMap, dims: 
     tiles: each device first takes the piece of its target tile that the gather then completes
     ([2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate: permute the halves of
     dim 0 so that each gather pair holds both halves of its target tile, as XLA's partitioner
-    does).  None when the plan does not end so or no permute reaches the pieces."""
+    does).  None when the plan does not end so or no permute reaches the pieces.  `plan` tries
+    it on every prefix of its plan that ends so, `dst` being that permute's placement: a pair
+    in the middle ([2,4] -> [1,2,4] last_tile_dim_replicate gathers rows, permutes, gathers
+    columns) moves the same way, the steps after it unchanged (they start from the same
+    placement)."""
     if len(steps) < 2 or steps[-1].kind != "permute" or steps[-2].kind != "all-gather":
         return None
     before = steps[-3].result if len(steps) >= 3 else src

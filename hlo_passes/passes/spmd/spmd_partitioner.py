@@ -148,6 +148,9 @@ class Partitioner:
         self.ctx = ctx
         self.values: dict[Instruction, PValue] = {}
         self._reshards: dict[tuple[Instruction, Sharding], PValue] = {}
+        # per-device value -> the wider value it was sliced from without communication (see
+        # `reshard`); users wanting the wider form take it instead of gathering the slice
+        self._wider: dict[Instruction, PValue] = {}
         self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
         self._targets: dict[Instruction, tuple[object, Sharding]] = {}  # see `target`
         self._em: Emitter | None = None  # while `partition` runs: see `em`
@@ -199,8 +202,8 @@ class Partitioner:
         self._origin[new] = comp.name
         for instr in comp.instructions:
             module.names.release(instr.name)
-        saved = (self._em, self._reshards)
-        self._em, self._reshards = Emitter(self.ctx, new), {}
+        saved = (self._em, self._reshards, self._wider)
+        self._em, self._reshards, self._wider = Emitter(self.ctx, new), {}, {}
         from hlo_passes.passes.spmd.handlers import handler_for
         from hlo_passes.passes.spmd.handlers.structural import manual as copy_manual
 
@@ -224,7 +227,7 @@ class Partitioner:
             new.root = root.instr
             return new, root.sharding
         finally:
-            self._em, self._reshards = saved
+            self._em, self._reshards, self._wider = saved
 
     def _partition_instruction(self, instr: Instruction, handler: Handler) -> PValue:
         """Run `handler`.  Inside a partially manual region it may ask for a resharding that
@@ -270,8 +273,31 @@ class Partitioner:
         key = (op, sharding)
         if key not in self._reshards:
             self._reshards[key] = (self._tuple_rebuilt(op, sharding) or self._made_again(op, value, sharding)
-                                   or reshard(self.em, value, sharding))
+                                   or reshard(self.em, self._cheapest_source(op, value, sharding), sharding))
         return self._reshards[key]
+
+    def _cheapest_source(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue:
+        """`op`'s value, or the wider one it was sliced from (`reshard`) where moving that to
+        `sharding` costs less: a sort along its sharded dim runs replicated and is sliced to its
+        own tiling; a slice of its first rows wants it replicated again, and takes the
+        replicated result rather than gathering the tiles back (XLA's partition does the same,
+        its propagation having left the sort replicated).  A get-tuple-element's wider value
+        is the element of its tuple's."""
+        wider = self._wider.get(value.instr)
+        if wider is None and op.opcode is Opcode.GET_TUPLE_ELEMENT:
+            whole = self._wider.get(self.values[op.operands[0]].instr)
+            if whole is not None and whole.sharding.is_tuple:
+                index: int = op.attr("index")
+                wider = PValue(self.em.b().get_tuple_element(whole.instr, index), whole.sharding.element(index),
+                               op.shape)
+                self._wider[value.instr] = wider
+        if wider is None:
+            return value
+        n, model = self.ctx.n, self.ctx.cost_model
+        if reshard_cost(wider.sharding, sharding, op.shape, n, model) < reshard_cost(value.sharding, sharding,
+                                                                                   op.shape, n, model):
+            return wider
+        return value
 
     def _tuple_rebuilt(self, op: Instruction, sharding: Sharding) -> PValue | None:
         """A tuple wanted in another sharding is built again from its elements, each resharded
@@ -303,7 +329,23 @@ class Partitioner:
             del self._target_override[op]
 
     def reshard(self, value: PValue, sharding: Sharding) -> PValue:
-        return reshard(self.em, value, sharding)
+        """`value` in `sharding`; where that only slices (no collective), the wider value is
+        remembered for the result's users (`_cheapest_source`)."""
+        done = reshard(self.em, value, sharding)
+        if done.instr is not value.instr and self._only_slices(value.sharding, sharding, value.global_shape):
+            self._wider[done.instr] = value
+        return done
+
+    def _only_slices(self, src: Sharding, dst: Sharding, shape: Shape) -> bool:
+        """Does resharding `shape` from `src` to `dst` only cut local pieces (every element of a
+        tuple alike)?  Manual shardings are left out: their wider forms are per group."""
+        if isinstance(shape, TupleShape):
+            return (src.is_tuple and dst.is_tuple
+                    and all(self._only_slices(src.element(k), dst.element(k), e) for k, e in enumerate(shape.elements)))
+        if is_manual(src) or is_manual(dst):
+            return False
+        found = reshard_cost(src, dst, shape, self.ctx.n, self.ctx.cost_model)
+        return found.collectives == 0 and found.bytes == 0
 
     def target(self, instr: Instruction) -> Sharding:
         override = self._target_override.get(instr)

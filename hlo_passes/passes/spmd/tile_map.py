@@ -250,7 +250,7 @@ def reshape_tile_map(tm: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int,
     too); other groups lose their tiling (their devices become replicas)."""
     out_coords = np.zeros((tm.num_devices, len(out_dims)), np.int64)
     out_tiles = [1] * len(out_dims)
-    for ins, outs in _reshape_groups(in_dims, out_dims):
+    for ins, outs in reshape_groups(in_dims, out_dims):
         big_in = [i for i in ins if in_dims[i] != 1]
         big_out = [o for o in outs if out_dims[o] != 1]
         if len(big_in) == 1 and len(big_out) == 1 and all(tm.dims[i] == 1 for i in ins if i != big_in[0]):
@@ -274,7 +274,7 @@ def reshape_tile_map(tm: TileMap, in_dims: tuple[int, ...], out_dims: tuple[int,
     return TileMap(tuple(out_tiles), out_coords, tm.manual, tm.manual_size)
 
 
-def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
     """Minimal runs of dims of `a` and `b` with equal products; trailing 1s join the last run."""
     if 0 in a or 0 in b or not a or not b:
         return [(list(range(len(a))), list(range(len(b))))]

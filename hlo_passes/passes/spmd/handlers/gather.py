@@ -27,6 +27,7 @@ and indices moves less.  Variadic scatters take every path; one whose reducer pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -76,7 +77,28 @@ def _index_batch_tiling(p: HandlerContext, instr: Instruction, indices: Instruct
     return None
 
 
-def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | None:
+@dataclass(frozen=True)
+class _GatherPlan:
+    """Tilings a gather runs locally with: operand, indices and result (a device gathers its
+    indices' rows from its operand tile into its result tile)."""
+
+    operand: TileMap
+    indices: TileMap
+    result: TileMap
+
+    def price(self, p: HandlerContext, instr: Instruction) -> Estimate:
+        """What moving the operands to these tilings and the result to its target costs."""
+        model, n = p.ctx.cost_model, p.n
+        operand, indices = instr.operands
+        return (cost(p.value(operand).sharding, to_sharding(self.operand), operand.shape, n, model)
+                + cost(p.value(indices).sharding, to_sharding(self.indices), indices.shape, n, model)
+                + cost(to_sharding(self.result), p.target(instr), instr.shape, n, model))
+
+
+def _index_parallel_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
+    """The index-parallel tilings: the indices' batch dims tiled (as the result's, the
+    indices' own or the operand's batching dims: `_index_batch_tiling`), the operand's
+    batching dims alike, its passthrough dims where `_with_passthrough_tiling` keeps them."""
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.array_shape.rank) if d not in offset_dims]
@@ -88,13 +110,83 @@ def _index_parallel_gather(p: HandlerContext, instr: Instruction) -> PValue | No
         return None
     idx_tm, batch = found
     pos = {d: k for k, d in enumerate(batch)}
-    op_tm = idx_tm.remap(operand.array_shape.rank, dict(zip(op_batching, idx_batching)))
     out_tm = idx_tm.remap(instr.array_shape.rank, {out_batch[pos[d]]: d for d in batch})
-    x = p.operand_as(instr, 0, to_sharding(op_tm))
-    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
-    out = to_sharding(out_tm)
+    passthrough = _gather_passthrough(instr)
+    to_out = {o: out_batch[pos[i]] for o, i in zip(op_batching, idx_batching)} | passthrough
+
+    def operand_tiling(out: TileMap) -> TileMap:
+        """The operand's batching dims follow the output's matching batch dims, its
+        passthrough dims the offset dims they become."""
+        return out.remap(operand.array_shape.rank, to_out)
+
+    out_tm = _with_passthrough_tiling(p, instr, out_tm, passthrough, operand_tiling)
+    return _GatherPlan(operand_tiling(out_tm), out_tm.remap(indices.array_shape.rank,
+                                                            {d: out_batch[pos[d]] for d in batch}), out_tm)
+
+
+def _passthrough_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
+    """The operand's own tiling of its passthrough dims, the indices whole on every device;
+    None when the operand tiles no passthrough dim."""
+    operand, indices = instr.operands
+    passthrough = _gather_passthrough(instr)
+    op_tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).keep_dims(list(passthrough))
+    if op_tm.num_tiles == 1:
+        return None
+    return _GatherPlan(op_tm, TileMap.replicated(indices.array_shape.rank, p.n),
+                       op_tm.remap(instr.array_shape.rank, {o: d for d, o in passthrough.items()}))
+
+
+def _emit_gather(p: HandlerContext, instr: Instruction, plan: _GatherPlan) -> PValue:
+    """The local gather of `plan`: slice sizes of tiled passthrough dims cut to the tile."""
+    passthrough = _gather_passthrough(instr)
+    x = p.operand_as(instr, 0, to_sharding(plan.operand))
+    idx = p.operand_as(instr, 1, to_sharding(plan.indices))
+    out = to_sharding(plan.result)
     new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
+    if any(plan.operand.dims[d] > 1 for d in passthrough):
+        new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s
+                                          for d, s in enumerate(instr.gather_dimensions.slice_sizes)))
     return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+
+
+def _with_passthrough_tiling(p: HandlerContext, instr: Instruction, out_tm: TileMap, passthrough: dict[int, int],
+                             operand_tiling: Callable[[TileMap], TileMap]) -> TileMap:
+    """An index-parallel gather's output tiling (`out_tm`, over its batch dims) also split along
+    the offset dims of passthrough operand dims (`passthrough`: operand dim -> offset dim) where
+    the devices the batch tiling leaves over can take them: the result's tiling of those dims,
+    or the operand's.  Each device then gathers its rows of indices from its own columns: no
+    operand columns gathered, no result sliced afterwards (XLA partitions batch and passthrough
+    dims together).  Of the candidates (none, the result's, the operand's) the cost model picks
+    the one moving the least: the operand to `operand_tiling(candidate)`, the result to its
+    target."""
+    if not passthrough:
+        return out_tm
+    operand = instr.operands[0]
+    out_rank = instr.array_shape.rank
+    target = p.target(instr)
+    sources: list[TileMap] = []
+    if not target.is_tuple:
+        sources.append(tile_map(target, out_rank, p.n).keep_dims(list(passthrough.values())))
+    sources.append(tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).remap(
+        out_rank, {o: d for d, o in passthrough.items()}))
+    candidates = [out_tm]
+    for extra in sources:
+        merged = out_tm.merge(extra) if extra.num_tiles > 1 else None
+        if merged is not None and merged.num_tiles > out_tm.num_tiles:
+            candidates.append(merged)
+    if len(candidates) == 1:
+        return out_tm
+    model = p.ctx.cost_model
+
+    def moving(out: TileMap) -> Estimate:
+        return (cost(p.value(operand).sharding, to_sharding(operand_tiling(out)), operand.shape, p.n, model)
+                + cost(to_sharding(out), target, instr.shape, p.n, model))
+
+    best = candidates[0]
+    for candidate in candidates[1:]:
+        if moving(candidate) < moving(best):
+            best = candidate
+    return best
 
 
 def _index_offsets(p: HandlerContext, indices: Instruction, ivd: int,
@@ -232,25 +324,23 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
 
 @handles(Opcode.GATHER)
 def gather(p: HandlerContext, instr: Instruction) -> PValue:
-    operand = instr.operands[0]
+    """Operand tiled where the indices address it: `_gather_from_sharded_rows`.  Otherwise the
+    cheaper by the cost model of the passthrough plan (the operand's passthrough tiling, the
+    indices whole) and the index-parallel one (the indices' batch tiling, with passthrough
+    tiling beside it where the devices allow: then neither the indices nor the operand move)."""
     done = _gather_from_sharded_rows(p, instr)
     if done is not None:
         return done
-    if instr.attr("operand_batching_dims"):
-        return _index_parallel_gather(p, instr) or replicate(p, instr, "gather with batching dims, indices untiled")
-    dims = operand.array_shape.dims
-    sizes = instr.gather_dimensions.slice_sizes
-    passthrough = _gather_passthrough(instr)
-    op_tm = tile_map(p.value(operand).sharding, len(dims), p.n).keep_dims(list(passthrough))
-    if op_tm.num_tiles == 1:
-        return _index_parallel_gather(p, instr) or replicate(
-            p, instr, "gather operand not sharded on a passthrough dim and indices untiled")
-    x = p.operand_as(instr, 0, to_sharding(op_tm))
-    idx = p.operand_as(instr, 1, Sharding.replicated())
-    out = to_sharding(op_tm.remap(instr.array_shape.rank, {o: d for d, o in passthrough.items()}))
-    new = p.clone(instr, [x, idx], local_shape(instr.shape, out))
-    new.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s for d, s in enumerate(sizes)))
-    return p.reshard(PValue(new, out, instr.shape), p.target(instr))
+    plans = [plan for plan in (_passthrough_plan(p, instr) if not instr.attr("operand_batching_dims") else None,
+                               _index_parallel_plan(p, instr)) if plan is not None]
+    if not plans:
+        return replicate(p, instr, "gather with neither a passthrough dim of the operand nor an index batch dim "
+                                   "tiled")
+    best = plans[0]
+    for plan in plans[1:]:
+        if plan.price(p, instr) < best.price(p, instr):
+            best = plan
+    return _emit_gather(p, instr, best)
 
 
 def _scatter_into_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
@@ -459,22 +549,35 @@ def _scatter_passthrough(p: HandlerContext, instr: Instruction, operand: Instruc
                          updates: Instruction) -> PValue | None:
     """Operand dims the updates' windows cover whole and no index addresses (passthrough dims)
     tiled like the result: every device scatters into its own slice of them with all the
-    indices — no communication (variadic scatters too).  None when the result tiles no such dim."""
+    indices — no communication (variadic scatters too).  Explicit batching dims tiled alike
+    stay tiled with them (each device scatters its batch rows' indices and updates into its
+    batch rows: still no communication, where tiling passthrough dims alone would gather the
+    batch).  None when the result tiles no passthrough dim."""
     n = (len(instr.operands) - 1) // 2
+    sd = instr.scatter_dimensions
     to_update = _scatter_passthrough_dims(instr)
     if not to_update:
         return None
     target = p.target(instr)
     first = target.element(0) if target.is_tuple else target
-    tm = tile_map(first, operand.array_shape.rank, p.n).keep_dims(list(to_update))
-    if tm.num_tiles == 1:
-        tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n).keep_dims(list(to_update))
-    if tm.num_tiles == 1:
+    rank = operand.array_shape.rank
+    tm = tile_map(first, rank, p.n)
+    if tm.keep_dims(list(to_update)).num_tiles == 1:
+        tm = tile_map(p.value(operand).sharding, rank, p.n)
+    if tm.keep_dims(list(to_update)).num_tiles == 1:
         return None
+    tm = tm.keep_dims(list(to_update) + list(sd.input_batching_dims))
     out = to_sharding(tm)
-    upd_tm = tm.remap(updates.array_shape.rank, {u: d for d, u in to_update.items()})
+    window = set(sd.update_window_dims)
+    upd_scatter = [d for d in range(updates.array_shape.rank) if d not in window]
+    idx_batch = [d for d in range(instr.operands[n].array_shape.rank) if d != sd.index_vector_dim]
+    idx_to_op = dict(zip(sd.scatter_indices_batching_dims, sd.input_batching_dims))
+    upd_from = {u: d for d, u in to_update.items()}
+    if len(upd_scatter) == len(idx_batch):
+        upd_from |= {upd_scatter[k]: idx_to_op[i] for k, i in enumerate(idx_batch) if i in idx_to_op}
+    upd_tm = tm.remap(updates.array_shape.rank, upd_from)
     xs = [p.operand_as(instr, i, out) for i in range(n)]
-    idx = p.operand_as(instr, n, Sharding.replicated())
+    idx = p.operand_as(instr, n, to_sharding(tm.remap(instr.operands[n].array_shape.rank, idx_to_op)))
     upds = [p.operand_as(instr, n + 1 + i, to_sharding(upd_tm)) for i in range(n)]
     result_sharding = Sharding.tuple_of([out] * n) if instr.shape.is_tuple else out
     new = p.clone(instr, [*xs, idx, *upds], local_shape(instr.shape, result_sharding))

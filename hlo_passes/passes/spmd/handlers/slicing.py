@@ -407,10 +407,76 @@ def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
                     + cost(p.value(instr.operands[1]).sharding, update_sharding, instr.operands[1].shape, n, model))
         moved = _cheapest_local_tiling(p, instr, instr.array_shape, target, tm, sliced)
         via = (cost(p.value(instr.operands[0]).sharding, moved, instr.shape, n, model)
+               + cost(p.value(instr.operands[1]).sharding, moved, instr.operands[1].shape, n, model)
                + cost(moved, target, instr.shape, n, model))
+        fed = _update_fed_by_halo(p, instr, tm, sliced)
+        if fed is not None and fed[1] < in_place and fed[1] < via:
+            return _update_from_neighbours(p, instr, tm, sliced[0], fed[0])
         if not via < in_place:
             return _update_in_place(p, instr, tm, sliced, update_sharding)
     return local_except(p, instr, sliced)
+
+
+def _update_fed_by_halo(p: HandlerContext, instr: Instruction, tm: TileMap,
+                        sliced: list[int]) -> tuple[halos.Halo, Estimate] | None:
+    """(exchange, its price) for a dynamic-update-slice at a constant start along its one
+    sliced dim d, tiled k ways by the result `tm`: the update takes the same tiling of d (its
+    own rows split k ways) and each result tile t fetches, by a halo exchange, the update rows
+    [s_t, s_t + w) it is written with (w = min(U, L): U update rows, L rows per result tile,
+    s_t = clamp(t*L - o, 0, U - w)).  Only the rows that change device move, where the in-place
+    form gathers the whole update on every device (XLA gathers operand and update).  None
+    when the start is not a constant or another sliced dim is tiled."""
+    if len(sliced) != 1:
+        return None
+    d = sliced[0]
+    start = instr.operands[2 + d]
+    if start.opcode is not Opcode.CONSTANT or start.array_shape.rank != 0:
+        return None
+    update = instr.operands[1]
+    size, rows = instr.array_shape.dims[d], update.array_shape.dims[d]
+    k = tm.dims[d]
+    local = -(-size // k)
+    at = min(max(int(start.literal_value()), 0), size - rows)  # XLA clamps the start
+    width = min(rows, local)
+    starts = tuple(min(max(t * local - at, 0), rows - width) for t in range(k))
+    active = [t * local < min(at + rows, size) and t * local + local > at for t in range(k)]
+    window = halos.WindowRows(starts, width, WindowDimension(width))
+    halo = halos.plan(d, rows, k, window, True, active, reads_outside=False)
+    model, n = p.ctx.cost_model, p.n
+    out = to_sharding(tm)
+    u_local = local_shape(update.array_shape, out)
+    moving = (cost(p.value(instr.operands[0]).sharding, out, instr.shape, n, model)
+              + cost(p.value(update).sharding, out, update.shape, n, model)
+              + model.transfer(halo.bytes(halos.row_bytes(u_local.dims, d, update.array_shape.element_type.byte_size)),
+                               halo.permutes))
+    return halo, moving
+
+
+def _update_from_neighbours(p: HandlerContext, instr: Instruction, tm: TileMap, d: int,
+                            halo: halos.Halo) -> PValue:
+    """The `_update_fed_by_halo` form: each device's window of update rows is written into its
+    tile padded by w rows on both sides at w + o + s_t - t*L — where the update starts inside
+    the tile, ends inside it, or covers it — and the padding cut off again: no mask, and a
+    tile the update misses writes into its padding."""
+    b = p.em.b()
+    out = to_sharding(tm)
+    x = p.operand_as(instr, 0, out)
+    u = p.operand_as(instr, 1, out)
+    window = halos.exchange(p.em, u, tm, halo, None)
+    size, rows = instr.array_shape.dims[d], instr.operands[1].array_shape.dims[d]
+    local = -(-size // tm.dims[d])
+    width = halo.rows.width
+    at = min(max(int(instr.operands[2 + d].literal_value()), 0), size - rows)
+    dims = tuple(x.array_shape.dims)
+    pad_cfg = PaddingConfig(tuple((width, width, 0) if k == d else (0, 0, 0) for k in range(len(dims))))
+    padded = b.pad(x, b.constant(0, x.array_shape.element_type), pad_cfg)
+    where = np.asarray([width + at + s - t * local for t, s in enumerate(halo.rows.starts)], np.int64)
+    zero = b.constant(0)
+    offsets = [p.em.device_scalar(where[tm.coords[:, d]]) if k == d else zero for k in range(len(dims))]
+    written = b.dynamic_update_slice(padded, window, offsets)
+    lows = [width if k == d else 0 for k in range(len(dims))]
+    new = b.slice(written, lows, [lo + m for lo, m in zip(lows, dims)])
+    return p.reshard(PValue(new, out, instr.shape), p.target(instr))
 
 
 def _update_in_place(p: HandlerContext, instr: Instruction, tm: TileMap, sliced: list[int],
