@@ -342,3 +342,74 @@ ENTRY e {
     SpmdPartitioner(num_partitions=8).run(module)
     (gds,) = [i for i in module.all_instructions() if i.opcode.value == "get-dimension-size"]
     assert gds.operands[0].array_shape.dims == (64, 32)
+
+
+def test_dot_tiles_the_result_columns_on_the_devices_its_operands_replicate_over():
+    """a f32[128,256] and b f32[256,128] both tiled 4 ways on the contracting dim (device d
+    holds slice d//2) and replicated over the device pairs (d%2); the result [4,2] tiles rows
+    by d//2, columns by d%2.  The operands' tiling and the result's merge in no way as wholes
+    (the result's rows sit on the contracting dim's devices), but its columns do: slicing b's
+    columns by d%2 is free, the local 128x64 partial product is reduce-scattered over the four
+    devices of each column half into 32x64 rows (a 32 KiB operand, 24 KiB received), where
+    XLA's partition all-reduces the 128x64 partials (48 KiB received) and slices."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_dot_contract_partial_repl.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 128 * 64 * 4
+
+
+def test_convolution_tiles_the_output_feature_on_the_devices_its_operands_replicate_over():
+    """The convolution form of the same: input and kernel tiled 4 ways on the input feature
+    (slice d//2) and replicated over d%2, the result [4,1,1,2] (batch by d//2, output feature by
+    d%2).  Slicing the kernel's output features by d%2 is free and the 16x32x32x16 partial
+    result is reduce-scattered along the batch over the four devices of each feature half (a
+    1 MiB operand): one reduce-scatter, no all-reduce."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_in_feature_partial.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 16 * 32 * 32 * 16 * 4
+
+
+def test_convolution_cuts_windows_from_a_replicated_input_in_place():
+    """x f32[8,64,64,16] replicated, a 3x3 pad-1 convolution whose result is tiled 8 ways along
+    dim 1: every device holds all 64 rows, so its window (its 8 output rows plus one halo row
+    each side, zero rows past the edges) is a pad and a slice of its own copy.  Slicing x into
+    tiles and exchanging their edge rows (XLA's partition: two collective-permutes of 64 KiB
+    in all) would send each device rows it held: no collective at all."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_out_spatial_only.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {}
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.operands[0].shape.dims) for c in conv] == [(8, 10, 64, 16)]
+
+
+def test_convolution_in_place_window_beside_a_gathered_kernel():
+    """The input replicated, the kernel tiled 2 ways on its output feature (4 replicas each),
+    the result tiled 2 ways on the spatial dim 1 over those same device pairs: each device
+    cuts its 8 rows and their halo from its copy of x and gathers the kernel's other output
+    features (one all-gather of a 4.5 KiB half), instead of convolving its feature half over
+    all rows and all-to-all'ing the result (16 KiB), or slicing x and exchanging halos as
+    XLA's partition does (8 KiB of permutes beside the same gather)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_replicated_input_tiled_kernel.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 3 * 3 * 16 * 8 * 4
+
+
+def test_permute_between_two_gathers_moves_before_the_first():
+    """x f32[8,32,32,16] tiled [1,4,1,2] on one device order, read by a 1x1 convolution tiled
+    [1,2,1,4] on another: the input's target is [1,2,1,1] with 4 replicas.  The plan gathers
+    dim 1 over pairs, permutes the gathered 16-row tiles to the devices that need them, then
+    gathers dim 3; the permute moves half as much before the first gather, as XLA's
+    partition does: permute, all-gather, all-gather (64 KiB permuted, not 128 KiB)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_reshard_gather_permute_gather.hlo").read_text()
+    module, _ = partition_verified(text)
+    x_steps = [i for i in module.entry.instructions if i.opcode.is_collective
+               and tuple(i.shape.dims)[0] == 8]
+    assert [i.opcode.value for i in x_steps] == ["collective-permute", "all-gather", "all-gather"]
+    assert module_stats(module).collective_bytes["collective-permute"] < 8 * 16 * 32 * 8 * 4 + 1024

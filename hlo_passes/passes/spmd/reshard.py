@@ -305,10 +305,27 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
     pieces = _piece_permute_plan(src, dst, dims, esize)
     if pieces is not None and steps_estimate(pieces, dims, esize, model) < best_cost:
         best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
-    early = _permute_before_gather(best, src, dst, dims, esize)
+    early = _permutes_before_gathers(best, src, dims, esize)
     if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
         best = early
     return best
+
+
+def _permutes_before_gathers(steps: list[Step], src: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """`steps` with every permute that follows an all-gather moved before it where
+    `_permute_before_gather` can (latest first), also where more steps follow: a plan
+    gather, permute, gather (a [1,4,1,2] tiling to [1,2,1,1] with 4 replicas on another
+    device order) permutes the smaller tiles before the first gather, as XLA's partition
+    does.  None when no permute moved."""
+    moved = False
+    i = len(steps) - 1
+    while i >= 1:
+        if steps[i].kind == "permute" and steps[i - 1].kind == "all-gather":
+            early = _permute_before_gather(steps[:i + 1], src, steps[i].result, dims, esize)
+            if early is not None:
+                steps, moved = early + steps[i + 1:], True
+        i -= 1
+    return steps if moved else None
 
 
 def _piece_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[Int64Array, Int64Array] | None:

@@ -99,6 +99,7 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
     lifted_o = out_t.remap(space_rank, {i: i for i in range(out_rank) if i not in untiled})
     candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
+    candidates += [extend_compatible(c, lifted_o) for c in candidates[:3] if c is not None]
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
     priced: list[tuple[TileMap, Estimate]] = []
@@ -114,6 +115,27 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
         priced.append((space, c))
     chosen = cheapest(priced)
     return chosen[0] if chosen is not None else None
+
+
+def extend_compatible(space: TileMap, donor: TileMap) -> TileMap | None:
+    """`space` with each of `donor`'s tiled dims that `space` leaves untiled and can take
+    (on devices where `space` replicates), one dim at a time; None when no dim could be added
+    (the candidate would repeat `space`).
+
+    A whole-map merge fails as soon as one dim conflicts: operands tiled on their contracting
+    dim over the devices that tile the result's rows, and replicated over the devices that tile
+    its columns, merge with the result's tiling in no way, yet the columns alone fit.  Tiling
+    them is free (a slice of a replicated operand) and turns the all-reduce of the whole
+    partial product into a reduce-scatter of a column tile straight into the result's tiling,
+    where XLA's partition all-reduces the whole columns' tile and slices."""
+    grown = space
+    for d in range(donor.rank):
+        if donor.dims[d] == 1 or grown.dims[d] != 1:
+            continue
+        merged = grown.merge(donor.keep_dims([d]))
+        if merged is not None:
+            grown = merged
+    return grown if grown is not space else None
 
 
 def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:
@@ -278,5 +300,5 @@ def dot(p: HandlerContext, instr: Instruction) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
 
 
-__all__ = ["dot", "lift_tiling", "local_compute", "partial_sum_cost", "partition_dot_like", "project_tiling",
+__all__ = ["dot", "extend_compatible", "lift_tiling", "local_compute", "partial_sum_cost", "partition_dot_like", "project_tiling",
            "space_sizes", "sum_partials"]
