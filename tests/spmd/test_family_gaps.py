@@ -413,3 +413,16 @@ def test_permute_between_two_gathers_moves_before_the_first():
                and tuple(i.shape.dims)[0] == 8]
     assert [i.opcode.value for i in x_steps] == ["collective-permute", "all-gather", "all-gather"]
     assert module_stats(module).collective_bytes["collective-permute"] < 8 * 16 * 32 * 8 * 4 + 1024
+
+
+def test_partial_sums_reduce_scatter_into_a_result_tiled_on_two_dims():
+    """a f32[16,64,512] [2,1,4] times b f32[512,2,33,16] (contracting dim tiled 4 ways on the
+    same devices as a's, 2 replicas), the result [2,1,2,2,1]: each batch half's four devices
+    sum partials whose target tiles dims 2 and 3 (2 x 2, dim 3 of 33 rows uneven) over exactly
+    those four.  One reduce-scatter of the 8x64x2x34x16 padded partials, its tile dims merged
+    into one scattered dim, where an all-reduce and a slice move twice the bytes on the wire."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_dot_rs_two_out_dims.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 8 * 64 * 2 * 34 * 16 * 4
