@@ -463,7 +463,10 @@ def _gather_then_slice_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], e
 def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: CostModel) -> Estimate:
     """Time and bytes of a plan: a collective step pays latency + its received bytes over the
     link (Step.bytes is each device's share of the algorithm's wire volume), a slice the copy
-    of its result tile."""
+    of its result tile, an all-to-all also the transpose that moves its exchanged chunks next
+    to the dim they tile (`_emit_all_to_all`: never the identity), a copy of its result tile.
+    Without that copy an all-to-all of a result looked cheaper than gathering a small operand
+    and slicing a replicated one, whose slice copy was priced."""
     total = ZERO
     for step in steps:
         if step.kind == "slice":
@@ -471,6 +474,8 @@ def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: 
             total = total + model.local_copy(local)
         else:
             total = total + model.transfer(step.bytes)
+            if step.kind == "all-to-all":
+                total = total + model.local_copy(math.prod(tm_local_dims(step.result, dims)) * esize)
     return total
 
 
