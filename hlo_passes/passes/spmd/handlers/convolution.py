@@ -45,7 +45,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.cost_model import Estimate, cheapest
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.handlers.dot import extend_compatible, lift_tiling, partial_sum_cost, project_tiling, sum_partials
+from hlo_passes.passes.spmd.handlers.dot import (extend_compatible, lift_tiling, partial_sum_cost, project_tiling,
+                                                  sum_partials)
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -207,7 +208,7 @@ class _LhsPlan:
 
     tm_l: TileMap
     tm_x: TileMap
-    exchanges: list[halos.Halo]
+    exchanges: tuple[halos.Halo, ...]
     in_place: bool
     cost: Estimate
 
@@ -232,7 +233,7 @@ def _lhs_plan(p: HandlerContext, sp: _Space, space: TileMap) -> _LhsPlan | None:
     for h in exchanges:
         exchanged += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
         local[h.dim] = h.rows.width
-    best = _LhsPlan(tm_l, tm_l, exchanges, False, exchanged)
+    best = _LhsPlan(tm_l, tm_l, tuple(exchanges), False, exchanged)
     if exchanges:
         windowed = {h.dim for h in exchanges}
         tm_x = tm_l.keep_dims([d for d in range(tm_l.rank) if d not in windowed])
@@ -243,7 +244,7 @@ def _lhs_plan(p: HandlerContext, sp: _Space, space: TileMap) -> _LhsPlan | None:
                 window[h.dim] = h.rows.width
             in_place = cost(src, whole, lhs.shape, n, model) + model.local_copy(math.prod(window) * esize)
             if in_place < exchanged:
-                best = _LhsPlan(tm_l, tm_x, exchanges, True, in_place)
+                best = _LhsPlan(tm_l, tm_x, tuple(exchanges), True, in_place)
     return best
 
 
