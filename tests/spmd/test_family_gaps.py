@@ -442,3 +442,19 @@ def test_dot_slices_a_replicated_operand_and_gathers_the_small_one_over_an_all_t
     module, _ = partition_verified(text)
     assert collectives(module) == {"all-gather": 1}
     assert _bytes(module) == 32 * 128 * 48 * 4
+
+
+def test_kernel_gradient_tiled_along_its_window_is_not_refused_for_halo_recompute():
+    """A 5x5 kernel gradient of x f32[16,32,32,16] (batch 4 ways, width 2 ways) and an output
+    gradient tiled 2 ways on its width: tiling the iteration space by the batch (4) and the
+    window's width (2) needs a 2-column halo of x and a permute of the gradient, and recomputes
+    0.02% more FLOPs (the halo columns) than gathering everything and tiling the result 8 ways.
+    That sliver counted as replicated work, so latency chose the gather: 10x the wire bytes and
+    1.6x XLA's FLOPs.  Now: three permutes and the all-reduce of the 5x5x16x8 partial kernels,
+    as XLA's partition (less its gather)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_filter_grad_window_tiled.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 3, "all-reduce": 1}
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.operands[0].shape.dims) for c in conv] == [(4, 32, 20, 16)]

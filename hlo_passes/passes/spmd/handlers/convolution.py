@@ -165,6 +165,11 @@ class _Space:
         return space.keep_dims(keep)
 
 
+# FLOPs above the fewest that a tiling may spend recomputing halo rows (windows overlapping
+# the neighbours' tiles) and still not count as replicating work (`cheapest`).
+HALO_RECOMPUTE_TOLERANCE = 0.01
+
+
 @handles(Opcode.CONVOLUTION)
 def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     sp = _Space(instr)
@@ -185,7 +190,8 @@ def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     candidates += [sp.whole_groups(c) for c in candidates if c is not None]
     tileable = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
     prices = ((space, _price(p, sp, space, target)) for space in tileable)
-    found = cheapest((space, priced) for space, priced in prices if priced is not None)
+    found = cheapest(((space, priced) for space, priced in prices if priced is not None),
+                     recompute_tolerance=HALO_RECOMPUTE_TOLERANCE)
     if found is None:
         return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
     best = found[0]
