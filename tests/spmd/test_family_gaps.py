@@ -458,3 +458,19 @@ def test_kernel_gradient_tiled_along_its_window_is_not_refused_for_halo_recomput
     assert collectives(module) == {"collective-permute": 3, "all-reduce": 1}
     conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
     assert [tuple(c.operands[0].shape.dims) for c in conv] == [(4, 32, 20, 16)]
+
+
+def test_convolution_prices_a_dim_tiled_past_its_rows_on_the_busiest_device():
+    """A 1x1 convolution whose kernel f32[1,1,32,16] is tiled 8 ways along its one-row window
+    dim: tiling the iteration space that way leaves one device all the work and seven none.
+    Its FLOPs were priced as the total over 8, the fewest of all tilings, so the frugal-FLOPs
+    rule picked it: gathering x, 4x the FLOPs and 7x the wire bytes of XLA's partition.  Priced
+    on the busiest device (ceil(rows / tiles) per dim) it is no longer frugal: the result is
+    computed on x's width tiles (a quarter of the FLOPs) and moved by an all-to-all and a
+    permute, with the 2 KiB kernel gathered."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_1x1_kernel_tiled_past_its_rows.hlo").read_text()
+    module, _ = partition_verified(text)
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.shape.dims) for c in conv] == [(16, 64, 4, 16)]
+    assert "all-reduce" not in collectives(module)

@@ -271,15 +271,21 @@ def _price(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> E
 
 
 def _local_flops(instr: Instruction, space: TileMap) -> int:
-    """A multiply-add per output element, kernel position and input feature of its group,
-    divided among the tiles of the iteration space (halo rows aside)."""
+    """A multiply-add per output element, kernel position and input feature of its group, on
+    the busiest device: each space dim contributes ceil(extent / tiles) (halo rows aside).
+    Dividing the total by the tile count instead made a tiling of a dim with fewer rows than
+    tiles (a 1x1 kernel's window dim over 8 devices: one device computes everything, seven
+    nothing) look 8x cheaper than it is, and the frugal-FLOPs rule of `cheapest` then chose it."""
     window = instr.window
-    kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
     labels = instr.conv_labels
     features = instr.operands[0].array_shape.dims[labels.input_feature] if labels is not None else 1
     groups = instr.feature_group_count * instr.batch_group_count
-    total = 2 * math.prod(instr.array_shape.dims) * kernel * max(1, features // groups)
-    return total // max(1, space.num_tiles)
+    out_rank = instr.array_shape.rank
+    extents = list(instr.array_shape.dims) + [max(1, features // groups)]
+    extents += [w.size for w in window.dimensions] if window is not None else []
+    tiles = list(space.dims) + [1] * (len(extents) - space.rank)
+    assert space.rank <= len(extents) and out_rank < len(extents)
+    return 2 * math.prod(-(-e // t) for e, t in zip(extents, tiles))
 
 
 def _emit(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> PValue:
