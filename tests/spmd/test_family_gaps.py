@@ -133,7 +133,9 @@ def test_partial_tiles_are_permuted_before_the_gather_not_after():
     gathering dim 0 over pairs leaves the column tiles on the wrong devices, so a permute
     follows — of the gathered 12x5 tile (240 bytes).  Permuting the 6x5 halves first, so that
     each gather pair holds both halves of its target tile, moves 120: 120 + 120 for the first
-    reshard, then an all-to-all to [4,1,2] (240), 480 in all as in XLA's partition."""
+    reshard (as in XLA's partition).  The second, to [4,1,2], slices each device's 3x5 piece,
+    permutes it and gathers the columns (60 + 60): an all-to-all (240) also transposes its
+    result locally, a copy the cost model prices, so 360 in all where XLA's partition moves 480."""
     text = """HloModule prp, num_partitions=8
 ENTRY e {
   p = f32[12,10] parameter(0), sharding={devices=[2,2,2]<=[8] last_tile_dim_replicate}
@@ -144,7 +146,7 @@ ENTRY e {
     module, _ = partition_verified(text)
     order = [i.opcode.value for i in module.entry.instructions if i.opcode.is_collective]
     assert order[:2] == ["collective-permute", "all-gather"]
-    assert _bytes(module) == 480
+    assert _bytes(module) == 360
     ops = _ops(module)
     assert ops["select"] == 0
 
@@ -342,3 +344,133 @@ ENTRY e {
     SpmdPartitioner(num_partitions=8).run(module)
     (gds,) = [i for i in module.all_instructions() if i.opcode.value == "get-dimension-size"]
     assert gds.operands[0].array_shape.dims == (64, 32)
+
+
+def test_dot_tiles_the_result_columns_on_the_devices_its_operands_replicate_over():
+    """a f32[128,256] and b f32[256,128] both tiled 4 ways on the contracting dim (device d
+    holds slice d//2) and replicated over the device pairs (d%2); the result [4,2] tiles rows
+    by d//2, columns by d%2.  The operands' tiling and the result's merge in no way as wholes
+    (the result's rows sit on the contracting dim's devices), but its columns do: slicing b's
+    columns by d%2 is free, the local 128x64 partial product is reduce-scattered over the four
+    devices of each column half into 32x64 rows (a 32 KiB operand, 24 KiB received), where
+    XLA's partition all-reduces the 128x64 partials (48 KiB received) and slices."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_dot_contract_partial_repl.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 128 * 64 * 4
+
+
+def test_convolution_tiles_the_output_feature_on_the_devices_its_operands_replicate_over():
+    """The convolution form of the same: input and kernel tiled 4 ways on the input feature
+    (slice d//2) and replicated over d%2, the result [4,1,1,2] (batch by d//2, output feature by
+    d%2).  Slicing the kernel's output features by d%2 is free and the 16x32x32x16 partial
+    result is reduce-scattered along the batch over the four devices of each feature half (a
+    1 MiB operand): one reduce-scatter, no all-reduce."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_in_feature_partial.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 16 * 32 * 32 * 16 * 4
+
+
+def test_convolution_cuts_windows_from_a_replicated_input_in_place():
+    """x f32[8,64,64,16] replicated, a 3x3 pad-1 convolution whose result is tiled 8 ways along
+    dim 1: every device holds all 64 rows, so its window (its 8 output rows plus one halo row
+    each side, zero rows past the edges) is a pad and a slice of its own copy.  Slicing x into
+    tiles and exchanging their edge rows (XLA's partition: two collective-permutes of 64 KiB
+    in all) would send each device rows it held: no collective at all."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_out_spatial_only.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {}
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.operands[0].shape.dims) for c in conv] == [(8, 10, 64, 16)]
+
+
+def test_convolution_in_place_window_beside_a_gathered_kernel():
+    """The input replicated, the kernel tiled 2 ways on its output feature (4 replicas each),
+    the result tiled 2 ways on the spatial dim 1 over those same device pairs: each device
+    cuts its 8 rows and their halo from its copy of x and gathers the kernel's other output
+    features (one all-gather of a 4.5 KiB half), instead of convolving its feature half over
+    all rows and all-to-all'ing the result (16 KiB), or slicing x and exchanging halos as
+    XLA's partition does (8 KiB of permutes beside the same gather)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_replicated_input_tiled_kernel.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 3 * 3 * 16 * 8 * 4
+
+
+def test_permute_between_two_gathers_moves_before_the_first():
+    """x f32[8,32,32,16] tiled [1,4,1,2] on one device order, read by a 1x1 convolution tiled
+    [1,2,1,4] on another: the input's target is [1,2,1,1] with 4 replicas.  The plan gathers
+    dim 1 over pairs, permutes the gathered 16-row tiles to the devices that need them, then
+    gathers dim 3; the permute moves half as much before the first gather, as XLA's
+    partition does: permute, all-gather, all-gather (64 KiB permuted, not 128 KiB)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_reshard_gather_permute_gather.hlo").read_text()
+    module, _ = partition_verified(text)
+    x_steps = [i for i in module.entry.instructions if i.opcode.is_collective
+               and tuple(i.shape.dims)[0] == 8]
+    assert [i.opcode.value for i in x_steps] == ["collective-permute", "all-gather", "all-gather"]
+    assert module_stats(module).collective_bytes["collective-permute"] < 8 * 16 * 32 * 8 * 4 + 1024
+
+
+def test_partial_sums_reduce_scatter_into_a_result_tiled_on_two_dims():
+    """a f32[16,64,512] [2,1,4] times b f32[512,2,33,16] (contracting dim tiled 4 ways on the
+    same devices as a's, 2 replicas), the result [2,1,2,2,1]: each batch half's four devices
+    sum partials whose target tiles dims 2 and 3 (2 x 2, dim 3 of 33 rows uneven) over exactly
+    those four.  One reduce-scatter of the 8x64x2x34x16 padded partials, its tile dims merged
+    into one scattered dim, where an all-reduce and a slice move twice the bytes on the wire."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_dot_rs_two_out_dims.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"reduce-scatter": 1}
+    assert _bytes(module) == 8 * 64 * 2 * 34 * 16 * 4
+
+
+def test_dot_slices_a_replicated_operand_and_gathers_the_small_one_over_an_all_to_all():
+    """a f32[32,512,128] replicated, b f32[32,128,96] tiled 2 ways on its columns (4 replicas),
+    the result tiled 2 ways on its rows over other device pairs.  Multiplying by b's column tile
+    and all-to-all'ing the 32x512x48 result to row tiles moved 1.5 MiB on the wire; slicing a's
+    rows (a local copy) and gathering b's other column half moves 768 KiB, as XLA's partition
+    does.  The all-to-all looked cheaper only because its local transpose went unpriced while
+    the slice's copy was priced: both are now."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_dot_replicated_lhs_gather_rhs.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-gather": 1}
+    assert _bytes(module) == 32 * 128 * 48 * 4
+
+
+def test_kernel_gradient_tiled_along_its_window_is_not_refused_for_halo_recompute():
+    """A 5x5 kernel gradient of x f32[16,32,32,16] (batch 4 ways, width 2 ways) and an output
+    gradient tiled 2 ways on its width: tiling the iteration space by the batch (4) and the
+    window's width (2) needs a 2-column halo of x and a permute of the gradient, and recomputes
+    0.02% more FLOPs (the halo columns) than gathering everything and tiling the result 8 ways.
+    That sliver counted as replicated work, so latency chose the gather: 10x the wire bytes and
+    1.6x XLA's FLOPs.  Now: three permutes and the all-reduce of the 5x5x16x8 partial kernels,
+    as XLA's partition (less its gather)."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_filter_grad_window_tiled.hlo").read_text()
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"collective-permute": 3, "all-reduce": 1}
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.operands[0].shape.dims) for c in conv] == [(4, 32, 20, 16)]
+
+
+def test_convolution_prices_a_dim_tiled_past_its_rows_on_the_busiest_device():
+    """A 1x1 convolution whose kernel f32[1,1,32,16] is tiled 8 ways along its one-row window
+    dim: tiling the iteration space that way leaves one device all the work and seven none.
+    Its FLOPs were priced as the total over 8, the fewest of all tilings, so the frugal-FLOPs
+    rule picked it: gathering x, 4x the FLOPs and 7x the wire bytes of XLA's partition.  Priced
+    on the busiest device (ceil(rows / tiles) per dim) it is no longer frugal: the result is
+    computed on x's width tiles (a quarter of the FLOPs) and moved by an all-to-all and a
+    permute, with the 2 KiB kernel gathered."""
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "dc_conv_1x1_kernel_tiled_past_its_rows.hlo").read_text()
+    module, _ = partition_verified(text)
+    conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
+    assert [tuple(c.shape.dims) for c in conv] == [(16, 64, 4, 16)]
+    assert "all-reduce" not in collectives(module)

@@ -211,7 +211,8 @@ DEFAULT = CostModel.for_profile("accelerator")
 Candidate = TypeVar("Candidate")
 
 
-def cheapest(priced: Iterable[tuple[Candidate, Estimate]]) -> tuple[Candidate, Estimate] | None:
+def cheapest(priced: Iterable[tuple[Candidate, Estimate]],
+             recompute_tolerance: float = 0.0) -> tuple[Candidate, Estimate] | None:
     """The candidate a decision takes: the least `Estimate` (exposed time; latency breaks ties),
     unless it replicates work, i.e. does more FLOPs per device than the candidate of fewest
     FLOPs, and loses to the best of those once each collective's exposed latency counts too.
@@ -223,7 +224,11 @@ def cheapest(priced: Iterable[tuple[Candidate, Estimate]]) -> tuple[Candidate, E
     for one: by transfer time alone the gathers win by nanoseconds, and the step then pays a
     whole collective's latency more and the replicated FLOPs (a GPT at d_model 64: +23% FLOPs,
     +16% estimated step against XLA's partial matmul).  So latency counts against replicating
-    work, never for it.  None when there are no candidates."""
+    work, never for it.  `recompute_tolerance`: the share of FLOPs above the fewest that a
+    caller's candidates recompute rather than replicate (a convolution's halo rows: a kernel
+    gradient tiled 4 ways along its window recomputes 0.02% more, and latency must not then pick
+    a plan with one collective fewer, 10x the wire bytes and 1.6x the FLOPs, as it did).  None
+    when there are no candidates."""
     best: tuple[Candidate, Estimate] | None = None
     frugal: tuple[Candidate, Estimate] | None = None  # least among the candidates of fewest FLOPs
     for item in priced:
@@ -232,7 +237,7 @@ def cheapest(priced: Iterable[tuple[Candidate, Estimate]]) -> tuple[Candidate, E
             best = item
         if frugal is None or est.flops < frugal[1].flops or (est.flops == frugal[1].flops and est < frugal[1]):
             frugal = item
-    if best is None or frugal is None or best[1].flops <= frugal[1].flops:
+    if best is None or frugal is None or best[1].flops <= frugal[1].flops * (1 + recompute_tolerance):
         return best
     with_latency = best[1].seconds + best[1].latency_seconds
     return frugal if frugal[1].seconds + frugal[1].latency_seconds < with_latency else best

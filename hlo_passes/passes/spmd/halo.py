@@ -36,7 +36,7 @@ from typing import Sequence, TypedDict
 
 import numpy as np
 
-from hlo_passes.ir.attributes import WindowDimension
+from hlo_passes.ir.attributes import PaddingConfig, WindowDimension
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape
@@ -246,6 +246,27 @@ def exchange(em: Emitter, x: Instruction, tm: TileMap, halo: Halo, fill: Instruc
     return _masked(em, window, tm, halo, fill, x.array_shape.element_type)
 
 
+def window_in_place(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) -> Instruction:
+    """This device's window rows of `x`, which holds all `halo.size` rows of `halo.dim` (the
+    dim is untiled where `x` lives; `tm` tiles it as the op's tiling does, giving each device
+    its tile coordinate): a zero pad for the rows outside the array and one slice at a
+    per-device offset.  No rows travel: an input that is replicated along a convolution's
+    spatial dim already holds every row a tile's window reads, where slicing the tiles and
+    exchanging their halos would send the edge rows back to devices that had them."""
+    k, width, starts = halo.dim, halo.rows.width, halo.rows.starts
+    low = max(0, -min(starts))
+    high = max(0, max(lo + width for lo in starts) - halo.size)
+    shape = x.array_shape
+    if low or high:
+        zero = em.b().constant(0, shape.element_type)
+        cfg = PaddingConfig(tuple((low, high, 0) if i == k else (0, 0, 0) for i in range(shape.rank)))
+        x = em.b().pad(x, zero, cfg)
+    offsets = [np.zeros(em.n, np.int64) for _ in range(shape.rank)]
+    offsets[k] = (np.asarray(starts, np.int64) + low)[tm.coords[:, k]]
+    sizes = tuple(width if i == k else d for i, d in enumerate(x.array_shape.dims))
+    return em.local_slice(x, offsets, sizes)
+
+
 def _exchange_intervals(em: Emitter, x: Instruction, tm: TileMap, halo: Halo) -> Instruction:
     """Each tile's window assembled from exactly the rows it needs: per step one dynamic-slice
     at a per-device offset, one collective-permute (none for a local step), one
@@ -341,7 +362,7 @@ def row_bytes(local_dims: Sequence[int], dim: int, element_bytes: int) -> int:
     return math.prod(d for i, d in enumerate(local_dims) if i != dim) * element_bytes
 
 
-__all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_rows"]
+__all__ = ["Halo", "WindowRows", "exchange", "plan", "row_bytes", "window_in_place", "window_rows"]
 
 
 def _as_lists(groups: DeviceGroups) -> list[list[int]]:

@@ -305,14 +305,27 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
     pieces = _piece_permute_plan(src, dst, dims, esize)
     if pieces is not None and steps_estimate(pieces, dims, esize, model) < best_cost:
         best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
-    for at in range(len(best) - 1, 0, -1):  # every gather-then-permute pair, the last first
-        early = _permute_before_gather(best[:at + 1], src, best[at].result, dims, esize)
-        if early is not None:
-            early = early + best[at + 1:]
-            early_cost = steps_estimate(early, dims, esize, model)
-            if early_cost < best_cost:
-                best, best_cost = early, early_cost
+    early = _permutes_before_gathers(best, src, dims, esize)
+    if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
+        best = early
     return best
+
+
+def _permutes_before_gathers(steps: list[Step], src: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """`steps` with every permute that follows an all-gather moved before it where
+    `_permute_before_gather` can (latest first), also where more steps follow: a plan
+    gather, permute, gather (a [1,4,1,2] tiling to [1,2,1,1] with 4 replicas on another
+    device order) permutes the smaller tiles before the first gather, as XLA's partition
+    does.  None when no permute moved."""
+    moved = False
+    i = len(steps) - 1
+    while i >= 1:
+        if steps[i].kind == "permute" and steps[i - 1].kind == "all-gather":
+            early = _permute_before_gather(steps[:i + 1], src, steps[i].result, dims, esize)
+            if early is not None:
+                steps, moved = early + steps[i + 1:], True
+        i -= 1
+    return steps if moved else None
 
 
 def _piece_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[Int64Array, Int64Array] | None:
@@ -385,7 +398,7 @@ def _permute_before_gather(steps: list[Step], src: TileMap, dst: TileMap, dims: 
     tiles: each device first takes the piece of its target tile that the gather then completes
     ([2,2,2] last_tile_dim_replicate -> [1,2,4] last_tile_dim_replicate: permute the halves of
     dim 0 so that each gather pair holds both halves of its target tile, as XLA's partitioner
-    does).  None when the plan does not end so or no permute reaches the pieces.  `plan` tries
+    does).  None when the plan does not end so or no permute reaches the pieces.  `_permutes_before_gathers` tries
     it on every prefix of its plan that ends so, `dst` being that permute's placement: a pair
     in the middle ([2,4] -> [1,2,4] last_tile_dim_replicate gathers rows, permutes, gathers
     columns) moves the same way, the steps after it unchanged (they start from the same
@@ -454,7 +467,10 @@ def _gather_then_slice_plan(src: TileMap, dst: TileMap, dims: tuple[int, ...], e
 def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: CostModel) -> Estimate:
     """Time and bytes of a plan: a collective step pays latency + its received bytes over the
     link (Step.bytes is each device's share of the algorithm's wire volume), a slice the copy
-    of its result tile."""
+    of its result tile, an all-to-all also the transpose that moves its exchanged chunks next
+    to the dim they tile (`_emit_all_to_all`: never the identity), a copy of its result tile.
+    Without that copy an all-to-all of a result looked cheaper than gathering a small operand
+    and slicing a replicated one, whose slice copy was priced."""
     total = ZERO
     for step in steps:
         if step.kind == "slice":
@@ -462,6 +478,8 @@ def steps_estimate(steps: list[Step], dims: tuple[int, ...], esize: int, model: 
             total = total + model.local_copy(local)
         else:
             total = total + model.transfer(step.bytes)
+            if step.kind == "all-to-all":
+                total = total + model.local_copy(math.prod(tm_local_dims(step.result, dims)) * esize)
     return total
 
 

@@ -34,9 +34,10 @@ devices of a tile holding copies.
 
 from __future__ import annotations
 
-from hlo_passes.ir.instruction import Instruction
-
 import math
+from dataclasses import dataclass
+
+from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
@@ -44,7 +45,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.cost_model import Estimate, cheapest
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.handlers.dot import lift_tiling, partial_sum_cost, project_tiling, sum_partials
+from hlo_passes.passes.spmd.handlers.dot import (extend_compatible, lift_tiling, partial_sum_cost, project_tiling,
+                                                  sum_partials)
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import PValue, local_shape, tile_map, tm_local_dims, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
@@ -163,6 +165,11 @@ class _Space:
         return space.keep_dims(keep)
 
 
+# FLOPs above the fewest that a tiling may spend recomputing halo rows (windows overlapping
+# the neighbours' tiles) and still not count as replicating work (`cheapest`).
+HALO_RECOMPUTE_TOLERANCE = 0.01
+
+
 @handles(Opcode.CONVOLUTION)
 def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     sp = _Space(instr)
@@ -178,71 +185,122 @@ def convolution(p: HandlerContext, instr: Instruction) -> PValue:
     for lifted_l in lifted_ls:
         candidates += [lifted_l.merge(lifted_r), lifted_l, lifted_o.merge(lifted_l)]
     candidates += [lifted_r, lifted_o, lifted_o.merge(lifted_r)]
+    candidates += [extend_compatible(c, lifted_o) for c in list(candidates) if c is not None]
     candidates += [sp.untiled_spatial(c) for c in candidates if c is not None]
     candidates += [sp.whole_groups(c) for c in candidates if c is not None]
     tileable = [c.keep_dims(sp.tileable) for c in candidates if c is not None]
     prices = ((space, _price(p, sp, space, target)) for space in tileable)
-    found = cheapest((space, priced) for space, priced in prices if priced is not None)
+    found = cheapest(((space, priced) for space, priced in prices if priced is not None),
+                     recompute_tolerance=HALO_RECOMPUTE_TOLERANCE)
     if found is None:
         return replicate(p, instr, "no consistent tiling of the convolution's iteration space")
     best = found[0]
-    chosen = project_tiling(best, _priced_lhs_map(sp, best), lhs.array_shape.rank)
+    chosen_plan = _lhs_plan(p, sp, best)
+    assert chosen_plan is not None  # (`_price` priced this tiling)
+    chosen = chosen_plan.tm_x
     if any(cur_l.dims[d] > 1 and chosen.dims[d] == 1 for d in sp.labels.input_spatial):
         p.remark(instr, "replicated: spatially sharded convolution input gathered along its spatial "
                  "dims (halo exchange would move more)", kind="missed")
     return _emit(p, sp, best, target)
 
 
+@dataclass(frozen=True)
+class _LhsPlan:
+    """How the input reaches a tiling's local convolution: resharded to `tm_x`, then each
+    exchanged dim's window rows either exchanged with the neighbours (`in_place` False: `tm_x`
+    is the space's projection `tm_l`) or cut from rows every device already holds (`in_place`
+    True: `tm_x` is `tm_l` with those dims untiled).  `cost` prices the reshard and the
+    windows."""
+
+    tm_l: TileMap
+    tm_x: TileMap
+    exchanges: tuple[halos.Halo, ...]
+    in_place: bool
+    cost: Estimate
+
+
+def _lhs_plan(p: HandlerContext, sp: _Space, space: TileMap) -> _LhsPlan | None:
+    """The cheaper of exchanging halos and cutting windows in place (None when the tiling
+    cannot read its input spatial dims one way).  Cutting in place wins where the input is
+    replicated along the windowed dims (or gathering it costs less than the exchange): slicing
+    it into tiles and then exchanging their edge rows would send each device rows it held."""
+    lhs_map = sp.lhs_map(space)
+    exchanges = sp.halos(space) if lhs_map is not None else None
+    if lhs_map is None or exchanges is None:
+        return None
+    lhs = sp.instr.operands[0]
+    n, model = p.n, p.ctx.cost_model
+    src = p.value(lhs).sharding
+    dims = tuple(lhs.array_shape.dims)
+    esize = lhs.array_shape.element_type.byte_size
+    tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
+    exchanged = cost(src, to_sharding(tm_l), lhs.shape, n, model)
+    local = list(tm_local_dims(tm_l, dims))
+    for h in exchanges:
+        exchanged += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
+        local[h.dim] = h.rows.width
+    best = _LhsPlan(tm_l, tm_l, tuple(exchanges), False, exchanged)
+    if exchanges:
+        windowed = {h.dim for h in exchanges}
+        tm_x = tm_l.keep_dims([d for d in range(tm_l.rank) if d not in windowed])
+        whole = to_sharding(tm_x)
+        if whole is not None:
+            window = list(tm_local_dims(tm_l, dims))
+            for h in exchanges:
+                window[h.dim] = h.rows.width
+            in_place = cost(src, whole, lhs.shape, n, model) + model.local_copy(math.prod(window) * esize)
+            if in_place < exchanged:
+                best = _LhsPlan(tm_l, tm_x, tuple(exchanges), True, in_place)
+    return best
+
+
 def _price(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> Estimate | None:
     if space.to_sharding() is None or not sp.groups_fit(space):
         return None
-    lhs_map = sp.lhs_map(space)
-    exchanges = sp.halos(space) if lhs_map is not None else None
-    if exchanges is None:
+    lhs_plan = _lhs_plan(p, sp, space)
+    if lhs_plan is None:
         return None
     instr, n, model = sp.instr, p.n, p.ctx.cost_model
-    lhs, rhs = instr.operands
-    assert lhs_map is not None  # (no exchanges without it)
-    tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
-    c = cost(p.value(lhs).sharding, to_sharding(tm_l), lhs.shape, n, model)
+    rhs = instr.operands[1]
+    c = lhs_plan.cost
     tm_r = project_tiling(space, sp.rhs_map, rhs.array_shape.rank)
     c += cost(p.value(rhs).sharding, to_sharding(tm_r), rhs.shape, n, model)
-    local = list(tm_local_dims(tm_l, tuple(lhs.array_shape.dims)))
-    esize = lhs.array_shape.element_type.byte_size
-    for h in exchanges:
-        c += model.transfer(h.bytes(halos.row_bytes(local, h.dim, esize)), h.permutes)
-        local[h.dim] = h.rows.width
     c += model.compute(_local_flops(instr, space), sum(o.shape.byte_size() for o in instr.operands)
                        // max(1, space.num_tiles), instr.array_shape.element_type)
     return c + partial_sum_cost(instr, space, sp.out_rank, sp.contracting, target, n, model)
 
 
 def _local_flops(instr: Instruction, space: TileMap) -> int:
-    """A multiply-add per output element, kernel position and input feature of its group,
-    divided among the tiles of the iteration space (halo rows aside)."""
+    """A multiply-add per output element, kernel position and input feature of its group, on
+    the busiest device: each space dim contributes ceil(extent / tiles) (halo rows aside).
+    Dividing the total by the tile count instead made a tiling of a dim with fewer rows than
+    tiles (a 1x1 kernel's window dim over 8 devices: one device computes everything, seven
+    nothing) look 8x cheaper than it is, and the frugal-FLOPs rule of `cheapest` then chose it."""
     window = instr.window
-    kernel = math.prod(w.size for w in window.dimensions) if window is not None else 1
     labels = instr.conv_labels
     features = instr.operands[0].array_shape.dims[labels.input_feature] if labels is not None else 1
     groups = instr.feature_group_count * instr.batch_group_count
-    total = 2 * math.prod(instr.array_shape.dims) * kernel * max(1, features // groups)
-    return total // max(1, space.num_tiles)
+    out_rank = instr.array_shape.rank
+    extents = list(instr.array_shape.dims) + [max(1, features // groups)]
+    extents += [w.size for w in window.dimensions] if window is not None else []
+    tiles = list(space.dims) + [1] * (len(extents) - space.rank)
+    assert space.rank <= len(extents) and out_rank < len(extents)
+    return 2 * math.prod(-(-e // t) for e, t in zip(extents, tiles))
 
 
 def _emit(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> PValue:
     em, instr = p.em, sp.instr
     lhs, rhs = instr.operands
     summed = [d for d in sp.contracting if space.dims[d] > 1]
-    lhs_map = _priced_lhs_map(sp, space)
-    tm_l = project_tiling(space, lhs_map, lhs.array_shape.rank)
-    x = p.operand_as(instr, 0, to_sharding(tm_l))
+    lhs_plan = _lhs_plan(p, sp, space)
+    assert lhs_plan is not None  # (`_price` priced this tiling)
+    tm_l = lhs_plan.tm_l
+    x = p.operand_as(instr, 0, to_sharding(lhs_plan.tm_x))
     if sp.out_rank in summed:
-        x = em.mask_padding(x, tm_l, tuple(lhs.array_shape.dims), [sp.labels.input_feature], 0)
+        x = em.mask_padding(x, lhs_plan.tm_x, tuple(lhs.array_shape.dims), [sp.labels.input_feature], 0)
     window = list(sp.window.dimensions)
-    exchanges = sp.halos(space)
-    assert exchanges is not None  # (`_price` priced this tiling)
-    for h in exchanges:
-        x = halos.exchange(em, x, tm_l, h, None)
+    for h in lhs_plan.exchanges:
+        x = halos.window_in_place(em, x, tm_l, h) if lhs_plan.in_place else halos.exchange(em, x, tm_l, h, None)
         window[sp.labels.input_spatial.index(h.dim)] = h.rows.local
     tm_r = project_tiling(space, sp.rhs_map, rhs.array_shape.rank)
     y = p.operand_as(instr, 1, to_sharding(tm_r))
@@ -256,13 +314,6 @@ def _emit(p: HandlerContext, sp: _Space, space: TileMap, target: Sharding) -> PV
     for key, count in sp.local_groups(space).items():
         local.set_attr(key, count)
     return sum_partials(p, instr, local, space, sp.out_rank, sp.contracting, target)
-
-
-def _priced_lhs_map(sp: _Space, space: TileMap) -> dict[int, int]:
-    """`sp.lhs_map(space)` of a tiling `_price` priced (it has one)."""
-    lhs_map = sp.lhs_map(space)
-    assert lhs_map is not None, "a priced tiling reads its input spatial dims one way"
-    return lhs_map
 
 
 __all__ = ["convolution"]

@@ -26,6 +26,7 @@ Convolutions (handlers/convolution.py) price their tilings the same way and shar
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Mapping, Sequence
 
@@ -99,6 +100,7 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
     lifted_o = out_t.remap(space_rank, {i: i for i in range(out_rank) if i not in untiled})
     candidates = [lifted_l.merge(lifted_r), lifted_l, lifted_r, lifted_o,
                   lifted_o.merge(lifted_l), lifted_o.merge(lifted_r)]
+    candidates += [extend_compatible(c, lifted_o) for c in candidates[:3] if c is not None]
     model = p.ctx.cost_model
     sizes = space_sizes(instr, lhs_map, rhs_map, space_rank)
     priced: list[tuple[TileMap, Estimate]] = []
@@ -114,6 +116,27 @@ def _cheapest_space(p: HandlerContext, instr: Instruction, lhs_map: DimMap, rhs_
         priced.append((space, c))
     chosen = cheapest(priced)
     return chosen[0] if chosen is not None else None
+
+
+def extend_compatible(space: TileMap, donor: TileMap) -> TileMap | None:
+    """`space` with each of `donor`'s tiled dims that `space` leaves untiled and can take
+    (on devices where `space` replicates), one dim at a time; None when no dim could be added
+    (the candidate would repeat `space`).
+
+    A whole-map merge fails as soon as one dim conflicts: operands tiled on their contracting
+    dim over the devices that tile the result's rows, and replicated over the devices that tile
+    its columns, merge with the result's tiling in no way, yet the columns alone fit.  Tiling
+    them is free (a slice of a replicated operand) and turns the all-reduce of the whole
+    partial product into a reduce-scatter of a column tile straight into the result's tiling,
+    where XLA's partition all-reduces the whole columns' tile and slices."""
+    grown = space
+    for d in range(donor.rank):
+        if donor.dims[d] == 1 or grown.dims[d] != 1:
+            continue
+        merged = grown.merge(donor.keep_dims([d]))
+        if merged is not None:
+            grown = merged
+    return grown if grown is not space else None
 
 
 def _twin_dots(p: HandlerContext, instr: Instruction, i: int) -> int:
@@ -188,12 +211,15 @@ def partial_sum_cost(instr: Instruction, space: TileMap, out_rank: int, contract
     g = math.prod(space.dims[d] for d in summed)
     local = instr.shape.byte_size() // max(1, math.prod(space.dims[:out_rank]))
     groups = groups_varying(space, summed)
-    scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, n)
+    scatter = _reduce_scatter_dims(space, out_tm, summed, groups, target, out_rank, n)
     esize = max(1, instr.array_shape.element_type.byte_size)
     if scatter is not None:
-        dim, t_tm = scatter
-        size = instr.array_shape.dims[dim]  # untiled in `out_tm`: sum_partials pads it to a multiple of g
-        padded = local // size * (-(-size // g) * g) if size else local
+        dims, t_tm = scatter
+        # untiled in `out_tm`: sum_partials pads each to a multiple of its tile count
+        sizes = [instr.array_shape.dims[k] for k in dims]
+        whole = math.prod(sizes)
+        padded = (local // whole * math.prod(-(-a // t_tm.dims[k]) * t_tm.dims[k] for k, a in zip(dims, sizes))
+                  if whole else local)
         return (model.collective("reduce-scatter", padded, g) + _summing(padded // esize, g)
                 + cost(to_sharding(t_tm), target, instr.shape, n, model))
     return (model.collective("all-reduce", local, g) + _summing(local // esize, g)
@@ -219,46 +245,85 @@ def sum_partials(p: HandlerContext, instr: Instruction, local: Instruction, spac
     if not summed:
         return p.reshard(PValue(local, to_sharding(out_tm), instr.shape), target)
     groups = groups_varying(space, summed)
-    scatter = _reduce_scatter_dim(space, out_tm, summed, groups, target, out_rank, p.n)
+    scatter = _reduce_scatter_dims(space, out_tm, summed, groups, target, out_rank, p.n)
     if scatter is not None:
-        dim, t_tm = scatter
-        g = len(groups[0])
+        dims, t_tm = scatter
         full = tuple(local.array_shape.dims)
-        padded = tuple(-(-a // g) * g if k == dim else a for k, a in enumerate(full))
-        x = em.reduce_scatter(em.pad_to(local, padded), dim, groups, Opcode.ADD)
+        padded = tuple(-(-a // t_tm.dims[k]) * t_tm.dims[k] if k in dims else a for k, a in enumerate(full))
+        x = em.pad_to(local, padded)
+        if len(dims) == 1:
+            x = em.reduce_scatter(x, dims[0], groups, Opcode.ADD)
+        else:
+            x = _reduce_scatter_merged(p, x, dims, [t_tm.dims[k] for k in dims], groups)
         return p.reshard(PValue(x, to_sharding(t_tm), instr.shape), target)
     x = em.all_reduce(local, groups, Opcode.ADD)
     return p.reshard(PValue(x, to_sharding(out_tm), instr.shape), target)
 
 
-def _reduce_scatter_dim(space: TileMap, out_tm: TileMap, summed: list[int], groups: DeviceGroups,
-                        target: Sharding, out_rank: int, n: int) -> tuple[int, TileMap] | None:
-    """(dim, result tiling) when the target tiles one untiled output dim exactly over the
-    summing groups (position in the group = tile coordinate): a reduce-scatter does both."""
+def _reduce_scatter_merged(p: HandlerContext, x: Instruction, dims: tuple[int, ...], tiles: list[int],
+                           groups: DeviceGroups) -> Instruction:
+    """One reduce-scatter of `x` into tiles of several dims (`dims`, major first, `tiles[i]`
+    tiles each; their sizes multiples of those): each dim split into (tile, rows), the tile
+    parts moved to the front and merged into one dim of g = prod(tiles) that the collective
+    scatters, its result reshaped to the local tile."""
+    b = p.em.b()
+    shape = x.array_shape
+    split: list[int] = []
+    tile_axes: list[int] = []
+    rest_axes: list[int] = []
+    for k, a in enumerate(shape.dims):
+        if k in dims:
+            t = tiles[dims.index(k)]
+            tile_axes.append(len(split))
+            split += [t, a // t]
+        else:
+            split.append(a)
+        rest_axes.append(len(split) - 1)
+    order = [tile_axes[[k for k in sorted(dims)].index(k)] for k in dims] + rest_axes
+    y = b.transpose(b.reshape(x, shape.with_dims(tuple(split))), order)
+    rest = [split[a] for a in rest_axes]
+    y = b.reshape(y, shape.with_dims((math.prod(tiles), *rest)))
+    y = p.em.reduce_scatter(y, 0, groups, Opcode.ADD)
+    return b.reshape(y, shape.with_dims(tuple(rest)))
+
+
+def _reduce_scatter_dims(space: TileMap, out_tm: TileMap, summed: list[int], groups: DeviceGroups,
+                         target: Sharding, out_rank: int, n: int) -> tuple[tuple[int, ...], TileMap] | None:
+    """(dims, result tiling) when the target tiles output dims untiled in `out_tm` exactly over
+    the summing groups (position in the group = the tile coordinates, the first dim major): a
+    reduce-scatter does both.  One dim first; else two or three dims at once (a result tiled
+    2x2 over the four devices of each partial sum, where an all-reduce and a slice would move
+    twice the bytes)."""
     if target.is_tuple:
         return None
     t = tile_map(target, out_rank, n)
     g = len(groups[0])
-    for k in range(out_rank):
-        if out_tm.dims[k] != 1 or t.dims[k] != g:
-            continue
-        if any(t.dims[j] != out_tm.dims[j] for j in range(out_rank) if j != k):
-            continue
-        if _scatters_along(groups, t, out_tm, k, out_rank):
-            return k, t
+    free = [k for k in range(out_rank) if out_tm.dims[k] == 1 and 1 < t.dims[k] <= g]
+    for size in (1, 2, 3):
+        for dims in itertools.permutations(free, size):
+            if math.prod(t.dims[k] for k in dims) != g:
+                continue
+            if any(t.dims[j] != out_tm.dims[j] for j in range(out_rank) if j not in dims):
+                continue
+            if _scatters_along(groups, t, out_tm, dims, out_rank):
+                return dims, t
     return None
 
 
-def _scatters_along(groups: DeviceGroups, t: TileMap, out_tm: TileMap, k: int, out_rank: int) -> bool:
-    """Each device's position in its group is its tile coordinate of dim k under `t`, and its
-    other coordinates are those of `out_tm` (checked on whole arrays)."""
+def _scatters_along(groups: DeviceGroups, t: TileMap, out_tm: TileMap, dims: tuple[int, ...], out_rank: int) -> bool:
+    """Each device's position in its group is its tile coordinates of `dims` under `t` (mixed
+    radix, the first dim major), and its other coordinates are those of `out_tm` (checked on
+    whole arrays)."""
+    position = np.zeros(t.coords.shape[0], np.int64)
+    for k in dims:
+        position = position * t.dims[k] + t.coords[:, k]
+    others = [j for j in range(out_rank) if j not in dims]
     if not isinstance(groups, np.ndarray):
-        return all(int(t.coords[dev, k]) == pos and all(
-                       t.coords[dev, j] == out_tm.coords[dev, j] for j in range(out_rank) if j != k)
+        return all(int(position[dev]) == pos and all(
+                       t.coords[dev, j] == out_tm.coords[dev, j] for j in others)
                    for grp in groups for pos, dev in enumerate(grp))
-    if not np.array_equal(t.coords[groups, k], np.broadcast_to(np.arange(groups.shape[1]), groups.shape)):
+    if not np.array_equal(position[groups], np.broadcast_to(np.arange(groups.shape[1]), groups.shape)):
         return False
-    others = [j for j in range(out_rank) if j != k]
     return np.array_equal(t.coords[groups][..., others], out_tm.coords[groups][..., others])
 
 
@@ -278,5 +343,5 @@ def dot(p: HandlerContext, instr: Instruction) -> PValue:
     return partition_dot_like(p, instr, lhs_map, rhs_map, out_rank, contracting, [])
 
 
-__all__ = ["dot", "lift_tiling", "local_compute", "partial_sum_cost", "partition_dot_like", "project_tiling",
+__all__ = ["dot", "extend_compatible", "lift_tiling", "local_compute", "partial_sum_cost", "partition_dot_like", "project_tiling",
            "space_sizes", "sum_partials"]
