@@ -156,11 +156,10 @@ def _halo_reshape(tm: TileMap, in_dims: tuple[int, ...],
         active = [t * -(-c // k) < c for t in range(k)]
         # (planned over the view's sub-row dim, which stands where the group starts)
         halo = halos.plan(ins[0], local * k, k, rows, True, active, reads_outside=False)
-        if halo.left > halo.local or halo.right > halo.local:
-            # Output tiles drift past the neighbouring input tiles (f32[12,8] -> f32[96] over 8
-            # devices: tile 7 reads input tile 5): the exchange grows into one permute per
-            # distance, each sending whole tiles, while a gather is one collective.
-            continue
+        # Output tiles that drift past the neighbouring input tiles (f32[12,8] -> f32[96] over
+        # 8 devices: tile 7 reads input tile 5) take one permute per distance; the price decides
+        # against gathering (`reshape_merge`: 3 permutes receiving 6 KiB against a gather
+        # receiving 28 KiB; XLA's partition permutes too, 7 KiB).
         return op_tm, HaloReshape(in_dim, tuple(ins), g, halo)
     return None
 
