@@ -219,14 +219,24 @@ def _gather_forward(ctx: PropagationContext, instr: Instruction) -> bool:
             changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank),
                                    instr)
     if is_spatial(ctx, operand):
-        s = su.replicate_dims(known_sharding(ctx, operand), parallel.operand if parallel else ())
-        conn = _passthrough(operand.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
-                            gd.slice_sizes)
-        if s.kind.value == "tiled":
-            out = _nontrivial(su.along_dims(s, conn.operand, conn.output, rank))
-            if out is not None:
-                changed |= ctx.improve(out, instr)
+        out = passthrough_sharding(instr, known_sharding(ctx, operand), parallel)
+        if out is not None:
+            changed |= ctx.improve(out, instr)
     return changed
+
+
+def passthrough_sharding(gather: Instruction, operand_sharding: Sharding,
+                         parallel: Connected | None = None) -> Sharding | None:
+    """The result sharding a gather takes from its operand's dims sliced whole (an embedding
+    lookup's feature dim), every other dim replicated; None when that tiles nothing."""
+    gd = gather.gather_dimensions
+    operand = gather.operands[0]
+    s = su.replicate_dims(operand_sharding, parallel.operand if parallel else ())
+    if s.kind.value != "tiled":
+        return None
+    conn = _passthrough(operand.array_shape, gd.collapsed_slice_dims, gd.operand_batching_dims, gd.offset_dims,
+                        gd.slice_sizes)
+    return _nontrivial(su.along_dims(s, conn.operand, conn.output, gather.array_shape.rank))
 
 
 def _prefer_parallel(parallel: Sharding | None, passthrough: Sharding | None) -> Sharding | None:

@@ -47,6 +47,8 @@ from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
 from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
 from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
                                                        is_manual, is_partially_manual, local_shape, root_of)
+from hlo_passes.passes.spmd.plan_trials import alternatives, annotated_gathers, try_alternatives, unannotated_gathers
+from hlo_passes.passes.spmd.recompute import recomputed_whole
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.reshard import reshard
 
@@ -73,14 +75,32 @@ class SpmdPartitioner(ModulePass):
             return False
         model = CostModel.for_profile(self.options.cost_profile)
         with collector_paused():  # see hlo_passes/_gc.py: on a 24-layer step it ran 1.4 of 5 s
+            # see plan_trials: a lookup's conflict is tried both ways, from the module as it is now
+            from hlo_passes.passes.spmd.sharding_propagation import is_fully_sharded
+
+            mark = len(self.remarks)
+            before = module.snapshot() if not is_fully_sharded(module) and unannotated_gathers(module) else None
+            annotated = annotated_gathers(module) if before is not None else set()
             _complete_shardings(module, self)
-            if make_iota_batching_explicit(module):
-                self.remark(None, "gather/scatter index components that are an iota made explicit batching dims")
-            Partitioner(PartitionContext(module, n, self, model)).run()
-            if self.options.cleanup:
-                _cleanup(module, self)
+            found = alternatives(module, annotated) if before is not None else []
+            if not found:
+                before = None
+            self._plan(module, n, model, propagate=False)
+            if before is not None:
+                try_alternatives(module, before, found, model, lambda m: self._plan(m, n, model, propagate=True), self,
+                                 mark)
         _name_partitioned_entry(module)
         return True
+
+    def _plan(self, module: Module, n: int, model: CostModel, *, propagate: bool) -> None:
+        """Propagate (when asked), partition and clean up `module` in place."""
+        if propagate:
+            _complete_shardings(module, self)
+        if make_iota_batching_explicit(module):
+            self.remark(None, "gather/scatter index components that are an iota made explicit batching dims")
+        Partitioner(PartitionContext(module, n, self, model)).run()
+        if self.options.cleanup:
+            _cleanup(module, self)
 
 
 def _name_partitioned_entry(module: Module) -> None:
@@ -273,8 +293,21 @@ class Partitioner:
         key = (op, sharding)
         if key not in self._reshards:
             self._reshards[key] = (self._tuple_rebuilt(op, sharding) or self._made_again(op, value, sharding)
+                                   or recomputed_whole(self, op, value, sharding)
                                    or reshard(self.em, self._cheapest_source(op, value, sharding), sharding))
         return self._reshards[key]
+
+    def known_reshard(self, op: Instruction, sharding: Sharding) -> PValue | None:
+        """`op` in `sharding` if some user has already had it made (nothing more to pay)."""
+        return self._reshards.get((op, sharding))
+
+    def remember_reshard(self, op: Instruction, sharding: Sharding, value: PValue) -> None:
+        """`value` is `op` in `sharding`, for every later user that asks (see `recompute`)."""
+        self._reshards[(op, sharding)] = value
+
+    def wider_of(self, value: PValue) -> PValue | None:
+        """The wider value `value` was sliced from without communication, if remembered."""
+        return self._wider.get(value.instr)
 
     def _cheapest_source(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue:
         """`op`'s value, or the wider one it was sliced from (`reshard`) where moving that to
