@@ -51,8 +51,9 @@ def needs_supervisor(argv: list[str]) -> bool:
 def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     """Run `hlo-passes ARGV` (or `child_command`) as a child; its exit status, or 2 with an
     `error:` line when it dies of a signal.  A child that dies while XLA partitions the
-    oracle's global module runs once more, told so (_xla_deaths.py): it judges by the module's
-    manual regions run directly instead."""
+    oracle's global module, or compiles a per-device program in manual mode, runs once more,
+    told so (_xla_deaths.py): it judges by the module's manual regions run directly, or runs
+    the per-device program as a replica program, instead."""
     env = dict(os.environ, **{SUPERVISED: "1"})
     if sys.stderr.isatty():
         env[STDERR_IS_TTY] = "1"
@@ -65,9 +66,11 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
         phase_file = ""
     try:
         rc, fatal, held = _run_child(command, env)
-        if rc < 0 and fatal and phase_file and _xla_deaths.ORACLE_DIED not in env \
-                and _xla_deaths.read_phase(phase_file) == _xla_deaths.PARTITIONING_ORACLE:
-            env[_xla_deaths.ORACLE_DIED] = _reason(fatal)
+        while rc < 0 and fatal and phase_file:  # each step's retry runs at most once
+            variable = _xla_deaths.retry_variable(phase_file, env)
+            if variable is None:
+                break
+            env[variable] = _reason(fatal)
             rc, fatal, held = _run_child(command, env)
     except KeyboardInterrupt:  # the child, in the same process group, got it too
         return 130

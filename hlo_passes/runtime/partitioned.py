@@ -14,7 +14,9 @@ multi-device module runs on N devices.
   Replica-style programs (`replica_count=N`, one partition) compile as they are with
   `num_replicas=N`.  A program XLA still rejects in manual mode (a partitioner
   limitation, not an error in the program) runs as the equivalent `replica_count=N`
-  program (`per_device.as_replica_program`), and the result says so.
+  program (`per_device.as_replica_program`), and the result says so; so does one on which
+  XLA's partitioner dies (a failed check kills the process: the CLI runs it once more, told
+  so, and that run takes the replica form directly; `_xla_deaths.py`).
 * `run_global_partitioned(module, inputs, ...)` — mode (c): global inputs are sliced
   into per-device shards by the parameter shardings (`Sharding.tile_shape`/
   `tile_offset`: tile = ceil(dim / tiles), zero padding past the end, the way XLA pads
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hlo_passes import _xla_deaths
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.replica_groups import ReplicaGroups
@@ -193,9 +196,16 @@ def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_dev
     if replicas * partitions != num_devices and replicas > 1:
         raise PartitionError(f"{replicas} replicas × {partitions} partitions do not make {num_devices} devices")
     parts = num_devices // max(replicas, 1)
+    died = _xla_deaths.manual_died_reason()
+    if died is not None:  # a first try died compiling it in manual mode (_xla_deaths.py)
+        exe = xla_backend.compile_hlo(as_replica_program(print_module(module), num_devices),
+                                      num_replicas=num_devices, platform=platform)
+        return DeviceRun(exe.run(args), f"{num_devices} devices as a replica program",
+                         [f"XLA died compiling the manual program ({died}); ran it as a replica program"])
     try:
-        exe = xla_backend.compile_hlo(manual_program(module, parts), num_replicas=max(replicas, 1),
-                                      num_partitions=parts, spmd=True, platform=platform)
+        with _xla_deaths.phase(_xla_deaths.COMPILING_MANUAL):
+            exe = xla_backend.compile_hlo(manual_program(module, parts), num_replicas=max(replicas, 1),
+                                          num_partitions=parts, spmd=True, platform=platform)
         return DeviceRun(exe.run(args), f"{parts} partitions (manual)")
     except Exception as manual_error:  # XLA's partitioner rejects some manual code; see the docstring
         try:

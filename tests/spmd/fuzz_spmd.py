@@ -121,7 +121,9 @@ class IsolatedJudge:
     (its CHECK message): our output made XLA die, which a user would meet too."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        self._env = None if env is None else {**os.environ, **env}
+        handle, self._phase = tempfile.mkstemp(prefix="fuzz-spmd-phase-")  # see _xla_deaths.py
+        os.close(handle)
+        self._env = {**os.environ, **(env or {}), _xla_deaths.PHASE_FILE: self._phase}
         self._child: subprocess.Popen[str] | None = None
         self._stderr = tempfile.TemporaryFile(mode="w+")
 
@@ -137,6 +139,7 @@ class IsolatedJudge:
             self._child.wait()
             self._child = None
         self._stderr.close()
+        os.unlink(self._phase)
 
     def _start(self) -> subprocess.Popen[str]:
         if self._child is None or self._child.poll() is not None:
@@ -171,6 +174,11 @@ class IsolatedJudge:
         how = f"signal {signal}" if signal else f"exit {child.returncode}"
         if stage == "original":
             return self._judge_again_without_xla_partitioning_the_original(text, seed, how)
+        if _xla_deaths.retry_variable(self._phase, self._env) == _xla_deaths.MANUAL_DIED:
+            # XLA's partitioner died on our per-device program in manual mode: run as the CLI
+            # does, once more as a replica program (the verdict is ours, not XLA's check's)
+            with IsolatedJudge(env={_xla_deaths.MANUAL_DIED: f"XLA died compiling it ({how})"}) as again:
+                return again.judge_text(text, seed)
         return Outcome(seed, "ABORT", f"the judge died in stage {stage!r} ({how}); its stderr ends:\n{tail}", text)
 
 
@@ -178,7 +186,7 @@ class IsolatedJudge:
         """XLA died on the original: where it has manual regions, judged once more by them run
         directly (as the CLI's supervisor does, _xla_deaths.py); else skipped."""
         skipped = Outcome(seed, "skipped", f"XLA died running the original ({how})", text)
-        if _xla_deaths.ORACLE_DIED in (self._env or os.environ) or "SPMDFullToShardShape" not in text:
+        if _xla_deaths.ORACLE_DIED in self._env or "SPMDFullToShardShape" not in text:
             return skipped
         with IsolatedJudge(env={_xla_deaths.ORACLE_DIED: f"XLA died running it ({how})"}) as again:
             outcome = again.judge_text(text, seed)

@@ -7,11 +7,15 @@ Every bug it finds becomes a golden case or a test of its own.  Modules are judg
 process (IsolatedJudge): an XLA abort fails the module that caused it, with XLA's message, instead
 of killing the test worker."""
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.spmd.fuzz_spmd import IsolatedJudge
 from tests.spmd.random_hlo import OPS, module_from_seed, random_module
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +70,12 @@ def test_a_death_on_an_original_with_manual_regions_is_judged_again_by_the_regio
         outcome = judge.judge_text(FULLY_MANUAL.format(rows=10), 1)
         assert outcome.kind == "ok", outcome.detail
         assert judge.judge(7).kind == "skipped"
+
+
+def test_a_death_compiling_our_program_in_manual_mode_is_judged_again_as_a_replica_program():
+    """Seed 11156: XLA's partitioner dies (a failed check) compiling our per-device program in
+    manual mode; the judge, as the CLI, runs it once more as a replica program: ok, not ABORT."""
+    text = (ROOT / "tests" / "dumps" / "data" / "xla_dies_compiling_manual_11156.hlo").read_text()
+    with IsolatedJudge() as judge:
+        outcome = judge.judge_text(text, 11156)
+    assert outcome.kind == "ok", outcome.detail

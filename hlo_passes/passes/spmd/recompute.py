@@ -40,10 +40,12 @@ if TYPE_CHECKING:
     from hlo_passes.passes.spmd.spmd_partitioner import Partitioner
 
 # Ops recomputed whole from whole operands: pure functions of their operands (a reduce's
-# scalar reducer is called, not partitioned: the clone keeps it as it is).
+# scalar reducer is called, not partitioned: the clone keeps it as it is).  Not constants: a
+# constant is held whole already (the partitioner slices its tiles from the whole literal),
+# and a copy of a large literal would cost nothing by the model and much in the output.
 _RECOMPUTABLE = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.CONCATENATE, Opcode.PAD,
-    Opcode.REVERSE, Opcode.REDUCE, Opcode.IOTA, Opcode.CONSTANT, Opcode.DYNAMIC_SLICE,
+    Opcode.REVERSE, Opcode.REDUCE, Opcode.IOTA, Opcode.DYNAMIC_SLICE,
     Opcode.DYNAMIC_UPDATE_SLICE,
 })
 
