@@ -398,7 +398,7 @@ def _compile(text: str, options: CompileOptions, debug: dict) -> Executable:
     _ensure_lapack(text)
     devs = devices(options.num_devices, options.platform)
     xc = api.xc
-    hlo = xc.hlo.hlo_module_from_text(text)
+    hlo = xc.hlo.hlo_module_from_text(without_aliasing(text))
     stablehlo = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
     compile_options = api.compiler.get_compile_options(num_replicas=options.num_replicas,
                                                        num_partitions=options.num_partitions)
@@ -420,6 +420,35 @@ def _compile(text: str, options: CompileOptions, debug: dict) -> Executable:
     backend = api.xla_bridge.get_backend(options.platform)
     loaded = backend.compile_and_load(stablehlo, xc.DeviceList(tuple(devs)), compile_options)
     return Executable(loaded, devs, options)
+
+
+def without_aliasing(text: str) -> str:
+    """`text` without the header's `input_output_alias` and `buffer_donor`, as every module is
+    compiled here.  JAX aliases a donated parameter with an output of the same per-device
+    shape, which may be another global shape (a [8,1] parameter tiled 8 ways donated to a
+    replicated [1,1] output: JAX fuzz seed 3506); XLA checks the aliasing on the module it is
+    given, the global one when it partitions it or runs it on one device, and refuses it
+    ("Expected aliased input 3 ... to have the same size"), though JAX compiled the same
+    program.  Aliasing only lets an output reuse an input's buffer: the values are the same
+    without it (and the caller's input buffers stay valid for its next run)."""
+    end = text.find("\n")
+    header, rest = (text, "") if end < 0 else (text[:end], text[end:])
+    if not header.lstrip().startswith("HloModule"):
+        return text
+    for key in ("input_output_alias=", "buffer_donor="):
+        start = header.find(key)
+        if start < 0:
+            continue
+        depth, k = 0, start + len(key)
+        while k < len(header):
+            depth += {"{": 1, "}": -1}.get(header[k], 0)
+            k += 1
+            if depth == 0:
+                break
+        while k < len(header) and header[k] in ", ":
+            k += 1
+        header = header[:start] + header[k:]
+    return header.rstrip(", ") + rest
 
 
 _lapack_ready: list[bool] = []
