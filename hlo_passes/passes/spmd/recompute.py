@@ -11,8 +11,11 @@ latency (10 µs on the accelerator profile) to save a few hundred FLOPs; recompu
 from the all-reduced value costs nanoseconds.
 
 The decision is the cost model's: the recomputed instructions' compute time (whole shapes)
-against the move's exposed time plus its exposed latency (a recompute replicates work, and
-latency is the only thing it saves; a large chain loses to the all-gather).  What counts as
+against the move's exposed time plus its exposed latency (a large chain loses to the
+all-gather).  It is the one place latency alone may justify replicating work, which
+`cost_model.cheapest` never lets it do: that rule guards choices whose replicated work grows
+with the model (a layer multiplied whole to save a collective); this one replicates only work
+smaller than the latency it saves, a budgeted chain of cheap ops.  What counts as
 "already held whole" is only what costs nothing more: a value whose per-device form is
 replicated, a replicated reshard some user already asked for, the replicated value a slice was
 cut from (`Partitioner._wider`), constants; every other operand is recomputed in turn, within
