@@ -474,3 +474,27 @@ def test_convolution_prices_a_dim_tiled_past_its_rows_on_the_busiest_device():
     conv = [i for i in module.all_instructions() if i.opcode.value == "convolution"]
     assert [tuple(c.shape.dims) for c in conv] == [(16, 64, 4, 16)]
     assert "all-reduce" not in collectives(module)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("src, dst, rows, cols", [
+    ("{devices=[1,2,3]<=[6] last_tile_dim_replicate}", "{devices=[2,3]<=[6]}", 10, 9),
+    ("{devices=[1,3,2]<=[6] last_tile_dim_replicate}", "{devices=[3,2]<=[6]}", 9, 12),
+    ("{devices=[1,2,3]<=[6] last_tile_dim_replicate}", "{devices=[2,3]<=[6]}", 7, 8),
+])
+def test_a_tiling_the_target_does_not_refine_moves_into_the_other_dim_by_all_to_all(src, dst, rows, cols):
+    """Columns tiled 2 ways (3 replicas) wanted 3 ways, rows whole wanted 2 ways: the column
+    tiling cannot be refined to the target's, so it must be undone; moving its factor into the
+    rows (an all-to-all within the pairs that will share a row block) sends half of what
+    gathering the columns does, and each replica then slices its own columns.  Uneven sizes
+    included (9 columns in 2 tiles, 7 rows)."""
+    text = f"""HloModule a2a_not_refined, num_partitions=6
+ENTRY e {{
+  p = f32[{rows},{cols}] parameter(0), sharding={src}
+  ROOT c = f32[{rows},{cols}] copy(p), sharding={dst}
+}}
+"""
+    module, _ = partition_verified(text, 6)
+    assert collectives(module) == {"all-to-all": 1}, collectives(module)

@@ -231,6 +231,19 @@ def _factor_move(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> tuple[int
             g = math.gcd(cur.dims[i] // dst.dims[i], dst.dims[j] // cur.dims[j])
             if g > 1 and _fits(dims[i], cur.dims[i], g) and _fits(dims[j], cur.dims[j] * g, g):
                 return i, j, g
+    # A dim whose tiling the target's does not refine (2 ways to 3) must be whole at some point:
+    # its factor moves into a dim the target tiles more finely rather than being gathered (a
+    # [1,2] tiling with 3 replicas to [2,3] on 6 devices: an all-to-all within pairs, then each
+    # replica slices its columns; half the wire bytes of gathering the columns).
+    for i in range(cur.rank):
+        if cur.dims[i] <= 1 or dst.dims[i] % cur.dims[i] == 0 or cur.dims[i] % dst.dims[i] == 0:
+            continue
+        for j in range(cur.rank):
+            if j == i or dst.dims[j] <= cur.dims[j] or dst.dims[j] % cur.dims[j]:
+                continue
+            g = math.gcd(cur.dims[i], dst.dims[j] // cur.dims[j])
+            if g > 1 and _fits(dims[i], cur.dims[i], g) and _fits(dims[j], cur.dims[j] * g, g):
+                return i, j, g
     return None
 
 
