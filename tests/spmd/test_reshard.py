@@ -165,3 +165,55 @@ def test_random_reshards_run_correctly_on_8_devices(case):
     out = print_module(module)
     report = verify_equivalent(text, out, num_devices=8)
     assert report.ok, report.format() + "\n" + out
+
+
+@st.composite
+def tiled_over_6(draw, rank: int):
+    """As `tiled_over_8` on 6 devices: tile counts 2 and 3 that do not divide each other, so
+    a target's tiling often does not refine the source's (2 ways wanted 3)."""
+    counts, left = [], 6
+    for _ in range(rank):
+        t = draw(st.sampled_from([c for c in (1, 2, 3, 6) if left % c == 0]))
+        counts.append(t)
+        left //= t
+    order = draw(st.permutations(range(6)))
+    if left == 6:
+        return Sharding.replicated()
+    arr = np.asarray(order).reshape(counts + ([left] if left > 1 else []))
+    return Sharding.tiled(arr, (SubgroupKind.REPLICATED,) if left > 1 else ())
+
+
+@st.composite
+def reshard_case_6(draw):
+    rank = draw(st.integers(1, 3))
+    dims = tuple(draw(st.sampled_from([3, 5, 6, 7, 9, 12])) for _ in range(rank))
+    return dims, draw(tiled_over_6(rank)), draw(tiled_over_6(rank))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reshard_case_6())
+def test_plans_on_6_devices_reach_the_target_and_never_cost_more_than_greedy(case):
+    dims, src, dst = case
+    shape = ArrayShape(PrimitiveType.F32, dims)
+    a, b = tile_map(src, len(dims), 6), tile_map(dst, len(dims), 6)
+    steps = plan(a, b, shape)
+    if steps:
+        assert same_placement(steps[-1].result, b)
+    else:
+        assert same_placement(a, b)
+    greedy = _greedy_plan(a, b, dims, 4)
+    assert not steps_estimate(greedy, dims, 4, DEFAULT) < steps_estimate(steps, dims, 4, DEFAULT)
+    for s in steps:
+        assert s.result.to_sharding() is not None
+
+
+@settings(max_examples=12, deadline=None)
+@given(reshard_case_6())
+def test_random_reshards_run_correctly_on_6_devices(case):
+    dims, src, dst = case
+    text = module_text(src.to_hlo(), dst.to_hlo(), ",".join(map(str, dims)))
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=6).run(module)
+    out = print_module(module)
+    report = verify_equivalent(text, out, num_devices=6)
+    assert report.ok, report.format() + "\n" + out
