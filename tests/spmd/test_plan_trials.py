@@ -66,7 +66,7 @@ def test_a_lookup_the_user_annotated_is_not_tried_the_other_way():
     text = _lookup_then_matmul(8, 2, 512).replace("slice_sizes={1,512}", "slice_sizes={1,512}, "
                                                   "sharding={devices=[8,1,1]<=[8]}")
     module = parse_module(text)
-    assert plan_trials.unannotated_gathers(module) is False
+    assert plan_trials.lookups_worth_a_trial(module) is False
     _, _, remarks = partition(text)
     assert not any("table's sharding" in r.message for r in remarks)
 
@@ -88,6 +88,30 @@ ENTRY main {
     ShardingPropagation().run(module)
     assert plan_trials.alternatives(module, set()) == []
     partition_verified(text)
+
+
+def test_a_snapshot_is_kept_only_where_a_table_is_tiled_along_what_the_lookup_slices_whole():
+    """The snapshot before propagation costs memory: it is taken for a table tiled along its
+    features, also when JAX looks it up inside a called `_take` computation, and not for a
+    table sharded along the vocabulary (each id reads one row: nothing to follow) or
+    replicated."""
+    def module(table_sharding: str) -> str:
+        return f"""HloModule m, num_partitions=8
+_take {{
+  t = f32[64,32] parameter(0)
+  i = s32[4,1] parameter(1)
+  ROOT g = f32[4,32] gather(t, i), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,32}}
+}}
+
+ENTRY main {{
+  table = f32[64,32] parameter(0), sharding={table_sharding}
+  ids = s32[4,1] parameter(1), sharding={{devices=[8,1]<=[8]}}
+  ROOT r = f32[4,32] call(table, ids), to_apply=_take
+}}
+"""
+    assert plan_trials.lookups_worth_a_trial(parse_module(module("{devices=[1,8]<=[8]}")))
+    assert not plan_trials.lookups_worth_a_trial(parse_module(module("{devices=[8,1]<=[8]}")))
+    assert not plan_trials.lookups_worth_a_trial(parse_module(module("{replicated}")))
 
 
 # ------------------------------------------------------------- recompute --

@@ -18,7 +18,8 @@ runs the norms and attention whole on every device, memory-bound work the model 
 op; the no-overlap step estimate alone would take it at d=1024 (1.392 against 1.442 ms), by
 latency only, which is why the decision is `cost_model.cheapest`'s, as everywhere else.
 
-So, before propagation (only when the module has a gather whose result no user annotated),
+So, before propagation (only when the module has a gather whose result no user annotated
+and whose table is annotated tiled along a dim the gather slices whole),
 the module is kept as a snapshot; after the default plan is partitioned and estimated, each
 conflicting lookup (at most `MAX_TRIALS`, the first found) is tried the other
 way: the snapshot is rebuilt, the lookup's result annotated with the table's sharding,
@@ -32,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
@@ -59,10 +61,54 @@ class Alternative:
     sharding: Sharding
 
 
-def unannotated_gathers(module: Module) -> bool:
-    """Is there a gather whose result the user left to propagation (worth a snapshot)?"""
-    return any(instr.opcode is Opcode.GATHER and "sharding" not in instr.attributes
-               for instr in module.all_instructions())
+def lookups_worth_a_trial(module: Module) -> bool:
+    """Is there a gather whose result the user left to propagation and whose table carries a
+    sharding that tiles a dim the gather slices whole (worth a snapshot: only such a lookup can
+    conflict with its ids)?  The table is followed back through copies, converts and the
+    parameters of called computations (JAX looks up in a `_take` call) to its annotation.
+    A module whose tables are replicated or sharded along the vocabulary (a Megatron step)
+    keeps no snapshot."""
+    callers: dict[Computation, list[Instruction]] | None = None
+    for instr in module.all_instructions():
+        if instr.opcode is not Opcode.GATHER or "sharding" in instr.attributes:
+            continue
+        if callers is None:
+            callers = _call_sites(module)
+        table = _annotated_source(instr.operands[0], callers)
+        if table is not None and table.sharding is not None and not table.sharding.is_tuple \
+                and not table.sharding.is_manual and passthrough_sharding(instr, table.sharding) is not None:
+            return True
+    return False
+
+
+def _call_sites(module: Module) -> dict[Computation, list[Instruction]]:
+    sites: dict[Computation, list[Instruction]] = {}
+    for instr in module.all_instructions():
+        if instr.opcode is Opcode.CALL:
+            for callee in instr.called_computations():
+                sites.setdefault(callee, []).append(instr)
+    return sites
+
+
+def _annotated_source(value: Instruction, callers: dict[Computation, list[Instruction]],
+                      depth: int = 8) -> Instruction | None:
+    """The annotated instruction of `value`'s shape that `value` copies (None if none found)."""
+    while depth > 0:
+        depth -= 1
+        if "sharding" in value.attributes:
+            return value
+        if value.opcode in (Opcode.COPY, Opcode.CONVERT) or (
+                value.opcode is Opcode.BITCAST and value.operands[0].shape == value.shape):
+            value = value.operands[0]
+            continue
+        if value.opcode is Opcode.PARAMETER and value.parameter_number is not None:
+            sites = callers.get(value.parent) if value.parent is not None else None
+            if not sites:
+                return None
+            value = sites[0].operands[value.parameter_number]
+            continue
+        return None
+    return None
 
 
 def alternatives(module: Module, annotated: set[str]) -> list[Alternative]:
@@ -163,4 +209,4 @@ def _find(module: Module, name: str) -> Instruction | None:
 
 
 __all__ = ["Alternative", "MAX_TRIALS", "alternatives", "annotated_gathers", "try_alternatives",
-           "unannotated_gathers"]
+           "lookups_worth_a_trial"]

@@ -47,7 +47,7 @@ from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
 from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
 from hlo_passes.passes.spmd.partition_context import (Emitter, ManualGroupsMismatch, PartitionContext, PValue,
                                                        is_manual, is_partially_manual, local_shape, root_of)
-from hlo_passes.passes.spmd.plan_trials import alternatives, annotated_gathers, try_alternatives, unannotated_gathers
+from hlo_passes.passes.spmd.plan_trials import alternatives, annotated_gathers, try_alternatives, lookups_worth_a_trial
 from hlo_passes.passes.spmd.recompute import recomputed_whole
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.reshard import reshard
@@ -79,7 +79,7 @@ class SpmdPartitioner(ModulePass):
             from hlo_passes.passes.spmd.sharding_propagation import is_fully_sharded
 
             mark = len(self.remarks)
-            before = module.snapshot() if not is_fully_sharded(module) and unannotated_gathers(module) else None
+            before = module.snapshot() if not is_fully_sharded(module) and lookups_worth_a_trial(module) else None
             annotated = annotated_gathers(module) if before is not None else set()
             _complete_shardings(module, self)
             found = alternatives(module, annotated) if before is not None else []
