@@ -114,20 +114,24 @@ from hlo_passes.passes.spmd.partition_context import same_placement  # noqa: E40
 from hlo_passes.passes.spmd.reshard import _greedy_plan, steps_estimate  # noqa: E402
 
 
-@st.composite
-def tiled_over_8(draw, rank: int):
-    """A tiled sharding of a rank-`rank` array over 8 devices in a random device order, with
+def _tiled_over(draw, rank: int, n: int, counts_allowed: tuple[int, ...]):
+    """A tiled sharding of a rank-`rank` array over n devices in a random device order, with
     the devices left over replicating (last_tile_dim_replicate)."""
-    counts, left = [], 8
+    counts, left = [], n
     for _ in range(rank):
-        t = draw(st.sampled_from([c for c in (1, 2, 4, 8) if left % c == 0]))
+        t = draw(st.sampled_from([c for c in counts_allowed if left % c == 0]))
         counts.append(t)
         left //= t
-    order = draw(st.permutations(range(8)))
-    if left == 8:
+    order = draw(st.permutations(range(n)))
+    if left == n:
         return Sharding.replicated()
     arr = np.asarray(order).reshape(counts + ([left] if left > 1 else []))
     return Sharding.tiled(arr, (SubgroupKind.REPLICATED,) if left > 1 else ())
+
+
+@st.composite
+def tiled_over_8(draw, rank: int):
+    return _tiled_over(draw, rank, 8, (1, 2, 4, 8))
 
 
 @st.composite
@@ -137,12 +141,9 @@ def reshard_case(draw):
     return dims, draw(tiled_over_8(rank)), draw(tiled_over_8(rank))
 
 
-@settings(max_examples=300, deadline=None)
-@given(reshard_case())
-def test_plan_reaches_the_target_and_never_costs_more_than_greedy(case):
-    dims, src, dst = case
+def _check_plan(dims: tuple[int, ...], src: Sharding, dst: Sharding, n: int) -> None:
     shape = ArrayShape(PrimitiveType.F32, dims)
-    a, b = tile_map(src, len(dims), 8), tile_map(dst, len(dims), 8)
+    a, b = tile_map(src, len(dims), n), tile_map(dst, len(dims), n)
     steps = plan(a, b, shape)
     if steps:
         assert same_placement(steps[-1].result, b)
@@ -154,33 +155,32 @@ def test_plan_reaches_the_target_and_never_costs_more_than_greedy(case):
         assert s.result.to_sharding() is not None
 
 
+def _check_run(dims: tuple[int, ...], src: Sharding, dst: Sharding, n: int) -> None:
+    text = module_text(src.to_hlo(), dst.to_hlo(), ",".join(map(str, dims)))
+    module = parse_module(text)
+    SpmdPartitioner(num_partitions=n).run(module)
+    out = print_module(module)
+    report = verify_equivalent(text, out, num_devices=n)
+    assert report.ok, report.format() + "\n" + out
+
+
+@settings(max_examples=300, deadline=None)
+@given(reshard_case())
+def test_plan_reaches_the_target_and_never_costs_more_than_greedy(case):
+    _check_plan(*case, 8)
+
+
 @settings(max_examples=12, deadline=None)
 @given(reshard_case())
 def test_random_reshards_run_correctly_on_8_devices(case):
-    dims, src, dst = case
-    shape = ",".join(map(str, dims))
-    text = module_text(src.to_hlo(), dst.to_hlo(), shape)
-    module = parse_module(text)
-    SpmdPartitioner(num_partitions=8).run(module)
-    out = print_module(module)
-    report = verify_equivalent(text, out, num_devices=8)
-    assert report.ok, report.format() + "\n" + out
+    _check_run(*case, 8)
 
 
 @st.composite
 def tiled_over_6(draw, rank: int):
     """As `tiled_over_8` on 6 devices: tile counts 2 and 3 that do not divide each other, so
     a target's tiling often does not refine the source's (2 ways wanted 3)."""
-    counts, left = [], 6
-    for _ in range(rank):
-        t = draw(st.sampled_from([c for c in (1, 2, 3, 6) if left % c == 0]))
-        counts.append(t)
-        left //= t
-    order = draw(st.permutations(range(6)))
-    if left == 6:
-        return Sharding.replicated()
-    arr = np.asarray(order).reshape(counts + ([left] if left > 1 else []))
-    return Sharding.tiled(arr, (SubgroupKind.REPLICATED,) if left > 1 else ())
+    return _tiled_over(draw, rank, 6, (1, 2, 3, 6))
 
 
 @st.composite
@@ -193,27 +193,10 @@ def reshard_case_6(draw):
 @settings(max_examples=300, deadline=None)
 @given(reshard_case_6())
 def test_plans_on_6_devices_reach_the_target_and_never_cost_more_than_greedy(case):
-    dims, src, dst = case
-    shape = ArrayShape(PrimitiveType.F32, dims)
-    a, b = tile_map(src, len(dims), 6), tile_map(dst, len(dims), 6)
-    steps = plan(a, b, shape)
-    if steps:
-        assert same_placement(steps[-1].result, b)
-    else:
-        assert same_placement(a, b)
-    greedy = _greedy_plan(a, b, dims, 4)
-    assert not steps_estimate(greedy, dims, 4, DEFAULT) < steps_estimate(steps, dims, 4, DEFAULT)
-    for s in steps:
-        assert s.result.to_sharding() is not None
+    _check_plan(*case, 6)
 
 
 @settings(max_examples=12, deadline=None)
 @given(reshard_case_6())
 def test_random_reshards_run_correctly_on_6_devices(case):
-    dims, src, dst = case
-    text = module_text(src.to_hlo(), dst.to_hlo(), ",".join(map(str, dims)))
-    module = parse_module(text)
-    SpmdPartitioner(num_partitions=6).run(module)
-    out = print_module(module)
-    report = verify_equivalent(text, out, num_devices=6)
-    assert report.ok, report.format() + "\n" + out
+    _check_run(*case, 6)
