@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from hlo_passes import _xla_deaths
 from hlo_passes.cli.io import add_dump_arguments, read_module
 from hlo_passes.cli.main import UserError
 from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
@@ -103,6 +104,10 @@ def main(args) -> int:
         raise UserError(str(e)) from None
     except Exception as e:
         raise xla_failure("the module", e) from None
+    died = _xla_deaths.oracle_died_reason()
+    if died:
+        print(f"note: XLA died partitioning this module in a first try ({died}); its manual regions ran "
+              "directly on each device instead (manual_regions.py)", file=sys.stderr)
     for i, out in enumerate(outputs):
         print(summary(i, out))
     if args.save_outputs:

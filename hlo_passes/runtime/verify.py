@@ -784,7 +784,17 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
         if (num_devices or 1) > 1 or needs_devices(m):
             n = num_devices or reading.num_devices
             xla_backend.ensure_devices(n, platform)
-            outs, problems, _ = run_xla_spmd(m, inputs, n, platform)
+            died = _xla_deaths.oracle_died_reason()
+            if died:  # a first try died inside XLA's partitioner; the CLI runs once more (_xla_deaths.py)
+                from hlo_passes.runtime.manual_regions import run_direct
+
+                direct = run_direct(m, inputs, n, platform)
+                if direct is None:
+                    raise VerificationError(f"XLA died partitioning this module ({died}), and it has no manual "
+                                            "regions that run directly without XLA's partitioner")
+                return direct
+            with _xla_deaths.phase(_xla_deaths.PARTITIONING_ORACLE):
+                outs, problems, _ = run_xla_spmd(m, inputs, n, platform)
             if problems:
                 raise VerificationError("; ".join(problems))
             return outs
