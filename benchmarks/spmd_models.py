@@ -10,7 +10,12 @@ ours partitions the same lowered text.  Per model, ours beside XLA's:
                body's collectives times the loop's trip count: each collective's operands)
     wire x     ours / XLA's ring wire volume as the cost model charges it (see `measure`)
     GFLOP      XLA's HloCostAnalysis of the per-device module (the same counter for both)
-    est. ms    the cost model's step time (cost_model.module_estimate, latency included)
+    est. ms    the cost model's step time (cost_model.module_estimate, latency included,
+               nothing overlapped)
+    exp. ms    the time the partitioner's decisions compare (compute plus the share of
+               communication and latency the profile's overlap leaves exposed); where the two
+               estimates rank the plans differently (a plan with many more collectives), the
+               README says so
     verified   small models only: ours against the unpartitioned program on 8 CPU devices
 
     .venv/bin/python benchmarks/spmd_models.py [--widths 256,1024,4096] [--profile accelerator|cpu]
@@ -199,7 +204,7 @@ def xla_partition(fn, args) -> tuple[str, str]:
         return with_propagation_flags(text, compiled.as_text().split("\n", 1)[0]), dumped[-1].read_text()
 
 
-def measure(text: str, model: CostModel) -> tuple[int, float, float, int]:
+def measure(text: str, model: CostModel) -> tuple[int, float, float, int, float]:
     """Bytes a step sends (a loop body's collectives times its trip count), XLA's FLOPs of the
     module (HloCostAnalysis: loop bodies once, for both), the cost model's step estimate, and
     the wire bytes it charges (each collective's ring volume: an all-reduce 2(g-1)/g of its
@@ -210,7 +215,8 @@ def measure(text: str, model: CostModel) -> tuple[int, float, float, int]:
     stats = module_stats(module, executed=True)
     flops = cost_analysis(text).get("flops", 0.0)
     estimate = module_estimate(module, model)
-    return sum(stats.collective_bytes.values()), flops, estimate.step_seconds(model.profile), estimate.bytes
+    return (sum(stats.collective_bytes.values()), flops, estimate.step_seconds(model.profile), estimate.bytes,
+            estimate.seconds + estimate.latency_seconds)
 
 
 def main(argv=None) -> int:
@@ -226,7 +232,7 @@ def main(argv=None) -> int:
     names = args.only.split(",") if args.only else list(MODELS)
     rows = []
     print(f"{'model':10} {'d':>5} | {'bytes ours':>12} {'XLA':>12} {'x':>5} | {'wire x':>6} | {'GFLOP ours':>10} "
-          f"{'XLA':>10} {'x':>5} | {'est ms ours':>11} {'XLA':>9} | verified")
+          f"{'XLA':>10} {'x':>5} | {'est ms ours':>11} {'XLA':>9} | {'exp ms ours':>11} {'XLA':>9} | verified")
     for name in names:
         for d in map(int, args.widths.split(",")):
             fn, fargs = MODELS[name](d)
@@ -234,15 +240,16 @@ def main(argv=None) -> int:
             module = parse_module(text)
             SpmdPartitioner(num_partitions=8, cost_profile=args.profile).run(module)
             ours = print_module(module)
-            ob, of, ot, ow = measure(ours, model)
-            xb, xf, xt, xw = measure(xla, model)
+            ob, of, ot, ow, oe = measure(ours, model)
+            xb, xf, xt, xw, xe = measure(xla, model)
             verified = "-"
             if d <= args.verify_up_to:
                 verified = "yes" if verify_equivalent(text, ours).ok else "NO"
             rows.append((ob / xb if xb else 1.0, of / xf if xf else 1.0, ow / xw if xw else 1.0))
             print(f"{name:10} {d:5d} | {ob:12,} {xb:12,} {ob / xb if xb else 1:5.2f} | {ow / xw if xw else 1:6.2f} | "
                   f"{of / 1e9:10.3f} "
-                  f"{xf / 1e9:10.3f} {of / xf if xf else 1:5.2f} | {ot * 1e3:11.3f} {xt * 1e3:9.3f} | {verified}",
+                  f"{xf / 1e9:10.3f} {of / xf if xf else 1:5.2f} | {ot * 1e3:11.3f} {xt * 1e3:9.3f} | "
+                  f"{oe * 1e3:11.3f} {xe * 1e3:9.3f} | {verified}",
                   flush=True)
     gb = math.exp(sum(math.log(max(r[0], 1e-9)) for r in rows) / len(rows))
     gf = math.exp(sum(math.log(max(r[1], 1e-9)) for r in rows) / len(rows))
