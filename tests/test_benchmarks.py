@@ -63,3 +63,16 @@ def test_spmd_quality_benchmark_verifies_and_compares_with_xla():
         assert cells[-1].startswith("yes"), program
         assert float(cells[5]) <= 1.0, program  # no more bytes than XLA's partitioner sends
     assert "over 2 programs" in out
+
+
+def test_spmd_models_benchmark_verifies_a_small_model_and_prints_both_estimates():
+    """One model at a small width: verified, and both estimates (the no-overlap step and the
+    exposed time the partitioner decides by) printed for ours and XLA's; the Megatron block
+    is XLA's plan, so its bytes are XLA's."""
+    out = run_benchmark("benchmarks/spmd_models.py", "--only", "gpt_tp", "--widths", "64")
+    row = next(line for line in out.splitlines() if line.startswith("gpt_tp"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[-1] == "yes", row
+    assert float(cells[1].split()[2]) <= 1.0, row
+    est, exposed = cells[4].split(), cells[5].split()
+    assert len(est) == 2 and len(exposed) == 2 and all(float(x) > 0 for x in est + exposed), row
