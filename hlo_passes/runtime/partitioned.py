@@ -198,10 +198,8 @@ def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_dev
     parts = num_devices // max(replicas, 1)
     died = _xla_deaths.manual_died_reason()
     if died is not None:  # a first try died compiling it in manual mode (_xla_deaths.py)
-        exe = xla_backend.compile_hlo(as_replica_program(print_module(module), num_devices),
-                                      num_replicas=num_devices, platform=platform)
-        return DeviceRun(exe.run(args), f"{num_devices} devices as a replica program",
-                         [f"XLA died compiling the manual program ({died}); ran it as a replica program"])
+        exe = _replica_executable(module, num_devices, platform)
+        return _replica_run(exe, args, num_devices, f"XLA died compiling the manual program ({died})")
     try:
         with _xla_deaths.phase(_xla_deaths.COMPILING_MANUAL):
             exe = xla_backend.compile_hlo(manual_program(module, parts), num_replicas=max(replicas, 1),
@@ -209,13 +207,22 @@ def run_per_device_program(module: Module, args: list[list[np.ndarray]], num_dev
         return DeviceRun(exe.run(args), f"{parts} partitions (manual)")
     except Exception as manual_error:  # XLA's partitioner rejects some manual code; see the docstring
         try:
-            text = as_replica_program(print_module(module), num_devices)
-            exe = xla_backend.compile_hlo(text, num_replicas=num_devices, platform=platform)
+            exe = _replica_executable(module, num_devices, platform)
         except Exception:
             raise manual_error from None
         first = xla_backend.xla_error_lines(manual_error, 1)[0]
-        return DeviceRun(exe.run(args), f"{num_devices} devices as a replica program",
-                         [f"XLA rejected the manual program ({first}); ran it as a replica program"])
+        return _replica_run(exe, args, num_devices, f"XLA rejected the manual program ({first})")
+
+
+def _replica_executable(module: Module, num_devices: int, platform: str | None) -> xla_backend.Executable:
+    """The per-device `module` compiled as the equivalent `replica_count=N` program: no XLA
+    partitioner involved (per_device.as_replica_program)."""
+    return xla_backend.compile_hlo(as_replica_program(print_module(module), num_devices), num_replicas=num_devices,
+                                   platform=platform)
+
+
+def _replica_run(exe: xla_backend.Executable, args: list[list[np.ndarray]], num_devices: int, why: str) -> DeviceRun:
+    return DeviceRun(exe.run(args), f"{num_devices} devices as a replica program", [f"{why}; ran it as a replica program"])
 
 
 def run_global_partitioned(module: Module, leaf_inputs: list[np.ndarray], *,

@@ -130,15 +130,17 @@ def _tiled_over(draw, rank: int, n: int, counts_allowed: tuple[int, ...]):
 
 
 @st.composite
-def tiled_over_8(draw, rank: int):
-    return _tiled_over(draw, rank, 8, (1, 2, 4, 8))
-
-
-@st.composite
-def reshard_case(draw):
+def reshard_case(draw, n: int = 8, counts: tuple[int, ...] = (1, 2, 4, 8),
+                 sizes: tuple[int, ...] = (4, 6, 7, 8, 10, 16)):
+    """(dims, source, target): a random array shape and two random tilings of it over n
+    devices.  On 6 devices (tile counts 2 and 3, which do not divide each other) a target's
+    tiling often does not refine the source's (2 ways wanted 3)."""
     rank = draw(st.integers(1, 3))
-    dims = tuple(draw(st.sampled_from([4, 6, 7, 8, 10, 16])) for _ in range(rank))
-    return dims, draw(tiled_over_8(rank)), draw(tiled_over_8(rank))
+    dims = tuple(draw(st.sampled_from(sizes)) for _ in range(rank))
+    return dims, _tiled_over(draw, rank, n, counts), _tiled_over(draw, rank, n, counts)
+
+
+ON_6 = dict(n=6, counts=(1, 2, 3, 6), sizes=(3, 5, 6, 7, 9, 12))
 
 
 def _check_plan(dims: tuple[int, ...], src: Sharding, dst: Sharding, n: int) -> None:
@@ -176,27 +178,13 @@ def test_random_reshards_run_correctly_on_8_devices(case):
     _check_run(*case, 8)
 
 
-@st.composite
-def tiled_over_6(draw, rank: int):
-    """As `tiled_over_8` on 6 devices: tile counts 2 and 3 that do not divide each other, so
-    a target's tiling often does not refine the source's (2 ways wanted 3)."""
-    return _tiled_over(draw, rank, 6, (1, 2, 3, 6))
-
-
-@st.composite
-def reshard_case_6(draw):
-    rank = draw(st.integers(1, 3))
-    dims = tuple(draw(st.sampled_from([3, 5, 6, 7, 9, 12])) for _ in range(rank))
-    return dims, draw(tiled_over_6(rank)), draw(tiled_over_6(rank))
-
-
 @settings(max_examples=300, deadline=None)
-@given(reshard_case_6())
+@given(reshard_case(**ON_6))
 def test_plans_on_6_devices_reach_the_target_and_never_cost_more_than_greedy(case):
     _check_plan(*case, 6)
 
 
 @settings(max_examples=12, deadline=None)
-@given(reshard_case_6())
+@given(reshard_case(**ON_6))
 def test_random_reshards_run_correctly_on_6_devices(case):
     _check_run(*case, 6)
