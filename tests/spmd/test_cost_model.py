@@ -76,3 +76,58 @@ def test_small_row_parallel_matmul_sums_partials_rather_than_gathering_both_oper
     SpmdPartitioner(num_partitions=8).run(module)
     assert collectives(module) == {"all-reduce": 1}
     assert verify_equivalent(ROW_PARALLEL, module).ok
+
+
+# ------------------------------------------------------------------ fusion --
+# A profile whose FLOPs cost nothing, so a kernel's time is the bytes it touches over the
+# memory bandwidth and each case's bytes can be read off the estimate.
+from hlo_passes.passes.spmd.cost_model import CostModel, HardwareProfile, module_estimate  # noqa: E402
+
+MEMORY_BOUND = CostModel(HardwareProfile("memory-bound", flops={"f32": 1e30}, memory_bandwidth=1.0,
+                                         link_bandwidth=1.0, collective_latency=0.0))
+
+
+def _bytes_touched(text: str, fused: bool) -> float:
+    return module_estimate(parse_module(text), MEMORY_BOUND, fused=fused).seconds
+
+
+def test_an_elementwise_chain_into_a_reduce_reads_its_input_once():
+    """exp, multiply, reduce over f32[1024]: one fused kernel reads the 4 KiB input and the
+    init, and writes the scalar; op by op, exp writes 4 KiB, multiply reads it twice and
+    writes 4 KiB, and the reduce reads that back."""
+    text = """HloModule chain
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY main {
+  p = f32[1024] parameter(0)
+  e = f32[1024] exponential(p)
+  m = f32[1024] multiply(e, e)
+  zero = f32[] constant(0)
+  ROOT r = f32[] reduce(m, zero), dimensions={0}, to_apply=add
+}
+"""
+    n = 4096
+    assert _bytes_touched(text, fused=True) == pytest.approx(n + 4 + 4)
+    assert _bytes_touched(text, fused=False) == pytest.approx((n + n) + (n + n + n) + (n + 4 + 4))
+
+
+def test_a_value_a_dot_reads_is_written_and_a_broadcast_into_elementwise_is_not():
+    """The dot cannot fuse its producer: the add's result is written (and read by the dot);
+    the broadcast feeding the add is read as its 4-byte operand; the root tanh writes its
+    result."""
+    text = """HloModule dot
+ENTRY main {
+  x = f32[16,16] parameter(0)
+  w = f32[16,16] parameter(1)
+  s = f32[] parameter(2)
+  b = f32[16,16] broadcast(s), dimensions={}
+  a = f32[16,16] add(x, b)
+  d = f32[16,16] dot(a, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[16,16] tanh(d)
+}
+"""
+    m = 16 * 16 * 4
+    broadcast = 4            # reads its scalar; result fused into the add
+    add = m + m              # reads x (a parameter), writes for the dot; b is fused
+    dot = m + m + m          # reads a and w, writes d
+    tanh = m + m             # reads d, writes the root
+    assert _bytes_touched(text, fused=True) == pytest.approx(broadcast + add + dot + tanh)

@@ -283,17 +283,64 @@ def instruction_estimate(instr: "Instruction", module: "Module", model: CostMode
     return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
 
 
-def module_estimate(module: "Module", model: CostModel = DEFAULT) -> Estimate:
+def _fusion_sets():
+    """(ops that fuse into their consumer, ops that take fused producers), from the opcode table."""
+    from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
+
+    producers = frozenset(ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {
+        Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST, Opcode.TRANSPOSE, Opcode.SLICE,
+        Opcode.DYNAMIC_SLICE, Opcode.IOTA, Opcode.CONCATENATE, Opcode.PAD, Opcode.REVERSE})
+    return producers, producers | {Opcode.REDUCE}
+
+
+_FUSES: tuple[frozenset, frozenset] | None = None
+
+
+def fused_estimate(instr: "Instruction", model: CostModel = DEFAULT, module: "Module | None" = None) -> Estimate:
+    """`instruction_estimate` with the memory traffic XLA's loop and input fusion remove:
+    elementwise ops and the data movement that fuses with them (broadcast, reshape, transpose,
+    slice, pad, concatenate, iota) read a fused producer's value in registers, not memory, and
+    write their result only when some user cannot fuse it (a dot, a collective, a parameter of
+    a call, the root); a reduce takes fused producers as XLA's input fusion does.  So a chain
+    of element-wise work on an activation (a norm, a softmax, an optimizer update) costs
+    reading its inputs once and writing its outputs once, as the fused kernel does, where the
+    op-by-op charge counted every intermediate twice.  FLOPs are unchanged."""
+    global _FUSES
+    if _FUSES is None:
+        _FUSES = _fusion_sets()
+    producers, consumers = _FUSES
+    op = instr.opcode
+    if op not in consumers or not isinstance(instr.shape, ArrayShape) or not instr.shape.element_type.is_array:
+        assert module is not None
+        return instruction_estimate(instr, module, model)
+    from hlo_passes.stats import _flops
+
+    touched = 0
+    for operand in instr.operands:
+        if operand.opcode not in producers and operand.shape.is_array:
+            touched += operand.shape.byte_size()
+    users = instr.users
+    if op not in producers or not users or instr.is_root or any(u.opcode not in consumers for u in users):
+        touched += instr.shape.byte_size()
+    return model.compute(_flops(instr), touched, instr.shape.element_type)
+
+
+def module_estimate(module: "Module", model: CostModel = DEFAULT, fused: bool = True) -> Estimate:
     """The estimated step time of a per-device module: every kernel bound by its FLOPs or the
     bytes it touches, every collective by its wire volume (plus latency in `step_seconds`).
-    Call, fusion and while bodies count once per call site (trip counts are unknown)."""
+    Call, fusion and while bodies count once per call site (trip counts are unknown).
+    `fused`: element-wise work is charged as XLA fuses it (`fused_estimate`); without it, op by
+    op (`instruction_estimate`)."""
     from hlo_passes.ir.opcode import Opcode
+
+    charge = (lambda instr: fused_estimate(instr, model, module)) if fused else \
+        (lambda instr: instruction_estimate(instr, module, model))
 
     def walk(comp: "Computation", stack: set["Computation"]) -> Estimate:
         total = ZERO
         stack.add(comp)
         for instr in comp.instructions:
-            total = total + instruction_estimate(instr, module, model)
+            total = total + charge(instr)
             for callee in instr.called_computations():
                 if callee not in stack and instr.opcode in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE,
                                                             Opcode.CONDITIONAL, Opcode.ASYNC_START):
@@ -305,4 +352,4 @@ def module_estimate(module: "Module", model: CostModel = DEFAULT) -> Estimate:
     return walk(module.entry, set())
 
 __all__ = ["CostModel", "DEFAULT", "Estimate", "HardwareProfile", "PROFILES", "ZERO", "cheapest",
-           "instruction_estimate", "module_estimate"]
+           "fused_estimate", "instruction_estimate", "module_estimate"]

@@ -13,10 +13,11 @@ win, always.  One instruction's choice decides every later layer's plan, so no
 per-instruction price can see which is cheaper; the estimate of the whole partitioned program
 can.  Where the lookup feeds matmuls whose weights outweigh the activations (few tokens, wide
 layers), the table's plan wins clearly.  On a Flax GPT step with FSDP (504 tokens) the ids'
-plan is kept at d=256, 1024 and 4096: the table's plan saves collectives (38 against 77) but
-runs the norms and attention whole on every device, memory-bound work the model charges op by
-op; the no-overlap step estimate alone would take it at d=1024 (1.392 against 1.442 ms), by
-latency only, which is why the decision is `cost_model.cheapest`'s, as everywhere else.
+plan is kept at d=256, 1024 and 4096.  The table's plan saves collectives (38-40 against
+53-77) and is the faster by exposed time (0.554 against 0.701 ms at d=1024; it is XLA's Shardy
+plan, 0.550), but it runs the norms and attention whole on every device (8% more FLOPs) and
+wins by latency alone: the trade `cost_model.cheapest` refuses for every decision, since
+taken by exposed time the same trial wins at d=64 too, with 1.9x the FLOPs of XLA's GSPMD plan.
 
 So, before propagation (only when the module has a gather whose result no user annotated
 and whose table is annotated tiled along a dim the gather slices whole),
