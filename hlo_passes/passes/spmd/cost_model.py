@@ -51,6 +51,7 @@ from hlo_passes.ir.types import PrimitiveType
 
 if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
+    from hlo_passes.ir.opcode import Opcode
     from hlo_passes.ir.instruction import Instruction
     from hlo_passes.ir.module import Module
 
@@ -283,7 +284,7 @@ def instruction_estimate(instr: "Instruction", module: "Module", model: CostMode
     return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
 
 
-def _fusion_sets():
+def _fusion_sets() -> "tuple[frozenset[Opcode], frozenset[Opcode]]":
     """(ops that fuse into their consumer, ops that take fused producers), from the opcode table."""
     from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 
@@ -293,7 +294,7 @@ def _fusion_sets():
     return producers, producers | {Opcode.REDUCE}
 
 
-_FUSES: tuple[frozenset, frozenset] | None = None
+_FUSES: "tuple[frozenset[Opcode], frozenset[Opcode]] | None" = None
 
 
 def fused_estimate(instr: "Instruction", model: CostModel = DEFAULT, module: "Module | None" = None) -> Estimate:
@@ -333,8 +334,8 @@ def module_estimate(module: "Module", model: CostModel = DEFAULT, fused: bool = 
     op (`instruction_estimate`)."""
     from hlo_passes.ir.opcode import Opcode
 
-    charge = (lambda instr: fused_estimate(instr, model, module)) if fused else \
-        (lambda instr: instruction_estimate(instr, module, model))
+    def charge(instr: "Instruction") -> Estimate:
+        return fused_estimate(instr, model, module) if fused else instruction_estimate(instr, module, model)
 
     def walk(comp: "Computation", stack: set["Computation"]) -> Estimate:
         total = ZERO
