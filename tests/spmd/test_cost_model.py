@@ -4,7 +4,7 @@ decision it changes, on a small Megatron layer partitioned end to end."""
 import pytest
 
 from hlo_passes import parse_module
-from hlo_passes.passes.spmd.cost_model import DEFAULT, Estimate, cheapest
+from hlo_passes.passes.spmd.cost_model import DEFAULT, CostModel, Estimate, HardwareProfile, cheapest, module_estimate
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.runtime import verify_equivalent
 from tests.spmd.partitioning import collectives
@@ -81,7 +81,6 @@ def test_small_row_parallel_matmul_sums_partials_rather_than_gathering_both_oper
 # ------------------------------------------------------------------ fusion --
 # A profile whose FLOPs cost nothing, so a kernel's time is the bytes it touches over the
 # memory bandwidth and each case's bytes can be read off the estimate.
-from hlo_passes.passes.spmd.cost_model import CostModel, HardwareProfile, module_estimate  # noqa: E402
 
 MEMORY_BOUND = CostModel(HardwareProfile("memory-bound", flops={"f32": 1e30}, memory_bandwidth=1.0,
                                          link_bandwidth=1.0, collective_latency=0.0))

@@ -46,12 +46,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, TypeVar
 
+from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.types import PrimitiveType
 
 if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
-    from hlo_passes.ir.opcode import Opcode
     from hlo_passes.ir.instruction import Instruction
     from hlo_passes.ir.module import Module
 
@@ -259,7 +259,6 @@ def instruction_estimate(instr: "Instruction", module: "Module", model: CostMode
     """One instruction's share of `module_estimate`: a collective by its wire volume, any other
     array-shaped op bound by its FLOPs or the bytes it touches (result and operands), nothing for
     parameters, constants, tuples and bitcasts.  Called computations are not included."""
-    from hlo_passes.ir.opcode import Opcode
     from hlo_passes.passes.collectives.common import uniform_group_size
     from hlo_passes.stats import _flops
 
@@ -284,20 +283,15 @@ def instruction_estimate(instr: "Instruction", module: "Module", model: CostMode
     return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
 
 
-def _fusion_sets() -> "tuple[frozenset[Opcode], frozenset[Opcode]]":
-    """(ops that fuse into their consumer, ops that take fused producers), from the opcode table."""
-    from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
-
-    producers = frozenset(ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {
-        Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST, Opcode.TRANSPOSE, Opcode.SLICE,
-        Opcode.DYNAMIC_SLICE, Opcode.IOTA, Opcode.CONCATENATE, Opcode.PAD, Opcode.REVERSE})
-    return producers, producers | {Opcode.REDUCE}
+# XLA's loop fusion: element-wise ops and the data movement that fuses with them read a fused
+# producer's value without a memory round trip; a reduce takes them too (input fusion).
+FUSES_INTO_CONSUMER = ELEMENTWISE_UNARY | ELEMENTWISE_BINARY | ELEMENTWISE_TERNARY | {
+    Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.DYNAMIC_SLICE,
+    Opcode.IOTA, Opcode.CONCATENATE, Opcode.PAD, Opcode.REVERSE}
+TAKES_FUSED_PRODUCERS = FUSES_INTO_CONSUMER | {Opcode.REDUCE}
 
 
-_FUSES: "tuple[frozenset[Opcode], frozenset[Opcode]] | None" = None
-
-
-def fused_estimate(instr: "Instruction", model: CostModel = DEFAULT, module: "Module | None" = None) -> Estimate:
+def fused_estimate(instr: "Instruction", module: "Module", model: CostModel = DEFAULT) -> Estimate:
     """`instruction_estimate` with the memory traffic XLA's loop and input fusion remove:
     elementwise ops and the data movement that fuses with them (broadcast, reshape, transpose,
     slice, pad, concatenate, iota) read a fused producer's value in registers, not memory, and
@@ -306,22 +300,19 @@ def fused_estimate(instr: "Instruction", model: CostModel = DEFAULT, module: "Mo
     of element-wise work on an activation (a norm, a softmax, an optimizer update) costs
     reading its inputs once and writing its outputs once, as the fused kernel does, where the
     op-by-op charge counted every intermediate twice.  FLOPs are unchanged."""
-    global _FUSES
-    if _FUSES is None:
-        _FUSES = _fusion_sets()
-    producers, consumers = _FUSES
     op = instr.opcode
-    if op not in consumers or not isinstance(instr.shape, ArrayShape) or not instr.shape.element_type.is_array:
-        assert module is not None
+    if op not in TAKES_FUSED_PRODUCERS or not isinstance(instr.shape, ArrayShape) \
+            or not instr.shape.element_type.is_array:
         return instruction_estimate(instr, module, model)
     from hlo_passes.stats import _flops
 
     touched = 0
     for operand in instr.operands:
-        if operand.opcode not in producers and operand.shape.is_array:
+        if operand.opcode not in FUSES_INTO_CONSUMER and operand.shape.is_array:
             touched += operand.shape.byte_size()
     users = instr.users
-    if op not in producers or not users or instr.is_root or any(u.opcode not in consumers for u in users):
+    if op not in FUSES_INTO_CONSUMER or not users or instr.is_root \
+            or any(u.opcode not in TAKES_FUSED_PRODUCERS for u in users):
         touched += instr.shape.byte_size()
     return model.compute(_flops(instr), touched, instr.shape.element_type)
 
@@ -332,16 +323,14 @@ def module_estimate(module: "Module", model: CostModel = DEFAULT, fused: bool = 
     Call, fusion and while bodies count once per call site (trip counts are unknown).
     `fused`: element-wise work is charged as XLA fuses it (`fused_estimate`); without it, op by
     op (`instruction_estimate`)."""
-    from hlo_passes.ir.opcode import Opcode
 
-    def charge(instr: "Instruction") -> Estimate:
-        return fused_estimate(instr, model, module) if fused else instruction_estimate(instr, module, model)
+    charge = fused_estimate if fused else instruction_estimate
 
     def walk(comp: "Computation", stack: set["Computation"]) -> Estimate:
         total = ZERO
         stack.add(comp)
         for instr in comp.instructions:
-            total = total + charge(instr)
+            total = total + charge(instr, module, model)
             for callee in instr.called_computations():
                 if callee not in stack and instr.opcode in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE,
                                                             Opcode.CONDITIONAL, Opcode.ASYNC_START):
