@@ -25,6 +25,18 @@ rule is computed replicated (operands all-gathered, the result sliced) and a
 "missed" remark says so.  Like XLA's partitioner, it ends with a cleanup (option `cleanup`):
 dce, tuple-simplifier, a layout-insensitive cse, which also merges twin collectives such as
 two psums of one value, and dce again for what the merges left dead.
+
+Two inputs are refused (an input error, exit 2 on the command line), never partitioned into a
+program that computes something else:
+
+* a per-device program (its ENTRY named `*_spmd`: XLA's `after_spmd-partitioning` dump, or
+  this pass's own output): its shapes are per-device already, so partitioning it again would
+  split every shard once more;
+* `partition-id` outside a manual (shard_map) region.  In a global program its value is
+  ambiguous (is the op replicated, or the data?), so XLA's partitioner refuses it too; kept as
+  each device's own id it would give every device a different value where the global program
+  has one.  Inside manual regions it is the program's own device index and is kept.
+  (`replica-id` is not affected: partitioning leaves replicas as they are.)
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.program_kind import manual_instructions
 from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
@@ -73,6 +86,7 @@ class SpmdPartitioner(ModulePass):
         if n <= 1:
             self.remark(None, "num_partitions is 1: nothing to partition", "missed")
             return False
+        _refuse_per_device_input(module)
         model = CostModel.for_profile(self.options.cost_profile)
         with collector_paused():  # see hlo_passes/_gc.py: on a 24-layer step it ran 1.4 of 5 s
             # see plan_trials: a lookup's conflict is tried both ways, from the module as it is now
@@ -101,6 +115,28 @@ class SpmdPartitioner(ModulePass):
         Partitioner(PartitionContext(module, n, self, model)).run()
         if self.options.cleanup:
             _cleanup(module, self)
+
+
+def _refuse_per_device_input(module: Module) -> None:
+    """Raise an input error for a module this pass cannot partition without changing what it
+    computes (see the module docstring): a per-device program, or partition-id outside a
+    manual region."""
+    from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+
+    entry = module.entry
+    if entry is not None and entry.name.endswith("_spmd"):
+        raise PropagationError(f"ENTRY {entry.name} is a partitioned (per-device) program, as its name says: its "
+                               "shapes are per-device already; spmd-partition takes the global program "
+                               "(JAX's lowering, or a dump from before spmd-partitioning)")
+    ids = [i for i in module.all_instructions() if i.opcode is Opcode.PARTITION_ID]
+    if not ids:
+        return
+    manual = manual_instructions(module)
+    outside = [i for i in ids if i not in manual]
+    if outside:
+        raise PropagationError(f"{outside[0].name}: partition-id outside a manual (shard_map) region; in a global "
+                               "program its value is ambiguous (XLA's partitioner refuses it too): compute the "
+                               "device index inside a shard_map region, or give the op sharding={manual}")
 
 
 def _name_partitioned_entry(module: Module) -> None:

@@ -14,8 +14,9 @@ tiles as it ran on the whole values.
 
 Otherwise (or for a variadic collective) ManualGroupsMismatch sends the op to the fallback: its
 operand gathered over the automatic axes, the collective run on whole values.  partition-id and
-replica-id are copied: the program computes its manual axis index from them.  Outside partially
-manual regions these ops have no rule (fallback.replicate).
+replica-id are copied: the program computes its manual axis index from them.  Outside manual
+regions replica-id is replicated (partitioning leaves replicas as they are) and partition-id
+never arrives: spmd-partition refuses such a module first (`_refuse_per_device_input`).
 """
 
 from __future__ import annotations

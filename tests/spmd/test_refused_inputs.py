@@ -1,0 +1,92 @@
+"""Inputs spmd-partition refuses rather than partition into a program that computes something
+else: partition-id outside a manual region (its global meaning is ambiguous; XLA's partitioner
+refuses it too) and a module that is a per-device program already.  And the neighbours that
+must still be partitioned: partition-id inside a shard_map region, replica-id anywhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlo_passes import parse_module
+from hlo_passes.cli.main import main as cli
+from hlo_passes.ir import Opcode
+from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+from hlo_passes.runtime import execute_module, verify_equivalent
+from tests.spmd.partitioning import partition
+
+# Each device would add its own id to its shard where the global program (ids all 0, or
+# "which device?") has no such value.
+GLOBAL_PARTITION_ID = """HloModule pid, num_partitions=4
+
+ENTRY main {
+  p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  id = u32[] partition-id()
+  c = f32[] convert(id)
+  b = f32[8] broadcast(c), dimensions={}
+  ROOT a = f32[8] add(p, b), sharding={devices=[4]<=[4]}
+}
+"""
+
+# The same arithmetic inside a fully manual region: each device adds its own index to its shard,
+# which is what the global program means (shard_map's axis_index).
+MANUAL_PARTITION_ID = """HloModule pid_manual, num_partitions=4
+
+ENTRY main {
+  p = f32[8] parameter(0), sharding={devices=[4]<=[4]}
+  s = f32[8] custom-call(p), custom_call_target="Sharding", sharding={devices=[4]<=[4]}
+  l = f32[2] custom-call(s), custom_call_target="SPMDFullToShardShape", sharding={manual}
+  id = u32[] partition-id(), sharding={manual}
+  c = f32[] convert(id), sharding={manual}
+  b = f32[2] broadcast(c), dimensions={}, sharding={manual}
+  a = f32[2] add(l, b), sharding={manual}
+  ROOT g = f32[8] custom-call(a), custom_call_target="SPMDShardToFullShape", sharding={devices=[4]<=[4]}
+}
+"""
+
+GLOBAL_REPLICA_ID = GLOBAL_PARTITION_ID.replace("partition-id()", "replica-id()")
+
+
+def test_partition_id_outside_manual_regions_is_refused():
+    with pytest.raises(PropagationError, match=r"id: partition-id outside a manual \(shard_map\) region"):
+        partition(GLOBAL_PARTITION_ID, 4)
+
+
+def test_partition_id_inside_a_manual_region_is_the_device_index():
+    module, out, _ = partition(MANUAL_PARTITION_ID, 4)
+    assert any(i.opcode is Opcode.PARTITION_ID for i in module.all_instructions())
+    report = verify_equivalent(MANUAL_PARTITION_ID, out, num_devices=4)
+    assert report.ok, report.format()
+    x = np.arange(8, dtype=np.float32)
+    (got,) = execute_module(out, [x], num_devices=4)
+    np.testing.assert_array_equal(got, x + np.repeat(np.arange(4, dtype=np.float32), 2))  # by hand
+
+
+def test_replica_id_outside_manual_regions_is_kept_replicated():
+    """Partitioning leaves replicas alone: with one replica every device's replica-id is 0 before
+    and after, so the op is copied and the add stays local."""
+    module, out, _ = partition(GLOBAL_REPLICA_ID, 4)
+    assert [i.opcode for i in module.all_instructions() if i.opcode.is_collective] == []
+    assert "f32[2] add(" in out and "replica-id()" in out
+
+
+def test_a_per_device_program_is_not_partitioned_again():
+    _, once, _ = partition(GLOBAL_REPLICA_ID, 4)
+    with pytest.raises(PropagationError, match=r"ENTRY main_spmd is a partitioned \(per-device\) program"):
+        partition(once, 4)
+    parse_module(once)  # the refusal is about meaning, not syntax
+
+
+@pytest.mark.parametrize("text, expected", [
+    (GLOBAL_PARTITION_ID, "partition-id outside a manual"),
+    (GLOBAL_PARTITION_ID.replace("ENTRY main", "ENTRY main_spmd"), "is a partitioned (per-device) program"),
+])
+def test_the_command_line_reports_the_refusal_and_writes_nothing(tmp_path, capsys, text, expected):
+    src, out = tmp_path / "in.hlo", tmp_path / "out.hlo"
+    src.write_text(text)
+    rc = cli(["run", str(src), "--passes", "spmd-partition", "--num-partitions", "4", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert expected in err and "Traceback" not in err
+    assert err.startswith(f"error: {src}:")
+    assert not out.exists()
