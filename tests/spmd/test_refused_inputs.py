@@ -1,7 +1,8 @@
 """Inputs spmd-partition refuses rather than partition into a program that computes something
 else: partition-id outside a manual region (its global meaning is ambiguous; XLA's partitioner
 refuses it too) and a module that is a per-device program already.  And the neighbours that
-must still be partitioned: partition-id inside a shard_map region, replica-id anywhere."""
+must still be partitioned: partition-id inside a shard_map region, replica-id anywhere, and a
+cross-replica all-reduce, which runs on tiles."""
 
 from __future__ import annotations
 
@@ -90,3 +91,34 @@ def test_the_command_line_reports_the_refusal_and_writes_nothing(tmp_path, capsy
     assert expected in err and "Traceback" not in err
     assert err.startswith(f"error: {src}:")
     assert not out.exists()
+
+
+# A cross-replica all-reduce (no channel id) in a global program: each element meets its twins
+# on other replicas only, so it runs tile by tile, as XLA partitions it.  Uneven rows (13 on 4)
+# and a reduce after it check that the padding stays out of the result.
+CROSS_REPLICA_ALL_REDUCE = """HloModule cross_replica, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[13,6] parameter(0), sharding={devices=[4,1]<=[4]}
+  t = f32[13,6] tanh(x)
+  ar = f32[13,6] all-reduce(t), replica_groups={}, to_apply=add
+  z = f32[] constant(0)
+  ROOT r = f32[6] reduce(ar, z), dimensions={0}, to_apply=add, sharding={replicated}
+}
+"""
+
+
+def test_a_cross_replica_all_reduce_runs_on_tiles():
+    module, out, remarks = partition(CROSS_REPLICA_ALL_REDUCE, 4)
+    (ar,) = [i for i in module.all_instructions() if i.opcode is Opcode.ALL_REDUCE and i.channel_id is None]
+    assert ar.shape.to_hlo(False) == "f32[4,6]"  # its tile, not the gathered array
+    assert not [r for r in remarks if r.kind == "missed"]
+    report = verify_equivalent(CROSS_REPLICA_ALL_REDUCE, out, num_devices=4, original_as="global",
+                               rewritten_as="per-device")
+    assert report.ok, report.format()
