@@ -132,6 +132,49 @@ ENTRY main {
     assert _bytes_touched(text, fused=True) == pytest.approx(broadcast + add + dot + tanh)
 
 
+CALLED_CHAIN = """HloModule called
+body {
+  b0 = f32[1024] parameter(0)
+  t = f32[1024] tanh(b0)
+  ROOT pair = (f32[1024], f32[1024]) tuple(t, b0)
+}
+ENTRY main {
+  p = f32[1024] parameter(0)
+  e = f32[1024] exponential(p)
+  c = (f32[1024], f32[1024]) call(e), to_apply=body
+  g0 = f32[1024] get-tuple-element(c), index=0
+  g1 = f32[1024] get-tuple-element(c), index=1
+  ROOT n = f32[1024] add(g0, g1)
+}
+"""
+INLINED_CHAIN = """HloModule inlined
+ENTRY main {
+  p = f32[1024] parameter(0)
+  e = f32[1024] exponential(p)
+  t = f32[1024] tanh(e)
+  ROOT n = f32[1024] add(t, e)
+}
+"""
+
+
+def test_calls_cost_what_their_inlined_bodies_cost():
+    """XLA inlines calls before it fuses: exp, the called tanh (through a root tuple and
+    get-tuple-elements) and the add are one kernel that reads p and writes the root, 8 KiB,
+    exactly as the module with the call inlined by hand; the call itself moves nothing."""
+    n = 4096
+    assert _bytes_touched(INLINED_CHAIN, fused=True) == pytest.approx(n + n)
+    assert _bytes_touched(CALLED_CHAIN, fused=True) == pytest.approx(n + n)
+
+
+def test_a_body_called_from_two_places_keeps_its_boundaries():
+    """With two call sites there is no one call to see through: the body's parameter is read
+    from memory and its results are written, at each site."""
+    twice = CALLED_CHAIN.replace("  g0 = f32[1024] get-tuple-element(c), index=0",
+                                 "  c2 = (f32[1024], f32[1024]) call(e), to_apply=body\n"
+                                 "  g0 = f32[1024] get-tuple-element(c2), index=0")
+    assert _bytes_touched(twice, fused=True) > _bytes_touched(CALLED_CHAIN, fused=True) + 4096
+
+
 def test_the_fused_charge_never_exceeds_the_op_by_op_charge_on_random_modules():
     """Fusion only removes memory traffic: on random modules of every op family, partitioned,
     the fused estimate's compute is at most the op-by-op one (and below it on modules with
