@@ -44,7 +44,7 @@ per-instruction strategies, Alpa-style) needs exactly `instruction` + `reshard` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, TypeVar
+from typing import TYPE_CHECKING, Collection, Iterable, TypeVar
 
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.shape import ArrayShape
@@ -309,7 +309,8 @@ class CallsInlined:
                     sites.setdefault(callee, []).append(instr)
         self._caller = {callee: calls[0] for callee, calls in sites.items() if len(calls) == 1}
 
-    def _inlined_body(self, call: "Instruction") -> "Computation | None":
+    def inlined_body(self, call: "Instruction") -> "Computation | None":
+        """The body `call` alone calls (seen through), else None."""
         callees = call.called_computations()
         return callees[0] if len(callees) == 1 and self._caller.get(callees[0]) is call else None
 
@@ -318,11 +319,11 @@ class CallsInlined:
         while True:
             if value.opcode is Opcode.PARAMETER and value.parent is not None and value.parent in self._caller:
                 value = self._caller[value.parent].operands[value.parameter_number or 0]
-            elif value.opcode is Opcode.CALL and (body := self._inlined_body(value)) is not None \
+            elif value.opcode is Opcode.CALL and (body := self.inlined_body(value)) is not None \
                     and body.root is not None and body.root.opcode is not Opcode.TUPLE:
                 value = body.root
             elif value.opcode is Opcode.GET_TUPLE_ELEMENT and value.operands[0].opcode is Opcode.CALL \
-                    and (body := self._inlined_body(value.operands[0])) is not None \
+                    and (body := self.inlined_body(value.operands[0])) is not None \
                     and body.root is not None and body.root.opcode is Opcode.TUPLE:
                 value = body.root.operands[value.tuple_index]
             else:
@@ -344,7 +345,7 @@ class CallsInlined:
                 elif v.opcode is not Opcode.TUPLE:
                     pending.append(call)
             for user in v.users:
-                body = self._inlined_body(user) if user.opcode is Opcode.CALL else None
+                body = self.inlined_body(user) if user.opcode is Opcode.CALL else None
                 if body is not None:
                     params = body.parameters
                     pending.extend(params[k] for k, o in enumerate(user.operands) if o is v and k < len(params))
@@ -372,7 +373,7 @@ def fused_estimate(instr: "Instruction", module: "Module", model: CostModel = DE
     op-by-op charge counted every intermediate twice.  FLOPs are unchanged.  `calls`: see
     through calls, as XLA's inlining does (`CallsInlined`); a call then costs nothing itself."""
     op = instr.opcode
-    if op is Opcode.CALL and calls is not None and calls._inlined_body(instr) is not None:
+    if op is Opcode.CALL and calls is not None and calls.inlined_body(instr) is not None:
         return ZERO
     if op not in TAKES_FUSED_PRODUCERS or not isinstance(instr.shape, ArrayShape) \
             or not instr.shape.element_type.is_array:
@@ -384,6 +385,7 @@ def fused_estimate(instr: "Instruction", module: "Module", model: CostModel = DE
         source = calls.producer(operand) if calls is not None else operand
         if source.opcode not in FUSES_INTO_CONSUMER and operand.shape.is_array:
             touched += operand.shape.byte_size()
+    users: Collection["Instruction"]
     if calls is not None:
         users, stays = calls.readers(instr)
     else:
