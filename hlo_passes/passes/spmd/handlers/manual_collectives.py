@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (ManualGroupsMismatch, PValue, is_partially_manual,
@@ -63,7 +64,7 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
     return p.reshard(PValue(new, sharding, instr.shape), target)
 
 
-def _cross_replica_all_reduce(p: HandlerContext, instr: Instruction, target) -> PValue:
+def _cross_replica_all_reduce(p: HandlerContext, instr: Instruction, target: Sharding) -> PValue:
     """An all-reduce without a channel id combines the same element across replicas, never
     across partitions: partitioning cuts every replica's array into the same tiles, so the sum
     runs tile by tile, like an elementwise op (XLA's partitioner does the same).  Padding of
