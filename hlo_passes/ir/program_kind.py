@@ -22,7 +22,9 @@ The evidence, strongest first (`read_program`):
    `SPMDFullToShardShape`/`SPMDShardToFullShape`, Shardy's `xla.sdy.*` custom-calls or
    module attributes.  A partitioner removes all of them.
 3. SPMD artifacts outside manual regions make it per-device (replica when it has one
-   partition and several replicas): `partition-id`/`replica-id` or a collective.  Inside a
+   partition and several replicas): `partition-id`/`replica-id` or a collective.  With
+   several partitions, `replica-id` and collectives without a channel id act across replicas
+   only, mean the same before and after partitioning, and are no evidence.  Inside a
    manual region (a shard_map body: values that carry a
    manual sharding, or flow from `SPMDFullToShardShape` / `xla.sdy.GlobalToLocalShape` to its
    inverse, and the computations they call) the same ops belong to a global program.
@@ -137,11 +139,24 @@ def global_artifacts(module: Module) -> str | None:
     return None
 
 
+def _crosses_replicas_only(instr: Instruction) -> bool:
+    """`replica-id`, or a collective without a channel id: in a module of several partitions
+    these act across replicas, never partitions, and mean the same in the global program as
+    in each device's (a partitioner leaves them be; with one replica a channel-less
+    all-reduce is a copy).  An async `*-done` carries no channel id: its start is the
+    evidence."""
+    return instr.opcode is Opcode.REPLICA_ID or (instr.opcode.is_collective and instr.attr("channel_id") is None)
+
+
 def spmd_artifacts(module: Module) -> str | None:
-    """The first SPMD artifact outside manual regions, described; None if none."""
+    """The first SPMD artifact outside manual regions, described; None if none.  With several
+    partitions, ops that act across replicas only are no evidence (`_crosses_replicas_only`)."""
     manual: set[Instruction] | None = None
+    partitioned = module.num_partitions > 1
     for instr in module.all_instructions():
         if not (instr.opcode.is_collective or instr.opcode in _DEVICE_IDS):
+            continue
+        if partitioned and _crosses_replicas_only(instr):
             continue
         if manual is None:
             manual = manual_instructions(module)

@@ -1,6 +1,7 @@
 """Collective passes: hand-derived structure of each rewrite, must-not-change cases, and every
 rewrite run against the original on 8 virtual CPU devices (each device its own inputs)."""
 
+import numpy as np
 import pytest
 
 from hlo_passes.ir import Opcode
@@ -261,6 +262,81 @@ def test_all_reduce_reassociate_does_not_sum_through_converts():
   ROOT s = f16[4] add(ca, cb)""")
     changed, _, _ = run("all-reduce-reassociate", text, numerics=False)
     assert not changed
+
+
+# Values that show every way a convert can break the order: negatives, the ends of each
+# integer range and past them, fractions, and for floats inf and NaN.
+_ORDER_SAMPLES = {
+    "pred": [0, 1],
+    "s8": [-128, -1, 0, 1, 100, 127], "u8": [0, 1, 100, 200, 255],
+    "s32": [-2147483648, -300, -1, 0, 1, 100, 200, 300, 70000, 2147483647],
+    "u32": [0, 1, 100, 200, 300, 70000, 2147483648, 4294967295],
+    "f16": [float("-inf"), -60000.0, -300.0, -1.5, -0.0, 0.5, 1.0, 200.0, 300.0, 65504.0, float("inf"), float("nan")],
+    "bf16": [float("-inf"), -3e38, -300.0, -1.5, 0.0, 0.5, 200.0, 300.0, 3e38, float("inf"), float("nan")],
+    "f32": [float("-inf"), -3e38, -300.0, -1.5, -0.0, 0.5, 1.0, 200.0, 300.0, 70000.0, 3e38, float("inf"),
+            float("nan")],
+}
+
+
+@pytest.mark.parametrize("source", sorted(_ORDER_SAMPLES))
+def test_the_order_rule_for_converts_agrees_with_xla(source):
+    """`is_order_preserving` against XLA's own converts: for every pair of samples,
+    convert(max(a, b)) == max(convert(a), convert(b)) (and the same for min) wherever the rule
+    says the convert keeps the order, and it fails somewhere wherever the rule says it does
+    not (so the rule refuses nothing it could allow, on these samples)."""
+    from hlo_passes.ir.types import PrimitiveType
+    from hlo_passes.passes.collectives.all_reduce_reassociate import is_order_preserving
+    from hlo_passes.runtime import execute_module
+
+    samples = _ORDER_SAMPLES[source]
+    n = len(samples)
+    a = np.repeat(np.array(samples), n)
+    b = np.tile(np.array(samples), n)
+    dtype = {"pred": np.bool_, "s8": np.int8, "u8": np.uint8, "s32": np.int32, "u32": np.uint32,
+             "f16": np.float16, "bf16": np.float32, "f32": np.float32}[source]
+    for target in sorted(_ORDER_SAMPLES):
+        if target == source:
+            continue
+        rows = []
+        for op in ("maximum", "minimum"):
+            rows += [f"  m_{op} = {source}[{n * n}] {op}(a, b)",
+                     f"  outer_{op} = {target}[{n * n}] convert(m_{op})",
+                     f"  {op}_ca = {target}[{n * n}] convert(a)",
+                     f"  {op}_cb = {target}[{n * n}] convert(b)",
+                     f"  inner_{op} = {target}[{n * n}] {op}({op}_ca, {op}_cb)"]
+        text = (f"HloModule order\n\nENTRY e {{\n  a = {source}[{n * n}] parameter(0)\n"
+                f"  b = {source}[{n * n}] parameter(1)\n" + "\n".join(rows) +
+                f"\n  ROOT t = ({', '.join([f'{target}[{n * n}]'] * 4)}) tuple(outer_maximum, inner_maximum, "
+                "outer_minimum, inner_minimum)\n}\n")
+        if source == "bf16":  # no numpy bf16: feed f32 values that bf16 holds exactly
+            text = text.replace("a = bf16", "a32 = f32").replace("b = bf16", "b32 = f32").replace(
+                "  m_maximum", f"  a = bf16[{n * n}] convert(a32)\n  b = bf16[{n * n}] convert(b32)\n  m_maximum")
+        outs = execute_module(text, [a.astype(dtype), b.astype(dtype)])
+        wide = [o.astype(np.float64) if o.dtype.kind not in "biu" else o for o in outs]  # bf16 too
+        same = all(np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+                   for x, y in ((wide[0], wide[1]), (wide[2], wide[3])))
+        assert is_order_preserving(PrimitiveType(source), PrimitiveType(target)) == same, (source, target)
+
+
+def test_all_reduce_reassociate_does_not_take_max_or_min_through_a_wrapping_convert():
+    """s32 → u8 wraps (-1 becomes 255): min(u8(pmin(a)), u8(pmin(b))) is not u8(pmin(min(a, b)))
+    (a = -1 on one device, b = 100: 100 against 255).  Widening to s64 keeps the order, and is
+    reassociated (checked on the verifier's inputs)."""
+    text = module(f"""
+  p = s32[4] parameter(0)
+  q = s32[4] parameter(1)
+  a = s32[4] all-reduce(p), {G4}, to_apply=mn_s32
+  b = s32[4] all-reduce(q), {G4}, to_apply=mn_s32
+  ca = u8[4] convert(a)
+  cb = u8[4] convert(b)
+  ROOT m = u8[4] minimum(ca, cb)""").replace("ENTRY e {", "mn_s32 { a = s32[] parameter(0)\n b = s32[] parameter(1)\n "
+                                               "ROOT s = s32[] minimum(a, b) }\n\nENTRY e {")
+    changed, _, p = run("all-reduce-reassociate", text, numerics=False)
+    assert not changed
+    assert any(r.kind == "missed" and "s32 to u8 does not keep the order" in r.message for r in p.remarks)
+    widening = text.replace("u8[4]", "s64[4]")
+    changed, m, _ = run("all-reduce-reassociate", widening)
+    assert changed and len(ops(m, Opcode.ALL_REDUCE)) == 1
 
 
 def test_all_reduce_simplifier():

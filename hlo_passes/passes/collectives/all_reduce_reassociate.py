@@ -29,11 +29,38 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.collective_groups import group_mode
 from hlo_passes.ir.reduction import Reduction
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.collectives.common import replica_groups
 from hlo_passes.passes.pass_base import ModulePass
 from hlo_passes.passes.registry import register_pass
 
 _EXACT_THROUGH_CONVERT = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM})
+
+
+def is_order_preserving(source: PrimitiveType, target: PrimitiveType) -> bool:
+    """Does converting `source` to `target` keep the order (a ≤ b ⇒ f(a) ≤ f(b)), so that
+    max and min commute with it: f(max(a, b)) = max(f(a), f(b))?  Rounding does (float to a
+    narrower float, integer or pred to float; values past a type's range round to its top,
+    and a NaN stays a NaN, which max and min propagate either way), widening an integer does
+    unless it drops the sign or puts an unsigned value into a signed type of the same width.
+    Wrapping does not: a narrower integer (s32 300 → u8 44), a sign
+    change (s32 -1 → u32 4294967295), float to integer (NaN becomes 0), and a signed or float
+    value to pred (nonzero is true: -1 and 1 alike); an unsigned one keeps its order there."""
+    if source is target:
+        return True
+    if target.is_float:
+        return source.is_float or source.is_integer or source is PrimitiveType.PRED
+    if target is PrimitiveType.PRED:  # nonzero is true: in order only where nothing is below zero
+        return source.is_integer and not source.is_signed_integer
+    if target.is_integer:
+        if source is PrimitiveType.PRED:
+            return True
+        if not source.is_integer or target.bit_width < source.bit_width:
+            return False
+        if source.is_signed_integer:
+            return target.is_signed_integer
+        return not target.is_signed_integer or target.bit_width > source.bit_width  # u8 200 is s8 -56
+    return False
 
 
 @register_pass
@@ -85,6 +112,11 @@ class AllReduceReassociate(ModulePass):
                             "missed")
                 return False
             if ca.shape.element_type is not cb.shape.element_type:
+                return False
+            source, target = ra.shape.element_type, ca.shape.element_type
+            if not (ra.shape.is_array and rb.shape.element_type is source and is_order_preserving(source, target)):
+                self.remark(op, f"not reassociated through converts: {source.value} to {target.value} does not keep "
+                                f"the order {op.opcode.value} depends on", "missed")
                 return False
         if ra.control_predecessors or rb.control_predecessors or ra.control_successors or rb.control_successors:
             return False
