@@ -119,6 +119,19 @@ def test_a_cross_replica_all_reduce_runs_on_tiles():
     (ar,) = [i for i in module.all_instructions() if i.opcode is Opcode.ALL_REDUCE and i.channel_id is None]
     assert ar.shape.to_hlo(False) == "f32[4,6]"  # its tile, not the gathered array
     assert not [r for r in remarks if r.kind == "missed"]
-    report = verify_equivalent(CROSS_REPLICA_ALL_REDUCE, out, num_devices=4, original_as="global",
-                               rewritten_as="per-device")
+    report = verify_equivalent(CROSS_REPLICA_ALL_REDUCE, out, num_devices=4)  # kinds read from the modules
     assert report.ok, report.format()
+
+
+def test_a_cross_replica_collective_is_no_evidence_of_a_per_device_program():
+    """With several partitions a channel-less collective acts across replicas only: it means
+    the same in a global program and in each device's, so it does not make the original
+    read as per-device (where `verify` would compare f32[13,6] inputs with f32[4,6] ones);
+    a channel id, or partition-id, does."""
+    from hlo_passes.ir.program_kind import ProgramKind, read_program
+
+    assert read_program(parse_module(CROSS_REPLICA_ALL_REDUCE)).kind is ProgramKind.GLOBAL
+    with_channel = CROSS_REPLICA_ALL_REDUCE.replace("replica_groups={}", "channel_id=1, replica_groups={}")
+    assert read_program(parse_module(with_channel)).kind is ProgramKind.PER_DEVICE
+    replicas = CROSS_REPLICA_ALL_REDUCE.replace("num_partitions=4", "replica_count=4")
+    assert read_program(parse_module(replicas)).kind is ProgramKind.REPLICA
