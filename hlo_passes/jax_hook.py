@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from hlo_passes.ir.buffers import in_place_sharing, new_sharing
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.manager import PassFailed, PassManager
 from hlo_passes.passes.pass_base import ModulePass, Remark
@@ -347,6 +348,7 @@ class _Devices:
     def parse(self, text: str):
         """`text` parsed, with the device counts and replicated parameters passes need."""
         module = parse_module(text, "<xla module>")
+        module.copies_inserted = True  # both hook stages come after XLA's copy insertion
         if self.partitions > 1:
             module.num_partitions = self.partitions
         if self.replicas > 1:
@@ -373,11 +375,14 @@ def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
     """Run the pipeline (the pass manager, verifying every pass); return the names of the passes
     that changed the module.
 
-    A pass that raises, leaves a module the structural verifier rejects, or changes the entry
+    A pass that raises, leaves a module the structural verifier rejects, changes the entry
     computation's parameter or result shapes (JAX fixed them: it passes and expects buffers of
-    those shapes) raises _Rejected naming that pass.
+    those shapes), or shares a buffer that copy insertion kept apart (ir/buffers.py: the module
+    goes to buffer assignment as it is, and the numeric check, which compiles both modules
+    from the start, cannot see it) raises _Rejected naming that pass.
     """
     signature = entry_signature(module)
+    sharing = in_place_sharing(module)
 
     def same_signature(m) -> str | None:
         if entry_signature(m) != signature:
@@ -385,7 +390,14 @@ def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
                     "lowered the function")
         return None
 
-    manager = PassManager(_build_passes(pipeline), verify_each=True, invariants=[same_signature])
+    def buffers_kept_apart(m) -> str | None:
+        problems = new_sharing(sharing, in_place_sharing(m))
+        if problems:
+            return ("it shares a buffer XLA's copy insertion, which has run at this stage, kept apart: "
+                    + "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
+        return None
+
+    manager = PassManager(_build_passes(pipeline), verify_each=True, invariants=[same_signature, buffers_kept_apart])
     try:
         manager.run(module)
     except PassFailed as e:

@@ -445,3 +445,68 @@ def test_a_rewrite_that_changes_the_entry_signature_falls_back():
             losses, _, text = adam_train(2)
     assert hook.stats.modules_changed == 0 and Opcode.REDUCE_SCATTER not in collectives(text)
     assert losses == expected_losses
+
+
+# ------------------------------------------------- buffers after copy insertion --
+def loops_in_a_row(x, n):
+    """Three loops whose counters XLA's copy insertion gave buffers of their own (copies of
+    one constant 0): merged, the second loop starts where the first ended."""
+    c, _ = jax.lax.scan(lambda c, xi: (c + xi, None), jnp.zeros(x.shape[1:]), x)
+    v = jax.lax.fori_loop(0, 5, lambda i, v: v + c, c)
+    return jax.lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 2), (0, v))[1]
+
+
+def two_draws(key):
+    return jax.random.uniform(key, (4,)) + jax.random.normal(jax.random.fold_in(key, 3), (4,))
+
+
+def updates_of_one_array(x, idx, v):
+    return x.at[idx].set(v), x.at[idx].add(v)
+
+
+@pytest.mark.parametrize("stage", jax_hook.STAGES)
+def test_cse_keeps_buffers_copy_insertion_kept_apart(stage):
+    """Both hook stages come after XLA's copy insertion: cse must not merge the copies that
+    give each loop counter, each in-place scatter and each output a buffer of its own (merged,
+    the results were wrong, or XLA aborted on two outputs sharing one buffer)."""
+    cases = [(loops_in_a_row, (np.ones((6, 2), np.float32), 1)),
+             (two_draws, (jax.random.key(0),)),
+             (updates_of_one_array, (np.arange(12, dtype=np.float32).reshape(6, 2), np.array([1, 4]),
+                                     np.ones((2, 2), np.float32))),
+             (lambda e: (e * 2, e + 1), (np.zeros((0,), np.float32),))]
+    for fn, args in cases:
+        expected = jax.jit(fn)(*args)
+        with jax_hook.installed("cse", stage=stage, verify=True) as hook:
+            actual = jax.jit(fn)(*args)
+        for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+            np.testing.assert_array_equal(np.asarray(a) if a.dtype != jax.random.key(0).dtype
+                                          else jax.random.key_data(a), np.asarray(e) if e.dtype != jax.random.key(0).dtype
+                                          else jax.random.key_data(e))
+        assert hook.stats.fallbacks == 0
+
+
+class CseWithoutBufferCare(ModulePass):
+    """cse as it was: merges copies and in-place operands (what the safety net must catch)."""
+    name = "test-cse-ignoring-buffers"
+    summary = "merge everything equal"
+
+    def run(self, module):
+        from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
+        module.copies_inserted = False
+        try:
+            return CommonSubexpressionElimination().run(module)
+        finally:
+            module.copies_inserted = True
+
+
+def test_a_pass_that_shares_an_in_place_buffer_falls_back(monkeypatch):
+    """The hook's own check (ir/buffers.py), which the numeric check cannot replace: it
+    compiles both modules from the start, copy insertion included, and found them equal."""
+    monkeypatch.setitem(registry._REGISTRY, CseWithoutBufferCare.name, CseWithoutBufferCare)
+    args = (np.ones((6, 2), np.float32), 1)
+    expected = jax.jit(loops_in_a_row)(*args)
+    with pytest.warns(jax_hook.HookFallback, match="test-cse-ignoring-buffers.*shares a buffer XLA's copy insertion"):
+        with jax_hook.installed("test-cse-ignoring-buffers", verify=True) as hook:
+            actual = jax.jit(loops_in_a_row)(*args)
+    np.testing.assert_array_equal(actual, expected)
+    assert hook.stats.fallbacks == 1 and hook.stats.modules_changed == 0

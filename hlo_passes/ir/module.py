@@ -171,6 +171,11 @@ class Module:
         # Entry signature as parsed, to know when entry_computation_layout must be rebuilt.
         self.parsed_entry_signature: tuple[tuple[Shape, ...], Shape] | None = None
         self._next_channel: int | None = None  # see new_channel_id
+        # XLA's copy insertion has run (the jax.jit hook's stages): buffer identity is part of
+        # the module's meaning and passes must not merge values that share an in-place buffer
+        # (ir/buffers.py).  Not part of the text: a module read from a file is compiled from
+        # the start, copy insertion included.
+        self.copies_inserted = False
 
     def new_channel_id(self) -> int:
         """A channel id no instruction of the module uses: the one allocator every pass that
@@ -358,6 +363,7 @@ class Module:
                                   {k: dict(v) for k, v in self.tables.stack_frames.items()})
         copy.style = PrintStyle(self.style.percent_names, self.style.operand_shapes)
         copy.parsed_entry_signature = self.parsed_entry_signature
+        copy.copies_inserted = self.copies_inserted
         return copy
 
     def snapshot(self) -> ModuleSnapshot:

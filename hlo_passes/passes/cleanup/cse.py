@@ -41,12 +41,18 @@ post order, so it cannot depend on the dropped one or on any of its users, no me
 close a cycle, and the users of the dropped one only see their value earlier.
 Computations are visited callees first, so a callee's own merges are done before a
 caller takes its fingerprint.  XLA's pass of the same name.
+
+Buffers.  In a module XLA's copy insertion has already seen (`Module.copies_inserted`: the
+jax.jit hook's stages) a value whose buffer is written in place (a loop's state, an updated
+array, an output), and any `copy`, is never merged in either role (ir/buffers.py): merged, two
+loops would count with one counter, two scatters write one array.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlo_passes.ir.buffers import shares_in_place_buffer
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
@@ -103,9 +109,10 @@ class CommonSubexpressionElimination(ModulePass):
     def _run_on(self, comp: Computation, fingerprints: StructuralFingerprints) -> int:
         seen: dict[tuple, Instruction] = {}
         merged = 0
+        buffers_fixed = comp.module is not None and comp.module.copies_inserted
         for instr in comp.post_order():  # operands first: their merges show in users' keys
             key = cse_key(instr, fingerprints)
-            if key is None:
+            if key is None or (buffers_fixed and shares_in_place_buffer(instr)):
                 continue
             first = seen.setdefault(key, instr)
             if first is not instr:
