@@ -33,10 +33,11 @@ computes what XLA's module computes.  Otherwise XLA compiles its own module and
 a `HookFallback` warning names the pass and the reason.  With `verify=True`
 each distinct module is checked once: both modules run as per-device programs
 on `num_partitions` devices with the same random inputs per device, and every
-device's outputs must agree.  What the check cannot see: verification compiles both
-modules from scratch, so a rewrite that XLA's remaining passes reject at this stage
-(XLA CPU takes no standalone elementwise ops after scheduling) still fails the jit;
-passes that create such ops decline scheduled modules.
+device's outputs must agree.  What the check cannot see, because verification compiles both
+modules from scratch: that copy insertion has already run (buffer identity is part of the
+module's meaning: ir/buffers.py; every pass's output is compared with the input's buffer
+sharing), and what XLA:CPU cannot compile at this stage (async collectives; after scheduling,
+standalone non-fusion ops: `_cpu_rejects`).  Both are checked after every pass instead.
 
 Re-entrancy.  XLA calls the callback on the thread that compiles; verification
 compiles modules from inside the callback on that same thread.  A thread-local
@@ -66,6 +67,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from hlo_passes.ir.buffers import in_place_sharing, new_sharing
+from hlo_passes.ir.opcode import Opcode
 from hlo_passes.parse.module_parser import parse_module
 from hlo_passes.passes.manager import PassFailed, PassManager
 from hlo_passes.passes.pass_base import ModulePass, Remark
@@ -243,7 +245,8 @@ class Installation:
         changed_by: list[str] = []
         rewritten = ""
         try:
-            changed_by = _run_checked(self.pipeline, module, remarks)
+            changed_by = _run_checked(self.pipeline, module, remarks,
+                                      cpu_stage=self.stage if "cpu" in self.platforms else None)
             if changed_by:
                 rewritten = print_module(module)
                 try:
@@ -371,7 +374,38 @@ def mark_replicated_parameters(module, replicated: list[bool] | None) -> None:
             param.set_attr("parameter_replication", (True,))
 
 
-def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
+# What XLA:CPU's thunk emitter compiles outside a fusion once its fusion passes have run: a
+# pass that leaves any other op standalone in a scheduled module (an all-reduce folded into a
+# multiply) fails the jit, which the numeric check cannot see (it compiles from the start).
+_CPU_UNFUSED = frozenset({
+    Opcode.FUSION, Opcode.COPY, Opcode.CUSTOM_CALL, Opcode.DOT, Opcode.CONVOLUTION, Opcode.WHILE,
+    Opcode.CONDITIONAL, Opcode.CALL, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT, Opcode.PARAMETER, Opcode.CONSTANT,
+    Opcode.BITCAST, Opcode.SORT, Opcode.ALL_REDUCE, Opcode.ALL_GATHER, Opcode.REDUCE_SCATTER, Opcode.ALL_TO_ALL,
+    Opcode.COLLECTIVE_PERMUTE, Opcode.PARTITION_ID, Opcode.REPLICA_ID, Opcode.AFTER_ALL, Opcode.ADD_DEPENDENCY,
+    Opcode.RNG_GET_AND_UPDATE_STATE, Opcode.RNG_BIT_GENERATOR, Opcode.INFEED, Opcode.OUTFEED, Opcode.FFT,
+    Opcode.TOPK, Opcode.OPTIMIZATION_BARRIER})
+
+
+def _cpu_rejects(module, names_before: set[str], stage: str) -> str | None:
+    """Why XLA:CPU cannot compile what a pass added at this stage, or None: asynchronous
+    collectives (its thunk emitter takes only the synchronous ones, at either stage), and after
+    scheduling any new op outside a fusion it does not emit standalone."""
+    fused = {c for i in module.all_instructions() if i.opcode is Opcode.FUSION for c in i.called_computations()}
+    for comp in module.computations:
+        if comp in fused:
+            continue
+        for instr in comp.instructions:
+            if instr.name in names_before:
+                continue
+            if instr.opcode.value.endswith(("-start", "-done")):
+                return f"XLA:CPU compiles no asynchronous {instr.opcode.value} here ({instr.name})"
+            if stage == "post-scheduler" and instr.opcode not in _CPU_UNFUSED:
+                return (f"after scheduling XLA:CPU compiles no standalone {instr.opcode.value} "
+                        f"({instr.name}; its fusion passes have run)")
+    return None
+
+
+def _run_checked(pipeline: str, module, remarks: list[Remark], cpu_stage: str | None = None) -> list[str]:
     """Run the pipeline (the pass manager, verifying every pass); return the names of the passes
     that changed the module.
 
@@ -379,7 +413,8 @@ def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
     computation's parameter or result shapes (JAX fixed them: it passes and expects buffers of
     those shapes), or shares a buffer that copy insertion kept apart (ir/buffers.py: the module
     goes to buffer assignment as it is, and the numeric check, which compiles both modules
-    from the start, cannot see it) raises _Rejected naming that pass.
+    from the start, cannot see it), or (`cpu_stage`) adds what XLA:CPU cannot compile at this
+    stage (`_cpu_rejects`) raises _Rejected naming that pass.
     """
     signature = entry_signature(module)
     sharing = in_place_sharing(module)
@@ -397,7 +432,13 @@ def _run_checked(pipeline: str, module, remarks: list[Remark]) -> list[str]:
                     + "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
         return None
 
-    manager = PassManager(_build_passes(pipeline), verify_each=True, invariants=[same_signature, buffers_kept_apart])
+    names_before = {i.name for i in module.all_instructions()} if cpu_stage is not None else set()
+
+    def cpu_compiles(m) -> str | None:
+        return _cpu_rejects(m, names_before, cpu_stage) if cpu_stage is not None else None
+
+    manager = PassManager(_build_passes(pipeline), verify_each=True,
+                          invariants=[same_signature, buffers_kept_apart, cpu_compiles])
     try:
         manager.run(module)
     except PassFailed as e:

@@ -510,3 +510,29 @@ def test_a_pass_that_shares_an_in_place_buffer_falls_back(monkeypatch):
             actual = jax.jit(loops_in_a_row)(*args)
     np.testing.assert_array_equal(actual, expected)
     assert hook.stats.fallbacks == 1 and hook.stats.modules_changed == 0
+
+
+def psum_of_shards(x):
+    return jax.shard_map(lambda b: jax.lax.psum(b, "d"), mesh=mesh(), in_specs=P("d"), out_specs=P())(x)
+
+
+def shard_plus_device_count(x):
+    return jax.shard_map(lambda b: b + jax.lax.psum(jnp.ones(()), "d"), mesh=mesh(), in_specs=P("d"),
+                         out_specs=P("d"))(x)
+
+
+@pytest.mark.parametrize("fn, pipeline, stage, reason", [
+    (psum_of_shards, "collective-fusion{make-async=true}", "pre-scheduler", "asynchronous|shares a buffer"),
+    (shard_plus_device_count, "collective-fusion", "post-scheduler", "no standalone"),
+])
+def test_what_xla_cpu_cannot_compile_at_the_stage_falls_back(fn, pipeline, stage, reason):
+    """Start/done pairs (XLA:CPU's thunk emitter takes only synchronous collectives) and, after
+    scheduling, an op left outside a fusion (a psum of ones folded into a broadcast) failed the
+    jit itself; verification compiles both modules from the start, so it passed them."""
+    x = np.arange(16, dtype=np.float32)
+    expected = jax.jit(fn)(x)
+    with pytest.warns(jax_hook.HookFallback, match=f"collective-fusion.*({reason})"):
+        with jax_hook.installed(pipeline, stage=stage, verify=True) as hook:
+            actual = jax.jit(fn)(x)
+    np.testing.assert_array_equal(actual, expected)
+    assert hook.stats.modules_changed == 0
