@@ -308,3 +308,29 @@ def test_python_dash_m_reports_bad_input_as_such(tmp_path):
         assert done.returncode == 2, done.stderr
         assert "internal error" not in done.stderr
         assert "no stage 'after_optimizations'" in done.stderr
+
+
+def test_verify_reports_what_xla_cannot_run_as_such(tmp_path, capsys):
+    """The variadic reduce-scatter form is XLA's, but XLA:CPU does not run it: `--verify`
+    says XLA could not run the module (exit 2, nothing written), not an internal error."""
+    src, out = tmp_path / "rs.hlo", tmp_path / "out.hlo"
+    src.write_text("""HloModule rs, num_partitions=8
+
+add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+
+ENTRY e {
+  p = f32[16,8] parameter(0)
+  q = f32[8,16] parameter(1)
+  a = f32[2,8] reduce-scatter(p), channel_id=1, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={0}, to_apply=add
+  b = f32[8,2] reduce-scatter(q), channel_id=2, replica_groups=[1,8]<=[8], use_global_device_ids=true, dimensions={1}, to_apply=add
+  ROOT t = (f32[2,8], f32[8,2]) tuple(a, b)
+}
+""")
+    rc = cli(["run", str(src), "--passes", "reduce-scatter-combiner{form=variadic,combine-by-dim=false}", "--verify",
+              "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith("error: --verify: XLA could not compile or run a module") and "internal error" not in err
+    assert not out.exists()

@@ -162,6 +162,10 @@ def main(args) -> int:
         # nothing to compare with (XLA cannot run the original, no such platform here): the
         # passes' output was not judged
         raise UserError(f"--verify: {e}") from None
+    except Exception as e:  # XLA's compile and run errors (e.g. a form XLA:CPU does not run)
+        from hlo_passes.cli.verify import xla_failure
+
+        raise UserError(f"--verify: {xla_failure('a module', e)}") from None
     print(report.format(), file=sys.stderr)
     if not report.ok:
         return 1
