@@ -177,6 +177,39 @@ def test_inputs_deterministic_and_positive_where_needed():
     np.testing.assert_allclose(execute_module(text, first)[0], first[0] + np.log(first[2]), rtol=1e-6)
 
 
+def test_signed_inputs_are_negative_too_except_where_they_may_count_a_loop():
+    """Signed integers come from [-4, 5), so that a rewrite that mishandles a sign shows; a
+    parameter that reaches a loop's state stays in [0, 5) (a loop counting up to a negative
+    bound with `!=` would run 2^31 steps); unsigned ones stay in [0, 5)."""
+    text = """HloModule m
+cond { s = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] get-tuple-element(s), index=1
+  ROOT ne = pred[] compare(i, n), direction=NE }
+body { s = (s32[], s32[]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT t = (s32[], s32[]) tuple(j, n) }
+ENTRY e {
+  x = s32[64] parameter(0)
+  u = u32[64] parameter(1)
+  n = s32[] parameter(2)
+  zero = s32[] constant(0)
+  t = (s32[], s32[]) tuple(zero, n)
+  w = (s32[], s32[]) while(t), condition=cond, body=body
+  c = s32[] get-tuple-element(w), index=0
+  ROOT r = (s32[64], u32[64], s32[]) tuple(x, u, c)
+}
+"""
+    x, u, n = random_inputs(parse_module(text), 0)
+    assert x.min() == -4 and x.max() == 4
+    assert u.min() >= 0 and u.max() <= 4
+    assert 0 <= int(n) <= 4
+    assert int(execute_module(text, [x, u, n])[2]) == int(n)
+
+
 def test_npz_round_trip_restores_narrow_float_types(tmp_path):
     text = "HloModule m\nENTRY e {\n  x = bf16[4] parameter(0)\n  ROOT y = bf16[4] negate(x)\n}\n"
     m = parse_module(text)

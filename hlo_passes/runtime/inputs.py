@@ -9,7 +9,11 @@ meaningful and nothing overflows:
     ... feeding log, sqrt, rsqrt, power (base) or the divisor of a divide
                          uniform in [0.5, 1.5)
     f8e8m0fnu            powers of two in [2^-2, 2^2] (the type has no sign and no zero)
-    signed/unsigned int  integers in [0, 5) ([0, 2) for 2-bit types)
+    signed int           integers in [-4, 5) ([-2, 2) for 2-bit types): negatives, so that
+                         a rewrite that mishandles a sign (a wrapping convert, an unsigned
+                         compare) shows; ... reaching a while loop's state: [0, 5), so that
+                         a loop counting to it ends soon
+    unsigned int         integers in [0, 5) ([0, 2) for 2-bit types)
     pred                 True/False
 
     inputs = random_inputs(module, seed=0)
@@ -20,9 +24,11 @@ meaningful and nothing overflows:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterable
 
 import numpy as np
 
+from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape
@@ -79,8 +85,10 @@ def positive_parameters(module: Module) -> set[str]:
     return positive
 
 
-def random_array(rng: np.random.Generator, shape: ArrayShape, *, positive: bool = False) -> np.ndarray:
-    """One deterministic array of `shape` (see the module docstring for the value ranges)."""
+def random_array(rng: np.random.Generator, shape: ArrayShape, *, positive: bool = False,
+                 counting: bool = False) -> np.ndarray:
+    """One deterministic array of `shape` (see the module docstring for the value ranges);
+    `counting`: it may bound a loop, so no negative integers."""
     etype = shape.element_type
     if not etype.is_array:
         raise InputError(f"cannot make inputs of type {etype.value}")
@@ -96,15 +104,60 @@ def random_array(rng: np.random.Generator, shape: ArrayShape, *, positive: bool 
     if etype is PrimitiveType.PRED:
         return rng.integers(0, 2, dims).astype(bool)
     top = 2 if etype.bit_width <= 2 else 5
-    return rng.integers(1 if positive else 0, top, dims).astype(dtype)
+    bottom = 1 if positive else (-top + 1 if etype.is_signed_integer and not counting else 0)
+    if etype.bit_width <= 2 and bottom < 0:
+        bottom = -2
+    return rng.integers(bottom, top, dims).astype(dtype)
 
 
 def random_inputs(module: Module, seed: int = 0) -> list[np.ndarray]:
     """One array per flattened ENTRY parameter leaf, deterministic in `seed`."""
     rng = np.random.default_rng(seed)
     positive = positive_parameters(module)
-    return [random_array(rng, shape, positive=label.split("{")[0] in positive)
+    counting = counting_parameters(module)
+    return [random_array(rng, shape, positive=label.split("{")[0] in positive,
+                         counting=label.split("{")[0] in counting)
             for label, shape in parameter_leaves(module)]
+
+
+class _Holds:
+    """Does a computation hold an instruction `wanted` accepts, itself or in a computation it
+    calls (memoized per computation)?"""
+
+    def __init__(self, wanted: Callable[[Instruction], bool]):
+        self.wanted = wanted
+        self._known: dict[object, bool] = {}
+
+    def __call__(self, comp) -> bool:
+        if comp not in self._known:
+            self._known[comp] = False  # (HLO has no recursion; a guard all the same)
+            self._known[comp] = any(self.wanted(i) or any(self(c) for c in i.called_computations())
+                                    for i in comp.instructions)
+        return self._known[comp]
+
+
+def _parameters_reaching(starts: Iterable[Instruction]) -> list[Instruction]:
+    """The parameters among the transitive operands of `starts` (themselves included)."""
+    found, stack, seen = [], list(starts), set()
+    while stack:
+        top = stack.pop()
+        if id(top) in seen:
+            continue
+        seen.add(id(top))
+        if top.opcode is Opcode.PARAMETER:
+            found.append(top)
+        stack.extend(top.operands)
+    return found
+
+
+def counting_parameters(module: Module) -> set[str]:
+    """Names of ENTRY parameters that reach a while loop (in the entry, or in anything it
+    calls): one may be the count a loop runs to, and a negative count could make a loop that
+    counts up to it with `!=` run for 2^31 steps."""
+    holds_loop = _Holds(lambda i: i.opcode is Opcode.WHILE)
+    loops = [i for i in module.entry.instructions
+             if i.opcode is Opcode.WHILE or any(holds_loop(c) for c in i.called_computations())]
+    return {p.name for p in _parameters_reaching(loops)}
 
 
 def steering_parameters(module: Module) -> set[int]:
@@ -115,35 +168,11 @@ def steering_parameters(module: Module) -> set[int]:
     would hang (JAX-program fuzz seed 2020: XLA's after_optimizations had lost the parameter's
     `replicated` sharding; JAX always fed it one value).  For a loop, every parameter that
     reaches its initial state counts (the condition may read any of it)."""
-    with_collectives: dict[object, bool] = {}
-
-    def holds_collective(comp) -> bool:
-        if comp not in with_collectives:
-            with_collectives[comp] = False  # (HLO has no recursion; a guard all the same)
-            with_collectives[comp] = any(
-                i.opcode.is_collective or any(holds_collective(c) for c in i.called_computations())
-                for i in comp.instructions)
-        return with_collectives[comp]
-
-    steering: set[int] = set()
-    seen: set[int] = set()
-
-    def parameters_reaching(instr) -> None:
-        stack = [instr]
-        while stack:
-            top = stack.pop()
-            if id(top) in seen:
-                continue
-            seen.add(id(top))
-            if top.opcode is Opcode.PARAMETER:
-                steering.add(top.parameter_number)
-            stack.extend(top.operands)
-
-    for instr in module.entry.instructions:  # a conditional's branch index, a loop's initial state
-        if instr.opcode in (Opcode.CONDITIONAL, Opcode.WHILE) and any(
-                holds_collective(c) for c in instr.called_computations()):
-            parameters_reaching(instr.operands[0])
-    return steering
+    holds_collective = _Holds(lambda i: i.opcode.is_collective)
+    steered = [i.operands[0] for i in module.entry.instructions  # a branch index, a loop's initial state
+               if i.opcode in (Opcode.CONDITIONAL, Opcode.WHILE)
+               and any(holds_collective(c) for c in i.called_computations())]
+    return {p.parameter_number for p in _parameters_reaching(steered) if p.parameter_number is not None}
 
 
 def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None = None,
@@ -153,6 +182,7 @@ def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None =
     control flow around collectives (`steering_parameters`)."""
     rng = np.random.default_rng(seed)
     positive = positive_parameters(module)
+    counting = counting_parameters(module)
     steering = steering_parameters(module)
     flags = []
     for number, p in enumerate(module.entry.parameters):
@@ -160,8 +190,9 @@ def per_device_inputs(module: Module, n: int, *, replicated: list[bool] | None =
         flags += [same] * len(p.shape.leaves())
     args = []
     for (label, shape), same in zip(parameter_leaves(module), flags):
-        pos = label.split("{")[0] in positive
-        arrays = [random_array(rng, shape, positive=pos) for _ in range(1 if same else n)]
+        name = label.split("{")[0]
+        arrays = [random_array(rng, shape, positive=name in positive, counting=name in counting)
+                  for _ in range(1 if same else n)]
         args.append(arrays * n if same else arrays)
     return args
 

@@ -772,7 +772,9 @@ def execute_module(module_or_text, inputs: list[np.ndarray] | None = None, num_d
                 inputs = _inputs.check_leaves([(f"#{i}", leaf) for i, leaf in enumerate(leaves)], list(inputs))
             else:
                 rng = np.random.default_rng(seed)
-                inputs = [_inputs.random_array(rng, leaf) for leaf in leaves]
+                counting = _inputs.counting_parameters(m)
+                inputs = [_inputs.random_array(rng, leaf, counting=p.name in counting)
+                          for p, s in zip(entry.parameters, shapes) for leaf in s.leaves()]
             report = VerificationReport("partitioned")
             outs = run_partitioned(m, list(inputs), root_sharding=entry.root.sharding,
                                    global_root_shape=_global_shape(entry.root.shape, entry.root.sharding),
