@@ -134,5 +134,59 @@ def test_named_special_forms():
     assert read_sharding("{mesh['i'=8], manual}") == Sharding.manual()
     assert read_sharding("{{mesh['i'=8], manual}, {mesh[], replicated}}") == Sharding.tuple_of(
         [Sharding.manual(), Sharding.replicated()])
-    with pytest.raises(ValueError, match="unreduced"):
-        read_sharding("{mesh['x'=4,'y'=2], [{'x'}, {}], unreduced={'y'}}")
+    assert read_sharding("{mesh['x'=4,'y'=2], [{'x'}, {}], unreduced={'y'}}").subgroups == (SubgroupKind.UNREDUCED,)
+    with pytest.raises(ValueError, match="unreduced axes on a replicated sharding"):
+        read_sharding("{mesh['x'=4,'y'=2], replicated, unreduced={'y'}}")
+
+
+SINGLE_DEVICE = """HloModule m, num_partitions=2
+ENTRY e {
+  x = f32[8,16] parameter(0)
+  cc = f32[8,16] custom-call(x), custom_call_target="foo", sharding={single_device[device_id=1]}
+  ROOT t = (f32[8,16], f32[8,16]) tuple(cc, x), sharding={{single_device[device_id=0]}, {replicated}}
+}
+"""
+
+
+@pytest.mark.parametrize("engine", ["fast", "lark"])
+def test_single_device_is_maximal_and_prints_as_it_was_written(engine):
+    """Shardy-lowered modules put `{single_device[device_id=N]}` on callbacks (pure_callback,
+    io_callback, debug.print), in every dump stage: the named-sharding spelling of a maximal
+    sharding.  It reads as `maximal device=N`, prints back as written, and XLA's parser reads
+    our text to the same module."""
+    from hlo_passes import parse_module, print_module
+    from tests.frontend.xla_oracle import xla_canonical
+
+    m = parse_module(SINGLE_DEVICE, "m.hlo", engine=engine)
+    cc = next(i for i in m.entry.instructions if i.name == "cc")
+    assert cc.sharding == Sharding.maximal(1) == read_sharding("{maximal device=1}")
+    assert m.entry.root.sharding.elements[0] == Sharding.maximal(0)
+    out = print_module(m)
+    assert "sharding={single_device[device_id=1]}" in out
+    assert xla_canonical(out) == xla_canonical(SINGLE_DEVICE)
+
+
+def test_unreduced_axes_read_in_both_spellings_in_xla_order():
+    """Devices holding partial sums (JAX's `unreduced=`, which XLA writes from
+    before_optimizations on): the named form's unreduced axes become an UNREDUCED subgroup,
+    ordered as XLA orders subgroups (manual, unreduced, replicated: XLA printed the
+    replicated-first spelling below as its transposed twin)."""
+    named = read_sharding("{mesh['x'=2,'y'=4], [{'y'}, {}], unreduced={'x'}}")
+    assert named == read_sharding("{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dims={unreduced}}")
+    assert named.subgroups == (SubgroupKind.UNREDUCED,)
+    assert read_sharding("{devices=[2,1,2,2]<=[8] last_tile_dims={replicated, unreduced}}") == read_sharding(
+        "{devices=[2,1,2,2]<=[2,2,2]T(0,2,1) last_tile_dims={unreduced, replicated}}")
+
+
+def test_partitioning_refuses_unreduced_values():
+    from hlo_passes import parse_module
+    from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+    from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+
+    m = parse_module("""HloModule m, num_partitions=8
+ENTRY e {
+  x = f32[8,4] parameter(0), sharding={devices=[4,1,2]<=[8] last_tile_dims={replicated}}
+  ROOT d = f32[8,4] negate(x), sharding={mesh['x'=2,'y'=4], [{'y'}, {}], unreduced={'x'}}
+}""")
+    with pytest.raises(PropagationError, match="d: sharding .* holds partial sums"):
+        SpmdPartitioner(num_partitions=8).run(m)

@@ -106,18 +106,20 @@ class RefinedMesh:
 
 
 def mesh_sharding(mesh: SdyMesh, dim_axes: list[tuple[AxisRef, ...]],
-                  manual_axes: tuple[AxisRef, ...] = ()) -> Sharding:
+                  manual_axes: tuple[AxisRef, ...] = (), unreduced_axes: tuple[AxisRef, ...] = ()) -> Sharding:
     """The HLO sharding that splits dim i over `dim_axes[i]` (major to minor); `manual_axes`
-    become a MANUAL subgroup and the remaining axes a REPLICATED one."""
+    become a MANUAL subgroup, `unreduced_axes` (devices holding partial sums) an UNREDUCED
+    one, and the remaining axes a REPLICATED one, in XLA's order."""
     if not mesh.axes:
         return Sharding.maximal(mesh.device_ids[0]) if mesh.device_ids else Sharding.replicated()
-    all_refs = [r for axes in dim_axes for r in axes] + list(manual_axes)
+    all_refs = [r for axes in dim_axes for r in axes] + list(manual_axes) + list(unreduced_axes)
     refined = RefinedMesh(mesh, all_refs)
     dim_pieces = [[i for r in axes for i in refined.indices(r, mesh)] for axes in dim_axes]
     manual = [i for r in manual_axes for i in refined.indices(r, mesh)]
-    used = {i for ps in dim_pieces for i in ps} | set(manual)
+    unreduced = [i for r in unreduced_axes for i in refined.indices(r, mesh)]
+    used = {i for ps in dim_pieces for i in ps} | set(manual) | set(unreduced)
     rest = [i for i in range(len(refined.shape)) if i not in used and refined.shape[i] > 1]
-    order = [i for ps in dim_pieces for i in ps] + manual + rest
+    order = [i for ps in dim_pieces for i in ps] + manual + unreduced + rest
     order += [i for i in range(len(refined.shape)) if i not in order]
     arr = refined.devices.transpose(order)
     tile_dims = [math.prod(refined.shape[i] for i in ps) for ps in dim_pieces]
@@ -125,6 +127,9 @@ def mesh_sharding(mesh: SdyMesh, dim_axes: list[tuple[AxisRef, ...]],
     if manual:
         tile_dims.append(math.prod(refined.shape[i] for i in manual))
         subgroups.append(SubgroupKind.MANUAL)
+    if unreduced:
+        tile_dims.append(math.prod(refined.shape[i] for i in unreduced))
+        subgroups.append(SubgroupKind.UNREDUCED)
     replicate = arr.size // math.prod(tile_dims)
     if replicate > 1:
         tile_dims.append(replicate)

@@ -48,6 +48,10 @@ class SubgroupKind(enum.Enum):
     MANUAL = "manual"
     MAXIMAL = "maximal"
     OTHER = "other"
+    # Devices that each hold a partial sum of the tile (JAX's `unreduced=`, Shardy's unreduced
+    # axes): read, printed and carried by every pass; sharding-propagation and spmd-partition
+    # refuse it (their rules have no partial sums).
+    UNREDUCED = "unreduced"
 
     __hash__ = object.__hash__  # by identity, in C: see Opcode
 
@@ -175,6 +179,7 @@ class Sharding:
     replicate_spelled_as_flag: bool = True  # last_tile_dim_replicate vs last_tile_dims={replicated}
     devices_spelled_explicitly: bool = False  # `devices=[2]0,1` rather than an iota
     named_mesh: bool = False  # `{mesh['x'=4], [{'x'}]}`: XLA prints this form for Shardy-lowered modules
+    single_device_spelling: bool = False  # MAXIMAL spelled `single_device[device_id=N]` (Shardy's callbacks)
     # Dimensions left open to propagation (`{?}`, `{'x', ?}` in the named form): a partitioner may
     # shard them further (GSPMD's `unspecified_dims`).
     open_dims: tuple[int, ...] = ()
@@ -425,7 +430,8 @@ class Sharding:
             elif self.subgroups:
                 parts.append("last_tile_dims={" + ", ".join(k.value for k in self.subgroups) + "}")
         elif self.kind is ShardingKind.MAXIMAL:
-            parts = [f"maximal device={self.device}"]
+            parts = [f"single_device[device_id={self.device}]" if self.single_device_spelling
+                     else f"maximal device={self.device}"]
         else:
             parts = [self.kind.value]
         if self.shard_group is not None:
@@ -447,4 +453,5 @@ def _frozen(devices: ArrayLike) -> np.ndarray:
     return arr
 
 
-_SUBGROUP_ORDER = [SubgroupKind.MANUAL, SubgroupKind.REPLICATED, SubgroupKind.MAXIMAL, SubgroupKind.OTHER]
+_SUBGROUP_ORDER = [SubgroupKind.MANUAL, SubgroupKind.UNREDUCED, SubgroupKind.REPLICATED, SubgroupKind.MAXIMAL,
+                   SubgroupKind.OTHER]  # XLA's order (it prints `last_tile_dims={manual, unreduced, replicated}`)

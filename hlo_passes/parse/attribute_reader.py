@@ -65,6 +65,7 @@ def _device_count(dims: Iterable[int], what: str) -> int:
 # ShardingKind, an iota device list an IotaDevices, an explicit one a tuple of ints).
 class _Maximal(NamedTuple):
     device: int
+    single_device: bool = False  # spelled `single_device[device_id=N]`
 
 
 class _Tiled(NamedTuple):
@@ -160,6 +161,9 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
     def maximal(self, c: list[Any]) -> _Maximal:
         return _Maximal(_ints(c)[0])
 
+    def single_device(self, c: list[Any]) -> _Maximal:
+        return _Maximal(_ints(c)[0], single_device=True)
+
     def explicit_devices(self, c: list[Any]) -> tuple[int, ...]:
         return _ints(c)
 
@@ -221,6 +225,8 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
                                devices_spelled_explicitly=iota is None)
         elif type(kind) is _Maximal:
             s = Sharding.maximal(kind.device)
+            if kind.single_device:
+                s = replace(s, single_device_spelling=True)
         else:
             s = _WHOLE[kind]()
         if metadata or shard_group:
@@ -271,14 +277,15 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
             mesh, rest = replace(mesh, device_ids=rest[0].ids), rest[1:]
         spec, options = rest[0], rest[1:]
         metadata = next((o.text for o in options if type(o) is _Metadata), "")
-        if any(type(o) is _UnreducedAxes and o.axes for o in options):
-            raise AttributeError_("unreduced axes (partial sums) have no tile-assignment equivalent")
+        unreduced = next((o.axes for o in options if type(o) is _UnreducedAxes), ())
         if type(spec) is not _NamedDims:
+            if unreduced:
+                raise AttributeError_(f"unreduced axes on a {spec.value} sharding")
             s = _WHOLE[spec]()
         else:
             manual = next((o.axes for o in options if type(o) is _ManualAxes), ())
             try:
-                s = mesh_sharding(mesh, [d.axes for d in spec.dims], manual)
+                s = mesh_sharding(mesh, [d.axes for d in spec.dims], manual, unreduced)
             except (KeyError, ValueError) as e:
                 raise AttributeError_(str(e)) from None
             open_dims = tuple(i for i, d in enumerate(spec.dims) if d.open)

@@ -67,7 +67,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
-from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.passes.spmd.call_sites import CallSiteCopies
 from hlo_passes.passes.manager import PassFailed
 from hlo_passes.passes.pass_base import ModulePass, option
@@ -146,6 +146,7 @@ class ShardingPropagation(ModulePass):
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
             return changed
+        refuse_unreduced(module)
         _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
         sites = CallSiteCopies.flatten(module)
@@ -1690,6 +1691,18 @@ def _sharding_calls_to_copies(module: Module) -> bool:
             comp.replace(instr, copy)
             changed = True
     return changed
+
+
+def refuse_unreduced(module: Module) -> None:
+    """Raise an input error at the first sharding with an UNREDUCED subgroup (devices holding
+    partial sums: JAX's `unreduced=`): propagation and partitioning rules have no partial sums,
+    and treating them as whole values would compute something else."""
+    for instr in module.all_instructions():
+        s = instr.sharding if "sharding" in instr.attributes else None
+        for leaf in (s.elements if s is not None and s.kind is ShardingKind.TUPLE else (s,)):
+            if leaf is not None and SubgroupKind.UNREDUCED in leaf.subgroups:
+                raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} holds partial sums (unreduced); "
+                                       "sharding-propagation and spmd-partition do not partition unreduced values")
 
 
 def _check_device_count(module: Module, n: int) -> None:

@@ -43,7 +43,8 @@ from hlo_passes.passes.spmd.tile_map import Int64Array
 
 REP = SubgroupKind.REPLICATED
 MAN = SubgroupKind.MANUAL
-_KIND_ORDER = [SubgroupKind.MAXIMAL, SubgroupKind.OTHER, SubgroupKind.MANUAL, SubgroupKind.REPLICATED]
+_KIND_ORDER = [SubgroupKind.MAXIMAL, SubgroupKind.OTHER, SubgroupKind.MANUAL, SubgroupKind.UNREDUCED,
+               SubgroupKind.REPLICATED]
 
 
 # ------------------------------------------------------------------- metadata --
@@ -346,14 +347,14 @@ class _Missing(enum.Enum):
 
 _MISSING: Final = _Missing.MISSING  # "not cached yet" (None is a cached answer)
 # What a sharding carries besides its meaning (`_spelling`).
-_Spelling = tuple[str, IotaDevices | None, bool, bool, bool, tuple[int, ...]]
+_Spelling = tuple[str, IotaDevices | None, bool, bool, bool, tuple[int, ...], bool]
 _RESULTS: dict[tuple[str, Sharding, _Spelling, tuple[int | tuple[int, ...], ...]], "Sharding | None"] = {}
 
 
 def _spelling(s: Sharding) -> _Spelling:
     """What a sharding carries besides its meaning (an operation may hand its input back)."""
     return (s.metadata, s.iota, s.replicate_spelled_as_flag, s.devices_spelled_explicitly, s.named_mesh,
-            s.open_dims)
+            s.open_dims, s.single_device_spelling)
 
 
 # A cache key for a sharding down to its form and spelling (see `exact`).

@@ -37,6 +37,8 @@ program that computes something else:
   each device's own id it would give every device a different value where the global program
   has one.  Inside manual regions it is the program's own device index and is kept.
   (`replica-id` is not affected: partitioning leaves replicas as they are.)
+
+And unreduced shardings (partial sums, JAX's `unreduced=`) are refused: no rule here knows them.
 """
 
 from __future__ import annotations
@@ -121,8 +123,9 @@ def _refuse_per_device_input(module: Module) -> None:
     """Raise an input error for a module this pass cannot partition without changing what it
     computes (see the module docstring): a per-device program, or partition-id outside a
     manual region."""
-    from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+    from hlo_passes.passes.spmd.sharding_propagation import PropagationError, refuse_unreduced
 
+    refuse_unreduced(module)
     entry = module.entry
     if entry is not None and entry.name.endswith("_spmd"):
         raise PropagationError(f"ENTRY {entry.name} is a partitioned (per-device) program, as its name says: its "
