@@ -143,8 +143,8 @@ def split_attributes(tail: str, offset: int, original: str | None = None) -> lis
     if not tail or tail.isspace():
         return []
     starts = list(_ATTR_START.finditer(tail))
-    if not starts or tail[: starts[0].start()].strip():
-        raise Fallback
+    if not starts or tail[: starts[0].start()].strip() or tail.rstrip().endswith(","):
+        raise Fallback  # (a trailing comma: the instruction goes on on the next line)
     result = []
     i = 0
     while i < len(starts):

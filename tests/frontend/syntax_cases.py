@@ -641,5 +641,33 @@ ENTRY e {
   ROOT t = (f32[3], f32[2], u64[], pred[2], bf16[2], f32[0,2], s4[2], c64[2]) tuple(a, b, c, d, f, g, h, i)
 }
 """),
+    "custom_call_scalar_literal": ("a custom-call's scalar literal, a number after the shape (both engines)", """
+HloModule m
+
+ENTRY e {
+  a = f32[8] parameter(0)
+  c = f32[8] custom-call(a), custom_call_target="tgt", literal=s32[] 3
+  ROOT d = f32[8] custom-call(c), custom_call_target="tgt", literal=f32[] -inf
+}
+"""),
+    "instruction_over_two_lines": ("an attribute list continued after a trailing comma", """
+HloModule m
+
+ENTRY e {
+  a = f32[8] parameter(0)
+  ROOT c = f32[8] custom-call(a), custom_call_target="tgt",
+      backend_config="x"
+}
+"""),
+    "single_device_and_unreduced_shardings": ("Shardy's callback sharding and unreduced axes (named and V2)", """
+HloModule m, num_partitions=8
+
+ENTRY e {
+  a = f32[8,4] parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced}}
+  b = f32[8,4] negate(a), sharding={mesh['x'=2,'y'=4], [{'y'}, {}], unreduced={'x'}}
+  c = f32[8,4] custom-call(b), custom_call_target="cb", sharding={single_device[device_id=0]}
+  ROOT t = (f32[8,4], f32[8,4]) tuple(b, c), sharding={{single_device[device_id=1]}, {replicated}}
+}
+"""),
 }
 CASES.update(INFERENCE_CASES)
