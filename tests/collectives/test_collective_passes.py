@@ -275,7 +275,12 @@ _ORDER_SAMPLES = {
     "bf16": [float("-inf"), -3e38, -300.0, -1.5, 0.0, 0.5, 200.0, 300.0, 3e38, float("inf"), float("nan")],
     "f32": [float("-inf"), -3e38, -300.0, -1.5, -0.0, 0.5, 1.0, 200.0, 300.0, 70000.0, 3e38, float("inf"),
             float("nan")],
+    # no infinity: past 448 is NaN
+    "f8e4m3fn": [-448.0, -300.0, -1.5, -0.0, 0.5, 1.0, 192.0, 448.0, float("nan")],
+    "f8e5m2": [float("-inf"), -57344.0, -300.0, -1.5, 0.0, 0.5, 256.0, 57344.0, float("inf"), float("nan")],
+    "f4e2m1fn": [-6.0, -1.5, -0.0, 0.5, 1.0, 6.0],  # saturates: no infinity, no NaN
 }
+_FED_AS_F32 = ("bf16", "f8e4m3fn", "f8e5m2", "f4e2m1fn")  # no numpy type: read as f32 and converted
 
 
 @pytest.mark.parametrize("source", sorted(_ORDER_SAMPLES))
@@ -293,7 +298,7 @@ def test_the_order_rule_for_converts_agrees_with_xla(source):
     a = np.repeat(np.array(samples), n)
     b = np.tile(np.array(samples), n)
     dtype = {"pred": np.bool_, "s8": np.int8, "u8": np.uint8, "s32": np.int32, "u32": np.uint32,
-             "f16": np.float16, "bf16": np.float32, "f32": np.float32}[source]
+             "f16": np.float16}.get(source, np.float32)
     for target in sorted(_ORDER_SAMPLES):
         if target == source:
             continue
@@ -308,9 +313,10 @@ def test_the_order_rule_for_converts_agrees_with_xla(source):
                 f"  b = {source}[{n * n}] parameter(1)\n" + "\n".join(rows) +
                 f"\n  ROOT t = ({', '.join([f'{target}[{n * n}]'] * 4)}) tuple(outer_maximum, inner_maximum, "
                 "outer_minimum, inner_minimum)\n}\n")
-        if source == "bf16":  # no numpy bf16: feed f32 values that bf16 holds exactly
-            text = text.replace("a = bf16", "a32 = f32").replace("b = bf16", "b32 = f32").replace(
-                "  m_maximum", f"  a = bf16[{n * n}] convert(a32)\n  b = bf16[{n * n}] convert(b32)\n  m_maximum")
+        if source in _FED_AS_F32:  # feed f32 values that the type holds exactly
+            text = text.replace(f"a = {source}", "a32 = f32").replace(f"b = {source}", "b32 = f32").replace(
+                "  m_maximum",
+                f"  a = {source}[{n * n}] convert(a32)\n  b = {source}[{n * n}] convert(b32)\n  m_maximum")
         outs = execute_module(text, [a.astype(dtype), b.astype(dtype)])
         wide = [o.astype(np.float64) if o.dtype.kind not in "biu" else o for o in outs]  # bf16 too
         same = all(np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
@@ -472,3 +478,32 @@ def test_collective_fusion_pipeline_and_failure_is_contained(monkeypatch):
     fusion.run(m)
     assert any("all-reduce-combiner failed" in r.message for r in fusion.remarks)
     assert "half-done" not in print_module(m)
+
+
+def test_all_reduce_simplifier_tells_minus_zero_from_zero():
+    """-0.0 on device 0, 0.0 elsewhere: equal as numbers, not alike (1 / x tells them apart),
+    so the sum is not folded into x * 8 (device 0 got -inf where XLA's sum gives +inf)."""
+    text = """HloModule m, num_partitions=8
+
+add { a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b) }
+
+ENTRY e {
+  pid = u32[] partition-id()
+  z = u32[] constant(0)
+  first = pred[] compare(pid, z), direction=EQ
+  nz = f32[] constant(-0.0)
+  pz = f32[] constant(0)
+  v = f32[] select(first, nz, pz)
+  vb = f32[4] broadcast(v), dimensions={}
+  r = f32[4] all-reduce(vb), replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, channel_id=1, to_apply=add
+  one = f32[4] constant({1,1,1,1})
+  ROOT d = f32[4] divide(one, r)
+}
+"""
+    changed, m, _ = run("all-reduce-simplifier", text)
+    assert not changed and len(ops(m, Opcode.ALL_REDUCE)) == 1
+    alike = text.replace("nz = f32[] constant(-0.0)", "nz = f32[] constant(0)")
+    changed, m, _ = run("all-reduce-simplifier", alike)  # the guard: equal bits do fold
+    assert changed and not ops(m, Opcode.ALL_REDUCE)

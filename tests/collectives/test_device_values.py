@@ -42,3 +42,56 @@ def test_a_value_reading_a_parameter_is_not_device_constant_and_stays_so():
         with pytest.raises(NotDeviceConstant, match="parameter"):
             evaluate(tainted)
     assert int(evaluate(module.entry.root.operands[0])) == 3 + 50
+
+
+# Values where numpy's casts and float arithmetic part from XLA's: past each integer type's
+# ends, NaN, fractions, signs (XLA saturates float-to-integer converts and makes NaN 0).
+_FLOATS = [float("nan"), float("inf"), float("-inf"), -3e9, 3e9, -1e19, 1e19, -300.5, -200.0, -129.0, -1.5,
+           -0.5, 0.0, 0.7, 127.9, 200.0, 255.0, 256.0, 65536.0, 2.0 ** 31, 2.0 ** 63, 2.0 ** 64]
+
+
+@pytest.mark.parametrize("target", ["s8", "u8", "s16", "s32", "u32", "s64", "u64", "pred", "f16", "bf16"])
+def test_the_evaluators_convert_is_xlas(target):
+    """Float-to-integer converts evaluated per device equal XLA's own (numpy's cast wrapped
+    256.0 to u8 0 and gave INT_MIN for NaN, so unlike devices looked alike and an offset looked
+    like the device's own shard: wrong programs from all-reduce-simplifier and
+    reduce-scatter-creator)."""
+    import numpy as np
+
+    from hlo_passes.ir.types import PrimitiveType
+    from hlo_passes.passes.collectives.device_values import xla_convert
+    from hlo_passes.runtime import execute_module
+
+    n = len(_FLOATS)
+    text = (f"HloModule c\nENTRY e {{\n  x = f32[{n}] parameter(0)\n  ROOT y = {target}[{n}] convert(x)\n}}\n")
+    x = np.array(_FLOATS, np.float32)
+    (want,) = execute_module(text, [x])
+    got = xla_convert(x, PrimitiveType(target).numpy_dtype())
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.astype(np.float64), want.astype(np.float64), equal_nan=True), (got, want)
+
+
+@pytest.mark.parametrize("etype", ["s8", "s32", "s64", "u64"])
+def test_integer_division_is_exact_and_wraps_as_xla(etype):
+    """divide and remainder of integers past 2^53 (a float64 quotient lost the low bits) and
+    at the type's ends (INT_MIN / -1), against XLA's own."""
+    import numpy as np
+
+    from hlo_passes.ir.types import PrimitiveType
+    from hlo_passes.passes.collectives.device_values import _integer_division
+    from hlo_passes.runtime import execute_module
+
+    dtype = PrimitiveType(etype).numpy_dtype()
+    info = np.iinfo(dtype)
+    a = [info.min, info.min + 1, -7, -1, 0, 5, 7, info.max - 1, info.max, 2 ** 60 + 3 if info.bits == 64 else 3]
+    b = [-1, 3, 2, -3, 7, -2, 1, 2, info.max, 1]
+    if info.min == 0:
+        a, b = [abs(int(v)) for v in a], [abs(int(v)) or 1 for v in b]
+    a_arr, b_arr = np.array(a, dtype), np.array(b, dtype)
+    n = len(a)
+    text = (f"HloModule d\nENTRY e {{\n  a = {etype}[{n}] parameter(0)\n  b = {etype}[{n}] parameter(1)\n"
+            f"  q = {etype}[{n}] divide(a, b)\n  r = {etype}[{n}] remainder(a, b)\n"
+            f"  ROOT t = ({etype}[{n}], {etype}[{n}]) tuple(q, r)\n}}\n")
+    want_q, want_r = execute_module(text, [a_arr, b_arr])
+    assert np.array_equal(_integer_division(a_arr, b_arr, dtype, remainder=False), want_q)
+    assert np.array_equal(_integer_division(a_arr, b_arr, dtype, remainder=True), want_r)

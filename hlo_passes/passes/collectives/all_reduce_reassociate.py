@@ -37,6 +37,43 @@ from hlo_passes.passes.registry import register_pass
 _EXACT_THROUGH_CONVERT = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM})
 
 
+def _lands(value: float, t: PrimitiveType) -> float:
+    """`value` converted to `t` (as ml_dtypes converts, which is XLA's rounding), as a float."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        return float(np.array(value).astype(t.numpy_dtype()).astype(np.float64))
+
+
+def _fits_order_of_float(source: PrimitiveType, target: PrimitiveType) -> bool:
+    """Converting to a float type keeps the order when it rounds and overflows to ±inf (IEEE
+    types) or saturates at its largest value (f4e2m1fn), and a NaN the source may hold stays a
+    NaN.  Types without an infinity that overflow to NaN (f8e4m3fn, the fnuz types,
+    f8e8m0fnu) keep it only if every source value lies within their range: -1000 becomes NaN
+    in f8e4m3fn, and max(NaN, 5) is NaN where convert(max(-1000, 5)) is 5; a type without
+    NaN (f4e2m1fn) cannot hold a source's NaN."""
+    import math
+
+    import ml_dtypes
+    import numpy as np
+
+    if source.is_float and math.isnan(_lands(math.nan, source)) and not math.isnan(_lands(math.nan, target)):
+        return False
+    top, bottom = _lands(math.inf, target), _lands(-math.inf, target)
+    if (math.isinf(top) and math.isinf(bottom)) or (not math.isnan(top) and not math.isnan(bottom) and top > bottom):
+        return True
+    info = ml_dtypes.finfo(target.numpy_dtype())
+    low, high = float(info.min), float(info.max)
+    if source is PrimitiveType.PRED:
+        return low <= 0.0 and high >= 1.0
+    if source.is_integer:
+        bounds = np.iinfo(source.numpy_dtype())
+        return low <= bounds.min and bounds.max <= high
+    source_info = ml_dtypes.finfo(source.numpy_dtype())
+    return (not math.isinf(_lands(math.inf, source)) and low <= float(source_info.min)
+            and float(source_info.max) <= high)
+
+
 def is_order_preserving(source: PrimitiveType, target: PrimitiveType) -> bool:
     """Does converting `source` to `target` keep the order (a ≤ b ⇒ f(a) ≤ f(b)), so that
     max and min commute with it: f(max(a, b)) = max(f(a), f(b))?  Rounding does (float to a
@@ -44,17 +81,23 @@ def is_order_preserving(source: PrimitiveType, target: PrimitiveType) -> bool:
     and a NaN stays a NaN, which max and min propagate either way), widening an integer does
     unless it drops the sign or puts an unsigned value into a signed type of the same width.
     Wrapping does not: a narrower integer (s32 300 → u8 44), a sign
-    change (s32 -1 → u32 4294967295), float to integer (NaN becomes 0), and a signed or float
+    change (s32 -1 → u32 4294967295), float to integer (NaN becomes 0; f4e2m1fn has no NaN and
+    keeps the order), and a signed or float
     value to pred (nonzero is true: -1 and 1 alike); an unsigned one keeps its order there."""
     if source is target:
         return True
     if target.is_float:
-        return source.is_float or source.is_integer or source is PrimitiveType.PRED
+        if not (source.is_float or source.is_integer or source is PrimitiveType.PRED):
+            return False
+        return _fits_order_of_float(source, target)
     if target is PrimitiveType.PRED:  # nonzero is true: in order only where nothing is below zero
         return source.is_integer and not source.is_signed_integer
     if target.is_integer:
         if source is PrimitiveType.PRED:
             return True
+        if source.is_float:  # truncating and saturating keep the order; NaN becomes 0 and does not
+            import math
+            return not math.isnan(_lands(math.nan, source))
         if not source.is_integer or target.bit_width < source.bit_width:
             return False
         if source.is_signed_integer:

@@ -115,8 +115,10 @@ class DeviceEvaluator:
         with np.errstate(over="ignore"):
             if op in _BINARY:
                 return np.asarray(_BINARY[op](args[0], args[1]), dtype)
-        if op in (Opcode.CONVERT, Opcode.COPY):
+        if op is Opcode.COPY:
             return args[0].astype(dtype)
+        if op is Opcode.CONVERT:
+            return xla_convert(args[0], dtype)
         if op in (Opcode.RESHAPE, Opcode.BITCAST):
             return args[0].reshape(shape.dims)
         if op is Opcode.BROADCAST:
@@ -129,8 +131,7 @@ class DeviceEvaluator:
             if np.any(args[1] == 0):
                 raise NotDeviceConstant(f"{instr.name}: division by zero")
             if np.issubdtype(dtype, np.integer):
-                q = np.trunc(args[0].astype(np.float64) / args[1]).astype(dtype)
-                return q if op is Opcode.DIVIDE else np.asarray(args[0] - q * args[1], dtype)
+                return _integer_division(args[0], args[1], dtype, remainder=op is Opcode.REMAINDER)
             return np.asarray(np.divide(args[0], args[1]) if op is Opcode.DIVIDE else np.fmod(*args), dtype)
         if op is Opcode.COMPARE:
             return _COMPARE[instr.comparison_direction](args[0], args[1])
@@ -144,6 +145,41 @@ class DeviceEvaluator:
             return args[0][index]
         assert op is Opcode.DYNAMIC_SLICE
         return dynamic_slice(args[0], [int(a) for a in args[1:]], instr.dynamic_slice_sizes)
+
+
+def xla_convert(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """XLA's convert: a float to an integer truncates toward zero, saturates at the type's
+    ends and makes NaN 0 (numpy's cast wraps or gives INT_MIN there: 256.0 → u8 0, where XLA
+    gives 255); everything else as numpy (and ml_dtypes) casts, which matches XLA: integers
+    wrap, floats round to nearest even."""
+    target = np.dtype(dtype)
+    if target.kind not in "iu" or np.asarray(x).dtype.kind in "biu":
+        return np.asarray(x).astype(target)
+    info = np.iinfo(target)
+    v = np.asarray(x).astype(np.float64)
+    high = v >= float(info.max)   # (float(2^63 - 1) is 2^63: compared, never cast)
+    low = v <= float(info.min)
+    inside = np.where(np.isnan(v) | high | low, 0.0, np.trunc(v)).astype(target)
+    return np.where(high, info.max, np.where(low, info.min, inside)).astype(target)
+
+
+def _integer_division(a: np.ndarray, b: np.ndarray, dtype: np.dtype, *, remainder: bool) -> np.ndarray:
+    """XLA's integer divide (truncating) or remainder (the dividend's sign), exact at any width
+    (through Python integers: a float64 quotient loses the low bits past 2^53) and wrapping as
+    the type does (INT_MIN / -1 is INT_MIN, INT_MIN % -1 is 0)."""
+    target = np.dtype(dtype)
+    bits = target.itemsize * 8
+    low = -(1 << (bits - 1)) if target.kind == "i" else 0
+
+    def one(x: int, y: int) -> int:
+        q = abs(x) // abs(y)
+        q = q if (x >= 0) == (y > 0) else -q
+        v = x - q * y if remainder else q
+        return ((v - low) % (1 << bits)) + low
+
+    xs, ys = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    values = [one(int(x), int(y)) for x, y in zip(xs.reshape(-1).tolist(), ys.reshape(-1).tolist())]
+    return np.array(values, dtype=target).reshape(xs.shape)
 
 
 def clamp_start(start: int, dim: int, size: int) -> int:

@@ -185,7 +185,10 @@ class Replication:
         try:
             for group in self.groups:
                 values = [self._evaluator(d, partitions)(instr) for d in group]
-                if any(not np.array_equal(values[0], v) for v in values[1:]):
+                # bit for bit: -0.0 and 0.0 compare equal and differ (1 / x); and never a NaN
+                # (XLA:CPU's collectives do not propagate one as HLO's max does)
+                if any(values[0].shape != v.shape or values[0].tobytes() != v.tobytes() for v in values[1:]) \
+                        or (values[0].dtype.kind not in "biu" and bool(np.isnan(values[0]).any())):
                     return False
         except NotDeviceConstant:
             return False
