@@ -90,9 +90,9 @@ def import_shardy(module: Module) -> bool:
             if target == FUNC_RESULT:
                 _func_result(instr, meshes, axes)
             elif target == GLOBAL_TO_LOCAL:
-                _manual_boundary(instr, meshes, entering=True)
+                _manual_boundary(instr, meshes, entering=True, enclosing=axes)
             elif target == LOCAL_TO_GLOBAL:
-                _manual_boundary(instr, meshes, entering=False)
+                _manual_boundary(instr, meshes, entering=False, enclosing=axes)
             elif axes and _sdy_entry(instr, "xla.sdy.sharding") is not None:
                 # Inside a manual body the HLO sharding Shardy writes is not the manual one.
                 instr.sharding = _value_sharding(instr, meshes, axes)
@@ -181,11 +181,14 @@ def _local_sharding(value: SdySharding, meshes: Meshes, manual_axes: tuple[AxisR
     return mesh_sharding(mesh, dims, manual_axes)
 
 
-def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool) -> None:
+def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool,
+                     enclosing: tuple[AxisRef, ...] = ()) -> None:
     """GlobalToLocalShape -> Sharding + SPMDFullToShardShape per value;
-    LocalToGlobalShape -> Sharding + SPMDShardToFullShape per value."""
+    LocalToGlobalShape -> Sharding + SPMDShardToFullShape per value.  `enclosing`: the manual
+    axes of the shard_map body this region is nested in, manual on both sides of it."""
     comp = _parent(instr)
-    manual_axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+    own = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+    manual_axes = enclosing + tuple(a for a in own if a not in enclosing)
     values = _shardings_of(instr, "xla.sdy.in_shardings" if entering else "xla.sdy.out_shardings")
     if not values and "sharding" in instr.attributes:
         _manual_boundary_of_exported(instr, entering=entering)
@@ -194,7 +197,7 @@ def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool) -> N
     b = Builder(comp, before=instr, metadata=instr.attributes.get("metadata"))
     results = []
     for i, (operand, value) in enumerate(zip(instr.operands, values)):
-        global_sharding = to_hlo_sharding(value, meshes)
+        global_sharding = to_hlo_sharding(value, meshes, enclosing)
         local = _local_sharding(value, meshes, manual_axes)
         first, second, target = ((global_sharding, local, "SPMDFullToShardShape") if entering
                                  else (local, global_sharding, "SPMDShardToFullShape"))
@@ -277,25 +280,30 @@ def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
 
 
 def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisRef, ...]]:
-    """Manual axes of each computation inside a shard_map body (callees of bodies included)."""
+    """Manual axes of each computation inside a shard_map body (callees of bodies included).
+    A shard_map nested in another's body is manual over both regions' axes: callers are
+    visited first, so the enclosing body's axes are known when its inner region is met."""
     found: dict[Computation, tuple[AxisRef, ...]] = {}
-    for instr in module.all_instructions():
-        if instr.custom_call_target != GLOBAL_TO_LOCAL:
-            continue
-        axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
-        stack = list(instr.users)
-        while stack:
-            user = stack.pop()
-            if user.opcode is Opcode.GET_TUPLE_ELEMENT:
-                stack.extend(user.users)
-            elif user.opcode is Opcode.CALL:
-                for callee in user.called_computations():
-                    _mark(callee, axes, found)
+    for comp in module.computation_post_order()[::-1]:
+        for instr in comp.instructions:
+            if instr.custom_call_target != GLOBAL_TO_LOCAL:
+                continue
+            own = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+            enclosing = found.get(comp, ())
+            axes = enclosing + tuple(a for a in own if a not in enclosing)
+            stack = list(instr.users)
+            while stack:
+                user = stack.pop()
+                if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                    stack.extend(user.users)
+                elif user.opcode is Opcode.CALL:
+                    for callee in user.called_computations():
+                        _mark(callee, axes, found)
     return found
 
 
 def _mark(comp: Computation, axes: tuple[AxisRef, ...], found: dict[Computation, tuple[AxisRef, ...]]) -> None:
-    if comp in found:
+    if len(found.get(comp, ())) >= len(axes) and comp in found:
         return
     found[comp] = axes
     for instr in comp.instructions:

@@ -135,3 +135,39 @@ def test_a_cross_replica_collective_is_no_evidence_of_a_per_device_program():
     assert read_program(parse_module(with_channel)).kind is ProgramKind.PER_DEVICE
     replicas = CROSS_REPLICA_ALL_REDUCE.replace("num_partitions=4", "replica_count=4")
     assert read_program(parse_module(replicas)).kind is ProgramKind.REPLICA
+
+
+# A shard_map nested in another's body, in Shardy's frontend-attribute form: the outer region is
+# manual over 'x', the inner one adds 'y'.  Its shardings name only the inner region's own axes.
+NESTED_SHARD_MAP = r'''HloModule nested, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=2, "y"=4]>}}, allow_spmd_sharding_propagation_to_output={true}
+
+inner_body {
+  p = f32[8,8]{1,0} parameter(0)
+  c = f32[] constant(2)
+  b = f32[8,8]{1,0} broadcast(c), dimensions={}
+  ROOT m = f32[8,8]{1,0} multiply(p, b)
+}
+
+outer_body {
+  a = f32[8,32]{1,0} parameter(0)
+  g2l = f32[8,8]{1,0} custom-call(a), custom_call_target="xla.sdy.GlobalToLocalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.in_shardings="#sdy.sharding_per_value<[<@mesh, [{?}, {\"y\", ?}]>]>",xla.sdy.manual_axes="#sdy<manual_axes{\"y\"}>"}
+  cl = f32[8,8]{1,0} call(g2l), to_apply=inner_body, frontend_attributes={inlineable="xla_late"}
+  ROOT l2g = f32[8,32]{1,0} custom-call(cl), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.manual_axes="#sdy<manual_axes{\"y\"}>",xla.sdy.out_shardings="#sdy.sharding_per_value<[<@mesh, [{?}, {\"y\", ?}]>]>"}
+}
+
+ENTRY main {
+  x = f32[16,32]{1,0} parameter(0), sharding={devices=[2,4]<=[8]}, frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\"x\"}, {\"y\"}]>"}
+  s21 = f32[8,32]{1,0} custom-call(x), custom_call_target="xla.sdy.GlobalToLocalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.in_shardings="#sdy.sharding_per_value<[<@mesh, [{\"x\", ?}, {?}]>]>",xla.sdy.manual_axes="#sdy<manual_axes{\"x\"}>"}
+  s22 = f32[8,32]{1,0} call(s21), to_apply=outer_body, frontend_attributes={inlineable="xla_late"}
+  ROOT s23 = f32[16,32]{1,0} custom-call(s22), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.manual_axes="#sdy<manual_axes{\"x\"}>",xla.sdy.out_shardings="#sdy.sharding_per_value<[<@mesh, [{\"x\", ?}, {?}]>]>"}
+}
+'''
+
+
+def test_a_shard_map_nested_in_another_is_manual_over_both_regions_axes():
+    """The inner region's borders and body are manual over 'x' (the enclosing region's) and 'y'
+    (its own); read as manual over 'y' alone, its border asked to move data between the
+    outer region's manual groups and the partitioner stopped with an internal error."""
+    _, out, _ = partition(NESTED_SHARD_MAP, 8)
+    report = verify_equivalent(NESTED_SHARD_MAP, out, num_devices=8)
+    assert report.ok, report.format()

@@ -72,7 +72,13 @@ def whole_per_manual_group(p: HandlerContext, instr: Instruction, why: str) -> P
     inside the region), its result left whole per group (users slice what they need).  A called
     computation of control flow is copied as manual code, every value in it whole per group."""
     if instr.custom_call_target in ("SPMDFullToShardShape", "SPMDShardToFullShape"):
-        raise AssertionError(f"{instr.name}: a manual region's border has no fallback: {why}")
+        # the shardings on the two sides of the border do not describe one layout (a shard_map
+        # nested in another's body, as Shardy's export writes it, names only its own manual
+        # axes): nothing to partition it into, and an input error, not a crash
+        from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+
+        raise PropagationError(f"{instr.name}: the shardings on the two sides of this manual region's border do "
+                               f"not fit together, so it is not partitioned ({why})")
     values = [p.value(op) for op in instr.operands]
     target = p.target(instr)
     groups = _region_groups([target] + [v.sharding for v in values], p.n)
