@@ -286,19 +286,28 @@ def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisR
     found: dict[Computation, tuple[AxisRef, ...]] = {}
     for comp in module.computation_post_order()[::-1]:
         for instr in comp.instructions:
-            if instr.custom_call_target != GLOBAL_TO_LOCAL:
+            target = instr.custom_call_target
+            if target not in (GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL):
                 continue
             own = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
             enclosing = found.get(comp, ())
             axes = enclosing + tuple(a for a in own if a not in enclosing)
-            stack = list(instr.users)
-            while stack:
-                user = stack.pop()
-                if user.opcode is Opcode.GET_TUPLE_ELEMENT:
-                    stack.extend(user.users)
-                elif user.opcode is Opcode.CALL:
-                    for callee in user.called_computations():
-                        _mark(callee, axes, found)
+            if target == GLOBAL_TO_LOCAL:  # the body is the call that reads the region's inputs
+                stack = list(instr.users)
+                while stack:
+                    user = stack.pop()
+                    if user.opcode is Opcode.GET_TUPLE_ELEMENT:
+                        stack.extend(user.users)
+                    elif user.opcode is Opcode.CALL:
+                        for callee in user.called_computations():
+                            _mark(callee, axes, found)
+            else:  # or the call whose results leave it: a region without inputs (axis_index) has only that
+                for operand in instr.operands:
+                    while operand.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE) and operand.operands:
+                        operand = operand.operands[0]
+                    if operand.opcode is Opcode.CALL:
+                        for callee in operand.called_computations():
+                            _mark(callee, axes, found)
     return found
 
 

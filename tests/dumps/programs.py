@@ -280,6 +280,19 @@ def shard_map_collectives():
     return jax.jit(shard_map_collectives)(x)
 
 
+@program(8, "partially manual shard_map (axis_names={'x'}) reading axis_index: an operand-less manual call")
+def partial_axis_index():
+    m = _mesh((2, 4), ("x", "y"))
+    x = _put(_rand(61, 16, 32), m, P("x", "y"))
+
+    def body(x):
+        return x + lax.axis_index("x").astype(x.dtype) * 100.0
+
+    def partial_axis_index(x):
+        return shard_map(body, mesh=m, in_specs=P("x"), out_specs=P("x"), axis_names={"x"})(x).sum(axis=1)
+    return jax.jit(partial_axis_index)(x)
+
+
 @program(8, "control flow: lax.cond and a fori_loop over a sharded carry, with a psum inside shard_map")
 def control_flow():
     m = _mesh((4, 2), ("data", "model"))

@@ -171,3 +171,36 @@ def test_a_shard_map_nested_in_another_is_manual_over_both_regions_axes():
     _, out, _ = partition(NESTED_SHARD_MAP, 8)
     report = verify_equivalent(NESTED_SHARD_MAP, out, num_devices=8)
     assert report.ok, report.format()
+
+
+@pytest.mark.parametrize("shardy", [True, False])
+def test_axis_index_in_a_partially_manual_region_as_jax_lowers_it(shardy):
+    """JAX lowers `axis_index` inside a partially manual shard_map to an operand-less manual
+    call whose result leaves through LocalToGlobalShape.  Its body is manual (the region has
+    no GlobalToLocalShape to find it by): read otherwise, XLA's partition of the original (the
+    verifier's oracle) refused the partition-id in it."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from hlo_passes.runtime.lowered import lowered_as_compiled
+
+    auto = jax.sharding.AxisType.Auto
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(auto, auto), devices=jax.devices()[:8])
+
+    def body(x):
+        return x + jax.lax.axis_index("x").astype(x.dtype) * 100.0
+
+    def f(x):
+        return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"})(x).sum(axis=1)
+
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        x = jax.device_put(jnp.arange(512, dtype=jnp.float32).reshape(16, 32), NamedSharding(mesh, P("x", "y")))
+        text = lowered_as_compiled(jax.jit(f).lower(x))
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
+    _, out, _ = partition(text, 8)
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format()
