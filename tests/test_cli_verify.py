@@ -99,11 +99,13 @@ def test_exec_summarises_outputs(tmp_path):
 
 def test_result_sharding_for_a_dump_that_does_not_carry_it():
     """XLA's own partitioned dump has no ROOT sharding; XLA tiles this program's third result
-    finer than the program asked, so the sharding the verifier guesses is wrong until the
-    user gives the one JAX reported (golden/corpus/.../meta.json)."""
+    finer than the program asked, so the sharding the verifier guesses does not fit the dump's
+    tiles: no verdict (it said MISMATCH on XLA's own correct program) until the user gives the
+    one JAX reported (golden/corpus/.../meta.json)."""
     d = ROOT / "golden" / "corpus" / "shard_map_collectives_2d"
     original, dump = d / "shard_map_collectives_2d.lowered.gspmd.hlo", d / "shard_map_collectives_2d.xla_spmd.hlo"
-    assert cli("verify", original, dump).returncode == 1
+    guessed = cli("verify", original, dump)
+    assert guessed.returncode == 2 and "give the result's sharding (verify --result-sharding)" in guessed.stderr
     given = ("{{devices=[4,2]<=[8]}, {devices=[4,2]<=[8]}, "
              "{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}}")
     ok = cli("verify", original, dump, "--result-sharding", given)
@@ -285,3 +287,28 @@ def test_supervised_commands_pass_output_and_status_through(tmp_path):
     assert p.returncode == 0 and "EQUIVALENT" in p.stdout + p.stderr
     p = cli("verify", str(tmp_path / "a.hlo"))
     assert p.returncode == 2 and "error" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_result_sharding_guessed_from_xla_that_misfits_is_no_verdict(tmp_path):
+    """REWRITTEN keeps its result tiled but does not say so; XLA's compile here leaves the
+    original's result replicated.  Read as replicated, a device's tile looked like a whole
+    result of the wrong shape, and `verify` said MISMATCH on a correct program; it now says it
+    cannot tell and asks for --result-sharding (exit 2), and with it the verdict is given."""
+    original, rewritten = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    original.write_text("""HloModule m, num_partitions=8, allow_spmd_sharding_propagation_to_output={false}
+ENTRY main {
+  p = f32[8,8] parameter(0), sharding={devices=[1,8]<=[8]}
+  ROOT c = f32[8,8] copy(p)
+}
+""")
+    rewritten.write_text("""HloModule m, num_partitions=8
+ENTRY main_spmd {
+  p = f32[8,1] parameter(0), sharding={devices=[1,8]<=[8]}
+  ROOT c = f32[8,1] copy(p)
+}
+""")
+    r = cli("verify", original, rewritten)
+    assert r.returncode == 2 and "does not cut it into REWRITTEN's tiles" in r.stderr, r.stderr
+    assert "MISMATCH" not in r.stderr + r.stdout
+    r = cli("verify", original, rewritten, "--result-sharding", "{devices=[1,8]<=[8]}")
+    assert r.returncode == 0, r.stderr

@@ -542,19 +542,33 @@ def _run_rewritten_partitioned(a: Module, b: Module, inputs, n, param_shardings,
                                     f"partition ORIGINAL to tell ({'; '.join(why) or 'no shardings'}); "
                                     "give it (verify --result-sharding)")
     try:
-        return run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
+        outs = run_partitioned(b, inputs, param_shardings=param_shardings, root_sharding=root_sharding,
                                global_root_shape=a.entry.root.shape, report=report, platform=platform,
                                num_devices=n)
     except PartitionError as e:
         if not from_xla or "tile; the sharding" not in str(e):
             raise
-        # XLA's compile here chose another layout of the result than the compile that made
-        # REWRITTEN (another jaxlib, other options, or the partially manual regions' hints
-        # this runtime drops before XLA partitions: `partitioned.compile_xla_spmd`)
-        raise VerificationError(f"REWRITTEN does not say how its result is sharded, and the sharding XLA's "
-                                f"partitioner chooses for ORIGINAL here, {_hlo(root_sharding)}, does not cut it "
-                                f"into REWRITTEN's tiles ({e}): XLA laid the result out otherwise when it "
-                                "compiled REWRITTEN; give the result's sharding (verify --result-sharding)") from None
+        raise _guessed_result_sharding_misfits(root_sharding, str(e)) from None
+    if from_xla and not _has_sharding(a.entry.root):
+        # a guess (the original states no result sharding) of {replicated} reads one device's
+        # tile as the whole, of the wrong shape: no verdict either way
+        wanted = [tuple(leaf.dims) for leaf in a.entry.root.shape.leaves()]
+        got = [tuple(np.shape(o)) for o in outs]
+        if len(got) == len(wanted) and got != wanted:
+            bad = next(i for i, (x, y) in enumerate(zip(got, wanted)) if x != y)
+            raise _guessed_result_sharding_misfits(
+                root_sharding, f"output {bad} is {list(got[bad])} per device, not the whole {list(wanted[bad])}")
+    return outs
+
+
+def _guessed_result_sharding_misfits(root_sharding: Sharding | None, detail: str) -> VerificationError:
+    """Nothing to judge: the result sharding taken from XLA's compile here is not the one the
+    compile that made REWRITTEN chose (another jaxlib, other options, or the partially manual
+    regions' hints this runtime drops before XLA partitions: `partitioned.compile_xla_spmd`)."""
+    return VerificationError(f"REWRITTEN does not say how its result is sharded, and the sharding XLA's "
+                             f"partitioner chooses for ORIGINAL here, {_hlo(root_sharding)}, does not cut it "
+                             f"into REWRITTEN's tiles ({detail}): XLA laid the result out otherwise when it "
+                             "compiled REWRITTEN; give the result's sharding (verify --result-sharding)")
 
 
 def _hlo(s: Sharding | None) -> str:
