@@ -390,7 +390,7 @@ def _cpu_rejects(module, names_before: set[str], stage: str) -> str | None:
     """Why XLA:CPU cannot compile what a pass added at this stage, or None: asynchronous
     collectives (its thunk emitter takes only the synchronous ones, at either stage), and after
     scheduling any new op outside a fusion it does not emit standalone."""
-    fused = {c for i in module.all_instructions() if i.opcode is Opcode.FUSION for c in i.called_computations()}
+    fused = module.fused_computations()
     for comp in module.computations:
         if comp in fused:
             continue

@@ -16,7 +16,7 @@ So on such a module (`Module.copies_inserted`: what the jax.jit hook hands passe
 pre- and post-scheduler stages) merging two equal values, or replacing a value by another,
 can make two loops count with one counter, or two scatters write one array: a wrong program,
 which no later XLA pass repairs.  Passes consult `shares_in_place_buffer` before merging, and
-the hook compares `in_place_sharing` before and after the whole pipeline as a safety net.
+the hook compares `in_place_sharing` before and after every pass as a safety net.
 Bitcasts, tuples and get-tuple-elements pass a buffer on (they alias, they do not copy).
 """
 
@@ -153,7 +153,7 @@ def in_place_sharing(module: "Module") -> dict[SharingKey, frozenset[str]]:
     every entry output (position -1), the names of all the buffer's readers.  A rewrite that
     keeps each of its keys' reader sets within the original's (or uses a buffer that only
     that use reads) shares nothing copy insertion kept apart."""
-    fused = {c for i in module.all_instructions() if i.opcode is Opcode.FUSION for c in i.called_computations()}
+    fused = module.fused_computations()
     sharing: dict[SharingKey, frozenset[str]] = {}
     for comp in module.computations:
         if comp in fused:

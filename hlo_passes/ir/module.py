@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, cast
 from hlo_passes.ir.attributes import Attr, reader_for
 from hlo_passes.ir.computation import Computation, IRError
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import Shape
 from hlo_passes.ir.snapshot import ComputationsSnapshot, ModuleSnapshot
 from hlo_passes.ir.types import PRIMITIVE_TYPES_BY_NAME
@@ -269,6 +270,10 @@ class Module:
     def all_instructions(self) -> Iterator[Instruction]:
         for comp in self.computations:
             yield from comp.instructions
+
+    def fused_computations(self) -> set[Computation]:
+        """The computations fusions call: their instructions are one kernel, not ops of their own."""
+        return {c for i in self.all_instructions() if i.opcode is Opcode.FUSION for c in i.called_computations()}
 
     def computation_post_order(self) -> list[Computation]:
         """Callees before callers (each computation's callees in the order its instructions

@@ -145,7 +145,7 @@ def _crosses_replicas_only(instr: Instruction) -> bool:
     in each device's (a partitioner leaves them be; with one replica a channel-less
     all-reduce is a copy).  An async `*-done` carries no channel id: its start is the
     evidence."""
-    return instr.opcode is Opcode.REPLICA_ID or (instr.opcode.is_collective and instr.attr("channel_id") is None)
+    return instr.opcode is Opcode.REPLICA_ID or (instr.opcode.is_collective and instr.channel_id is None)
 
 
 def spmd_artifacts(module: Module) -> str | None:

@@ -67,7 +67,7 @@ def has_partially_manual_regions(module: Module) -> bool:
     mesh_sizes = [len(m.axes) for m in meshes.values()]
     for instr in module.all_instructions():
         if instr.custom_call_target == GLOBAL_TO_LOCAL:
-            axes = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+            axes = _region_axes(instr)
             if mesh_sizes and len(axes) < max(mesh_sizes):
                 return True
     return False
@@ -187,8 +187,7 @@ def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool,
     LocalToGlobalShape -> Sharding + SPMDShardToFullShape per value.  `enclosing`: the manual
     axes of the shard_map body this region is nested in, manual on both sides of it."""
     comp = _parent(instr)
-    own = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
-    manual_axes = enclosing + tuple(a for a in own if a not in enclosing)
+    manual_axes = _region_axes(instr, enclosing)
     values = _shardings_of(instr, "xla.sdy.in_shardings" if entering else "xla.sdy.out_shardings")
     if not values and "sharding" in instr.attributes:
         _manual_boundary_of_exported(instr, entering=entering)
@@ -279,6 +278,13 @@ def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
     comp.remove(instr)
 
 
+def _region_axes(boundary: Instruction, enclosing: tuple[AxisRef, ...] = ()) -> tuple[AxisRef, ...]:
+    """The manual axes inside the region a Global/LocalToGlobalShape `boundary` borders: those
+    of the shard_map body it is nested in (`enclosing`), then its own."""
+    own = read_manual_axes(_sdy_entry(boundary, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
+    return enclosing + tuple(a for a in own if a not in enclosing)
+
+
 def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisRef, ...]]:
     """Manual axes of each computation inside a shard_map body (callees of bodies included).
     A shard_map nested in another's body is manual over both regions' axes: callers are
@@ -289,9 +295,7 @@ def _manual_axes_by_computation(module: Module) -> dict[Computation, tuple[AxisR
             target = instr.custom_call_target
             if target not in (GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL):
                 continue
-            own = read_manual_axes(_sdy_entry(instr, "xla.sdy.manual_axes") or "#sdy<manual_axes{}>")
-            enclosing = found.get(comp, ())
-            axes = enclosing + tuple(a for a in own if a not in enclosing)
+            axes = _region_axes(instr, found.get(comp, ()))
             if target == GLOBAL_TO_LOCAL:  # the body is the call that reads the region's inputs
                 stack = list(instr.users)
                 while stack:

@@ -104,9 +104,7 @@ def random_array(rng: np.random.Generator, shape: ArrayShape, *, positive: bool 
     if etype is PrimitiveType.PRED:
         return rng.integers(0, 2, dims).astype(bool)
     top = 2 if etype.bit_width <= 2 else 5
-    bottom = 1 if positive else (-top + 1 if etype.is_signed_integer and not counting else 0)
-    if etype.bit_width <= 2 and bottom < 0:
-        bottom = -2
+    bottom = 1 if positive else (-min(top, 4) if etype.is_signed_integer and not counting else 0)
     return rng.integers(bottom, top, dims).astype(dtype)
 
 

@@ -22,6 +22,8 @@ one step at a time.
 
 from __future__ import annotations
 
+import math
+
 from hlo_passes.ir.builder import Builder, next_channel_id
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -52,8 +54,6 @@ def _fits_order_of_float(source: PrimitiveType, target: PrimitiveType) -> bool:
     f8e8m0fnu) keep it only if every source value lies within their range: -1000 becomes NaN
     in f8e4m3fn, and max(NaN, 5) is NaN where convert(max(-1000, 5)) is 5; a type without
     NaN (f4e2m1fn) cannot hold a source's NaN."""
-    import math
-
     import ml_dtypes
     import numpy as np
 
@@ -96,7 +96,6 @@ def is_order_preserving(source: PrimitiveType, target: PrimitiveType) -> bool:
         if source is PrimitiveType.PRED:
             return True
         if source.is_float:  # truncating and saturating keep the order; NaN becomes 0 and does not
-            import math
             return not math.isnan(_lands(math.nan, source))
         if not source.is_integer or target.bit_width < source.bit_width:
             return False

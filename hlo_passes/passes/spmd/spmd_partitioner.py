@@ -88,7 +88,7 @@ class SpmdPartitioner(ModulePass):
         if n <= 1:
             self.remark(None, "num_partitions is 1: nothing to partition", "missed")
             return False
-        _refuse_per_device_input(module)
+        _refuse_what_it_cannot_partition(module)
         model = CostModel.for_profile(self.options.cost_profile)
         with collector_paused():  # see hlo_passes/_gc.py: on a 24-layer step it ran 1.4 of 5 s
             # see plan_trials: a lookup's conflict is tried both ways, from the module as it is now
@@ -119,10 +119,10 @@ class SpmdPartitioner(ModulePass):
             _cleanup(module, self)
 
 
-def _refuse_per_device_input(module: Module) -> None:
+def _refuse_what_it_cannot_partition(module: Module) -> None:
     """Raise an input error for a module this pass cannot partition without changing what it
-    computes (see the module docstring): a per-device program, or partition-id outside a
-    manual region."""
+    computes (see the module docstring): unreduced values, a per-device program, or
+    partition-id outside a manual region."""
     from hlo_passes.passes.spmd.sharding_propagation import PropagationError, refuse_unreduced
 
     refuse_unreduced(module)

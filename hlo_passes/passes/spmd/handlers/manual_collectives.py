@@ -16,7 +16,7 @@ Otherwise (or for a variadic collective) ManualGroupsMismatch sends the op to th
 operand gathered over the automatic axes, the collective run on whole values.  partition-id and
 replica-id are copied: the program computes its manual axis index from them.  Outside manual
 regions replica-id is replicated (partitioning leaves replicas as they are) and partition-id
-never arrives: spmd-partition refuses such a module first (`_refuse_per_device_input`).
+never arrives: spmd-partition refuses such a module first (`_refuse_what_it_cannot_partition`).
 
 Outside manual regions a cross-replica all-reduce (no channel id) runs tile by tile; every other
 collective there has no rule (fallback.replicate).
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
+from hlo_passes.passes.spmd.handlers.elementwise import elementwise
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.partition_context import (ManualGroupsMismatch, PValue, is_partially_manual,
                                                        local_shape, pair_on_other_tiles, tile_map, to_sharding)
@@ -43,7 +43,11 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
     operand_pm = len(instr.operands) == 1 and is_partially_manual(p.operand(instr, 0).sharding)
     if not (is_partially_manual(target) or operand_pm):
         if instr.opcode is Opcode.ALL_REDUCE and instr.channel_id is None and len(instr.operands) == 1:
-            return _cross_replica_all_reduce(p, instr, target)
+            # combines each element with its twins on other replicas, never across partitions:
+            # every replica's array is cut into the same tiles, so it runs tile by tile, as an
+            # elementwise op does (XLA's partitioner treats it so); uneven tiles' padding meets
+            # only padding
+            return elementwise(p, instr)
         return replicate(p, instr)
     if instr.shape.is_tuple or len(instr.operands) != 1:
         raise ManualGroupsMismatch(f"{instr.name}: a variadic {instr.opcode.value} is not partitioned")
@@ -62,15 +66,6 @@ def collective(p: HandlerContext, instr: Instruction) -> PValue:
     x = p.operand_as(instr, 0, sharding)
     new = p.clone(instr, [x], local_shape(instr.shape, sharding))
     return p.reshard(PValue(new, sharding, instr.shape), target)
-
-
-def _cross_replica_all_reduce(p: HandlerContext, instr: Instruction, target: Sharding) -> PValue:
-    """An all-reduce without a channel id combines the same element across replicas, never
-    across partitions: partitioning cuts every replica's array into the same tiles, so the sum
-    runs tile by tile, like an elementwise op (XLA's partitioner does the same).  Padding of
-    uneven tiles stays "don't care": each element only meets its twins on other replicas."""
-    x = p.operand_as(instr, 0, target)
-    return PValue(p.clone(instr, [x], local_shape(instr.shape, target)), target, instr.shape)
 
 
 @handles(Opcode.PARTITION_ID, Opcode.REPLICA_ID)
