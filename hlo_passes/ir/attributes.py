@@ -275,6 +275,27 @@ class FrontendAttributes:
         return "{" + ",".join(parts) + "}"
 
 
+@dataclass(frozen=True, slots=True)
+class OutputOperandAliasing:
+    """`output_to_operand_aliasing={{0}: (1, {}), {1}: (0, {0})}` on a fusion or custom-call:
+    the output at each shape index shares the buffer of an operand (at its shape index).  After
+    copy insertion that operand's buffer is written in place (ir/buffers.py)."""
+
+    entries: tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...] = ()  # (output, operand, operand index)
+
+    @property
+    def operands(self) -> frozenset[int]:
+        """The operand positions whose buffers the outputs take over."""
+        return frozenset(operand for _, operand, _ in self.entries)
+
+    def to_hlo(self) -> str:
+        def index(ix: tuple[int, ...]) -> str:
+            return "{" + ",".join(map(str, ix)) + "}"
+
+        return "{" + ", ".join(f"{index(out)}: ({operand}, {index(ix)})"
+                               for out, operand, ix in self.entries) + "}"
+
+
 # ----------------------------------------------------------------- typed views --
 @dataclass(frozen=True, slots=True)
 class DotDimensions:

@@ -22,7 +22,6 @@ Bitcasts, tuples and get-tuple-elements pass a buffer on (they alias, they do no
 
 from __future__ import annotations
 
-import re
 
 from typing import TYPE_CHECKING
 
@@ -75,9 +74,9 @@ def in_place_operands(instr: Instruction) -> frozenset[int]:
         found.update(_updated_operands(instr))
     if op is Opcode.FUSION:
         found.update(_fused_in_place_parameters(instr))
-    aliasing = instr.attributes.get("output_to_operand_aliasing")
+    aliasing = instr.attr("output_to_operand_aliasing")
     if aliasing is not None:
-        found.update(int(n) for n in re.findall(r"\(\s*(\d+)", str(aliasing)))
+        found.update(aliasing.operands)
     return frozenset(k for k in found if k < len(instr.operands))
 
 

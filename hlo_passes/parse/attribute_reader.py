@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, cast
 import lark
 from lark import Token
 
-from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata, PaddingConfig,
-                                      ShapeList, SliceSpec, Window, WindowDimension, register_readers)
+from hlo_passes.ir.attributes import (ConvDimensionLabels, FrontendAttributes, OpMetadata, OutputOperandAliasing,
+                                      PaddingConfig, ShapeList, SliceSpec, Window, WindowDimension, register_readers)
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
@@ -496,6 +496,28 @@ def _read_int_list(raw: str) -> tuple[int, ...]:
     return cast("tuple[int, ...]", _structured("attr_int_list")(raw))
 
 
+_ALIASING_ENTRY = re.compile(r"\{([0-9,\s]*)\}\s*:\s*\(\s*([0-9]+)\s*,\s*\{([0-9,\s]*)\}\s*\)")
+
+
+def _read_output_operand_aliasing(raw: str) -> OutputOperandAliasing:
+    """`{{0}: (1, {}), {1}: (0, {0})}`, checked entry by entry."""
+    body = raw.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        raise AttributeError_(f"expected {{<output index>: (<operand>, <operand index>), ...}}, got '{raw}'")
+    entries = []
+    parts = split_top_level(body[1:-1])
+    if parts and not parts[-1].strip():
+        parts = parts[:-1]  # XLA's list reader takes a trailing comma (and `{}`)
+    for part in parts:
+        m = _ALIASING_ENTRY.fullmatch(part.strip())
+        if m is None:
+            raise AttributeError_(f"expected <output index>: (<operand>, <operand index>), got '{part.strip()}'")
+        out, operand, index = m.groups()
+        entries.append((_ints(x.strip() for x in out.split(",") if x.strip()), _read_int(operand),
+                        _ints(x.strip() for x in index.split(",") if x.strip())))
+    return OutputOperandAliasing(tuple(entries))
+
+
 def _read_word(raw: str) -> str:
     return raw
 
@@ -548,6 +570,7 @@ READERS: dict[str, Callable[[str], Any]] = {
     "allow_spmd_sharding_propagation_to_output": _read_bool_list,
     "parameter_replication": _read_bool_list,
     "operand_layout_constraints": _read_shape_list,
+    "output_to_operand_aliasing": _read_output_operand_aliasing,
     **{k: _read_int_list for k in _INT_LIST_KEYS},
     **{k: _read_int for k in _INT_KEYS},
     **{k: _read_bool for k in _BOOL_KEYS},

@@ -248,10 +248,7 @@ _SHAPE_INDEX = r"\{\s*(?:[0-9]+\s*(?:,\s*[0-9]+\s*)*)?\}"
 
 def check_instruction_aliasing(raw: str) -> None:
     """output_to_operand_aliasing={{0}: (1, {}), {1}: (0, {0})}"""
-    entry = rf"{_SHAPE_INDEX}\s*:\s*\(\s*[0-9]+\s*,\s*{_SHAPE_INDEX}\s*\)"
-    if not re.fullmatch(rf"\{{\s*(?:{entry}(?:\s*,\s*{entry})*)?\s*\}}", raw):
-        raise AttributeValueError("expects entries like {<output index>: (<operand>, <operand index>)}, "
-                                  f"got {quote(raw)}")
+    _typed("output_to_operand_aliasing")(raw)
 
 
 # A module's input_output_alias={ {0}: (0, {}, may-alias) } and buffer_donor={ (0, {}) }.

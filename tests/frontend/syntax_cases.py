@@ -401,6 +401,29 @@ ENTRY e {
   ROOT s = (f32[], f32[4]) scan(c, x), dimensions={0}, to_apply=body, num_carries=1, is_reverse=true
 }
 """),
+    "output_to_operand_aliasing": ("a fusion's and custom-calls' output/operand aliasing: tuple "
+                                   "indices, spaces, a trailing comma and the empty list, as XLA reads them", """
+HloModule m
+
+fused {
+  a = f32[4] parameter(0)
+  b = f32[2] parameter(1)
+  n = f32[4] negate(a)
+  ROOT t = (f32[4], f32[2]) tuple(n, b)
+}
+
+ENTRY e {
+  p0 = f32[4] parameter(0)
+  p1 = (f32[4], f32[2]) parameter(1)
+  c = (f32[4], f32[2]) custom-call(p0, p1), custom_call_target="foo", output_to_operand_aliasing={{0}: (1, {0}), {1}: (1, {1})}
+  d = f32[4] custom-call(p0), custom_call_target="bar", output_to_operand_aliasing={ {} : ( 0 , { } ), }
+  e = f32[4] custom-call(d), custom_call_target="baz", output_to_operand_aliasing={}
+  g0 = f32[4] get-tuple-element(c), index=0
+  g1 = f32[2] get-tuple-element(c), index=1
+  f = (f32[4], f32[2]) fusion(g0, g1), kind=kLoop, calls=fused, output_to_operand_aliasing={{0}: (0, {}), {1}: (1, {})}
+  ROOT t = ((f32[4], f32[2]), f32[4]) tuple(f, e)
+}
+"""),
 }
 
 # Forms XLA's parser accepts that hand-written HLO uses: shapes left out (XLA infers them),
