@@ -119,6 +119,28 @@ def test_the_sharing_check_sees_outputs_returned_twice_and_parameters_written_in
                for p in new_sharing(in_place_sharing(base), in_place_sharing(param)))
 
 
+def test_the_sharing_check_follows_an_output_through_a_loop_to_the_parameter_it_started_in():
+    """w1 passes the entry parameter n through its state unchanged, so w1's element 1 is n's
+    buffer; copy insertion returns a copy of it.  A rewrite that drops the copy returns the
+    parameter's buffer as an output, however many loops it passed through."""
+    kept = parse_module(LOOPS.replace("ROOT out = (s32[], s32[]) tuple(r1, r2)",
+                                      "m1 = s32[] get-tuple-element(w1), index=1\n  cm = s32[] copy(m1)\n"
+                                      "  ROOT out = (s32[], s32[]) tuple(cm, r2)"))
+    dropped = parse_module(LOOPS.replace("ROOT out = (s32[], s32[]) tuple(r1, r2)",
+                                         "m1 = s32[] get-tuple-element(w1), index=1\n"
+                                         "  ROOT out = (s32[], s32[]) tuple(m1, r2)"))
+    problems = new_sharing(in_place_sharing(kept), in_place_sharing(dropped))
+    assert any(p.startswith("m1's buffer (an entry parameter's") for p in problems), problems
+    # element 0 starts in a copy (c1): returning it needs no copy of its own
+    outputs = {key: readers for key, readers in in_place_sharing(parse_module(LOOPS)).items() if key[1] < 0}
+    assert outputs and not any("<read-only>" in readers for readers in outputs.values())
+    # through two loops: w2's element 1 is r1 = w1's element 0 (c1); element 1 of a loop fed n
+    two = parse_module(LOOPS.replace("t2 = (s32[], s32[]) tuple(c2, r1)", "t2 = (s32[], s32[]) tuple(c2, n)")
+                       .replace("ROOT out = (s32[], s32[]) tuple(r1, r2)",
+                                "m2 = s32[] get-tuple-element(w2), index=1\n  ROOT out = (s32[], s32[]) tuple(r1, m2)"))
+    assert any(p.startswith("m2's buffer") for p in new_sharing(in_place_sharing(kept), in_place_sharing(two)))
+
+
 def test_what_cse_must_not_merge_after_copy_insertion():
     m = parse_module(LOOPS)
     by_name = {i.name: i for i in m.entry.instructions}

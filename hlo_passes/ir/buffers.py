@@ -134,14 +134,36 @@ def leaf_definers(value: Instruction) -> list[Instruction]:
     return found
 
 
+def loop_state_origin(definer: Instruction) -> Instruction:
+    """The definer of the buffer a loop's state element starts in: a while's result shares its
+    operand's buffer element by element (its body writes the state in place), so an element
+    read from a loop is, buffer-wise, what was passed in, through any number of loops."""
+    while True:
+        if definer.opcode is Opcode.WHILE:
+            definer = buffer_definer(definer.operands[0])
+        elif definer.opcode is Opcode.GET_TUPLE_ELEMENT and definer.operands[0].opcode is Opcode.WHILE:
+            state = buffer_definer(definer.operands[0].operands[0])
+            if state.opcode is not Opcode.TUPLE:
+                return definer
+            definer = buffer_definer(state.operands[definer.tuple_index])
+        else:
+            return definer
+
+
+def _read_only(definer: Instruction) -> bool:
+    """Is `definer`'s buffer an entry parameter's or a constant's (never the program's to write
+    or to hand out as an output)?"""
+    return definer.opcode is Opcode.CONSTANT or (definer.opcode is Opcode.PARAMETER and definer.parent is not None
+                                                 and definer.parent.is_entry)
+
+
 SharingKey = tuple[str, int, str]
 _READ_ONLY = "<read-only>"  # among a key's readers: the buffer is an entry parameter's or a constant's
 
 
 def _readers(definer: Instruction) -> frozenset[str]:
     names = {f"{u.name}#{k}" for u, k in buffer_uses(definer)}
-    if definer.opcode is Opcode.CONSTANT or (definer.opcode is Opcode.PARAMETER and definer.parent is not None
-                                             and definer.parent.is_entry):
+    if _read_only(definer):
         names.add(_READ_ONLY)
     return frozenset(names)
 
@@ -163,6 +185,8 @@ def in_place_sharing(module: "Module") -> dict[SharingKey, frozenset[str]]:
                 for definer in leaf_definers(instr):
                     key = (f"{comp.name}/ROOT", -1, definer.name)
                     readers = _readers(definer)
+                    if _read_only(loop_state_origin(definer)):  # an output a loop passed a parameter through to
+                        readers |= {_READ_ONLY}
                     # two outputs with one definer: the key repeats; record it as shared
                     sharing[key] = readers | ({"<twice>"} if key in sharing else frozenset())
             for k in positions:
@@ -184,7 +208,8 @@ def new_sharing(before: dict[SharingKey, frozenset[str]], after: dict[SharingKey
             if "<twice>" in readers - old:
                 problems.append(f"{definer} is now returned twice by the entry")
             elif _READ_ONLY in readers - old:
-                problems.append(f"{definer} (an entry parameter or a constant) is now returned by the entry")
+                problems.append(f"{definer}'s buffer (an entry parameter's or a constant's, perhaps through a "
+                                "loop's state) is now returned by the entry")
         elif key in before:
             if not readers <= old:
                 problems.append(f"{definer} is written in place by {user} and now also read by "
@@ -199,4 +224,4 @@ def new_sharing(before: dict[SharingKey, frozenset[str]], after: dict[SharingKey
 
 
 __all__ = ["ALIASING", "buffer_definer", "buffer_uses", "in_place_operands", "in_place_sharing", "leaf_definers",
-           "new_sharing", "shares_in_place_buffer"]
+           "loop_state_origin", "new_sharing", "shares_in_place_buffer"]
