@@ -547,8 +547,8 @@ class Instruction:
     def sharding(self, value: Sharding | None) -> None:
         if value is None:
             self.remove_attr("sharding")
-        else:
-            self.set_attr("sharding", value)
+        else:  # XLA's form: one entry per array leaf, however the value was built
+            self.set_attr("sharding", value.flattened())
 
     @property
     def metadata(self) -> OpMetadata | None:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Hashable, Iterable
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike
+
+    from hlo_passes.ir.shape import Shape
 else:
     from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
@@ -393,8 +395,48 @@ class Sharding:
         return tuple(i * s for i, s in zip(self.tile_index(device), shape))
 
     def element(self, index: int) -> "Sharding":
-        """Sharding of tuple element `index` (the sharding itself when not a tuple)."""
+        """Sharding of tuple element `index` (the sharding itself when not a tuple), for a
+        tuple whose elements are all arrays (XLA's flat form and the nested one coincide);
+        `subsharding` knows the shape and takes nested tuples too."""
         return self.elements[index] if self.kind is ShardingKind.TUPLE else self
+
+    # A tuple sharding in XLA's form (HLO text, HloSharding) has one entry per array leaf of
+    # the shape, depth first: `((a, b), c)` takes three, an empty tuple inside none.  The
+    # partitioner builds tuples element by element, so its values may be nested (one entry per
+    # tuple element, itself a tuple for a tuple element); `leaves` and `subsharding` read both
+    # forms, and an instruction's sharding is always stored flat (`Instruction.sharding`).
+    @property
+    def is_nested(self) -> bool:
+        return self.kind is ShardingKind.TUPLE and any(e.kind is ShardingKind.TUPLE for e in self.elements)
+
+    def leaves(self) -> tuple["Sharding", ...]:
+        """One sharding per array leaf, depth first (XLA's tuple_elements)."""
+        if self.kind is not ShardingKind.TUPLE:
+            return (self,)
+        if not self.is_nested:
+            return self.elements
+        return tuple(leaf for e in self.elements for leaf in e.leaves())
+
+    def flattened(self) -> "Sharding":
+        """This sharding in XLA's flat form."""
+        return Sharding.tuple_of(self.leaves()) if self.is_nested else self
+
+    def subsharding(self, shape: "Shape", index: int) -> "Sharding":
+        """Sharding of tuple element `index` of a value of `shape` (XLA's GetSubSharding with a
+        one-element index), from either form; a tuple element's is a flat tuple sharding."""
+        if self.kind is not ShardingKind.TUPLE:
+            return self
+        if self.is_nested:
+            return self.elements[index]
+        elements = shape.elements  # type: ignore[attr-defined]  # a tuple shape: the caller's
+        start = sum(len(e.leaves()) for e in elements[:index])
+        element = elements[index]
+        if element.is_tuple:
+            return Sharding.tuple_of(self.elements[start:start + len(element.leaves())])
+        if start >= len(self.elements):
+            raise ValueError(f"tuple sharding {self.to_hlo()} has no entry for element {index} of "
+                             f"{shape.to_hlo()}")
+        return self.elements[start]
 
     def without_metadata(self) -> "Sharding":
         from dataclasses import replace
@@ -413,7 +455,7 @@ class Sharding:
 
     def to_hlo(self) -> str:
         if self.kind is ShardingKind.TUPLE:
-            return "{" + ", ".join(e.to_hlo() for e in self.elements) + "}"
+            return "{" + ", ".join(e.to_hlo() for e in self.leaves()) + "}"
         return "{" + self._body() + "}"
 
     def _body(self) -> str:

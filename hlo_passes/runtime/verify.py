@@ -846,7 +846,7 @@ def _global_shape(shape, sharding: Sharding):
     """The global shape of a per-device shape under `sharding` (tiles × tile dims; uneven
     dims cannot be recovered and are reported as their padded size)."""
     if shape.is_tuple:
-        return TupleShape(tuple(_global_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
+        return TupleShape(tuple(_global_shape(e, sharding.subsharding(shape, i)) for i, e in enumerate(shape.elements)))
     if sharding is None or not sharding.is_tiled:
         return shape
     return shape.with_dims([d * t for d, t in zip(shape.dims, sharding.data_tile_dims)])

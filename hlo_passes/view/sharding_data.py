@@ -72,7 +72,7 @@ def tile_shape_text(shape: Shape, sharding: Sharding | None) -> str | None:
 def bytes_on_device(shape: Shape, sharding: Sharding | None, device: int) -> int:
     """Bytes of a global value that `device` holds under `sharding` (padded tiles, as XLA pads)."""
     if shape.is_tuple:
-        return sum(bytes_on_device(e, sharding.element(k) if sharding is not None else None, device)
+        return sum(bytes_on_device(e, sharding.subsharding(shape, k) if sharding is not None else None, device)
                    for k, e in enumerate(shape.elements))
     if sharding is None or sharding.kind in (ShardingKind.REPLICATED, ShardingKind.MANUAL, ShardingKind.UNKNOWN):
         return shape.byte_size()

@@ -154,7 +154,7 @@ def local_shape(shape: Shape, sharding: Sharding) -> Shape: ...
 def local_shape(shape: Shape, sharding: Sharding) -> Shape:
     """Per-device shape: ceil(dim / tiles) on tiled dims."""
     if isinstance(shape, TupleShape):
-        return TupleShape(tuple(local_shape(e, sharding.element(i)) for i, e in enumerate(shape.elements)))
+        return TupleShape(tuple(local_shape(e, sharding.subsharding(shape, i)) for i, e in enumerate(shape.elements)))
     if not isinstance(shape, ArrayShape) or sharding.kind is not ShardingKind.TILED or shape.rank == 0:
         return shape
     # Kept per shape object and tile counts: a model's instructions share a few dozen shape

@@ -586,8 +586,8 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
         b = em.b()
         parts: list[Instruction] = []
         for i in range(len(shape.elements)):
-            elem = PValue(b.get_tuple_element(value.instr, i), value.sharding.element(i), shape.elements[i])
-            parts.append(reshard(em, elem, dst.element(i)).instr)
+            elem = PValue(b.get_tuple_element(value.instr, i), value.sharding.subsharding(shape, i), shape.elements[i])
+            parts.append(reshard(em, elem, dst.subsharding(shape, i)).instr)
         return PValue(b.tuple(parts), dst, shape)
     assert isinstance(shape, ArrayShape)
     frame = manual_frame(value.sharding, dst, shape.rank, em.n) if shape.element_type.is_array else None

@@ -193,7 +193,7 @@ def target_sharding(instr: Instruction) -> Sharding:
 
 def _complete(s: Sharding | None, shape: Shape) -> Sharding:
     if isinstance(shape, TupleShape):
-        elems = [s.element(i) if s is not None and s.is_tuple else s for i in range(len(shape.elements))]
+        elems = [s.subsharding(shape, i) if s is not None and s.is_tuple else s for i in range(len(shape.elements))]
         return Sharding.tuple_of(_complete(e, sh) for e, sh in zip(elems, shape.elements))
     if s is None or s.kind in (ShardingKind.UNKNOWN, ShardingKind.MAXIMAL) or s.is_tuple:
         return Sharding.replicated()
@@ -360,7 +360,8 @@ class Partitioner:
             whole = self._wider.get(self.values[op.operands[0]].instr)
             if whole is not None and whole.sharding.is_tuple:
                 index: int = op.attr("index")
-                wider = PValue(self.em.b().get_tuple_element(whole.instr, index), whole.sharding.element(index),
+                wider = PValue(self.em.b().get_tuple_element(whole.instr, index),
+                               whole.sharding.subsharding(op.operands[0].shape, index),
                                op.shape)
                 self._wider[value.instr] = wider
         if wider is None:
@@ -378,7 +379,7 @@ class Partitioner:
         its own way in the loop, would otherwise all-to-all a zero stack of layers)."""
         if op.opcode is not Opcode.TUPLE or not sharding.is_tuple:
             return None
-        parts = [self.resharded(e, sharding.element(k)) for k, e in enumerate(op.operands)]
+        parts = [self.resharded(e, sharding.subsharding(op.shape, k)) for k, e in enumerate(op.operands)]
         return PValue(self.em.b().tuple([v.instr for v in parts]), sharding, op.shape)
 
     def _made_again(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue | None:
@@ -413,7 +414,8 @@ class Partitioner:
         tuple alike)?  Manual shardings are left out: their wider forms are per group."""
         if isinstance(shape, TupleShape):
             return (src.is_tuple and dst.is_tuple
-                    and all(self._only_slices(src.element(k), dst.element(k), e) for k, e in enumerate(shape.elements)))
+                    and all(self._only_slices(src.subsharding(shape, k), dst.subsharding(shape, k), e)
+                            for k, e in enumerate(shape.elements)))
         if is_manual(src) or is_manual(dst):
             return False
         found = reshard_cost(src, dst, shape, self.ctx.n, self.ctx.cost_model)

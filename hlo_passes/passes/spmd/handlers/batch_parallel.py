@@ -142,7 +142,7 @@ def _array(shape: Shape) -> ArrayShape:
 
 
 def _leaf_shardings(s: Sharding, shape: Shape) -> list[Sharding]:
-    return [s.element(i) for i in range(len(shape.elements))] if isinstance(shape, TupleShape) else [s]
+    return [s.subsharding(shape, i) for i in range(len(shape.elements))] if isinstance(shape, TupleShape) else [s]
 
 
 __all__ = ["batch_parallel"]

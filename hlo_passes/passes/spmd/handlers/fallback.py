@@ -45,7 +45,7 @@ def whole_in_manual_groups(sharding: Sharding, shape: Shape, n: int, groups: Til
     (which inside a region means the same: whole per group)."""
     if sharding.is_tuple:
         assert isinstance(shape, TupleShape)
-        return Sharding.tuple_of(whole_in_manual_groups(sharding.element(i), e, n, groups)
+        return Sharding.tuple_of(whole_in_manual_groups(sharding.subsharding(shape, i), e, n, groups)
                                  for i, e in enumerate(shape.elements))
     if is_fully_manual(sharding) or not isinstance(shape, ArrayShape):
         return sharding

@@ -50,7 +50,7 @@ def get_tuple_element(p: HandlerContext, instr: Instruction) -> PValue:
     t = p.operand(instr, 0)
     index: int = instr.attr("index")
     new = p.clone(instr, [t.instr], _tuple_shape_of(t.instr).elements[index])
-    return PValue(new, t.sharding.element(index), instr.shape)
+    return PValue(new, t.sharding.subsharding(instr.operands[0].shape, index), instr.shape)
 
 
 @handles(Opcode.OPTIMIZATION_BARRIER)
