@@ -277,7 +277,9 @@ class Instruction:
         self.control_predecessors = NO_CONTROL_EDGES
 
     def replace_all_uses_with(self, new: "Instruction") -> None:
-        """Users of `self` use `new` instead; the computation's root moves too."""
+        """Users of `self` use `new` instead; the computation's root moves too, and with it the
+        root's sharding when `new` has none (as XLA's ReplaceInstruction copies it: the ENTRY
+        root's is the program's result sharding, which a cleanup must not drop)."""
         if new is self:
             return
         for user in list(self.users):
@@ -285,6 +287,9 @@ class Instruction:
                 user.replace_operand(self, new)
         if self.parent is not None and self.parent.root is self:
             self.parent.root = new
+            slot = self._attributes.get("sharding") if self._attributes is not None else None
+            if slot is not None and new.shape == self.shape and "sharding" not in new.attributes:
+                new.attributes["sharding"] = slot
 
     def add_control_predecessor(self, pred: "Instruction") -> None:
         if pred not in self.control_predecessors:

@@ -107,3 +107,47 @@ def test_dce_drops_the_dead_collectives_xla_drops(header, channel, spmd):
     forced = parse_module(text)
     PassManager.from_pipeline("dce{remove-cross-partition-collectives=true}").run(forced)
     assert not any(i.opcode is Opcode.ALL_REDUCE for i in forced.all_instructions())
+
+
+ROOT_TUPLE_OF_A_LOOP = """HloModule root_loop, num_partitions=2
+
+cond {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[4]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  y = f32[4] negate(x)
+  ROOT t = (s32[], f32[4]) tuple(j, y)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[4]) tuple(z, p)
+  w = (s32[], f32[4]) while(init), condition=cond, body=body
+  i = s32[] get-tuple-element(w), index=0
+  x = f32[4] get-tuple-element(w), index=1
+  ROOT out = (s32[], f32[4]) tuple(i, x), sharding={{replicated}, {devices=[2]<=[2]}}
+}
+"""
+
+
+def test_a_cleanup_that_moves_the_entry_root_keeps_the_result_sharding():
+    """tuple-simplifier makes the loop the root; the program's result sharding moves with the
+    root role, as XLA's ReplaceInstruction copies a sharding the new instruction lacks (the
+    partitioner's own cleanup dropped it, and `verify` then had no result sharding to read
+    the per-device outputs with)."""
+    module = parse_module(ROOT_TUPLE_OF_A_LOOP)
+    PassManager.from_pipeline("tuple-simplifier").run(module)
+    root = module.entry.root
+    assert root.opcode is Opcode.WHILE
+    assert root.sharding is not None and root.sharding.to_hlo() == "{{replicated}, {devices=[2]<=[2]}}"
+    xla_parse(print_module(module))
