@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from hlo_passes import _xla_deaths
-from hlo_passes.cli.io import add_dump_arguments, read_module
+from hlo_passes.cli.io import add_dump_arguments, note_input, read_module, write_bytes
 from hlo_passes.cli.main import UserError
 from hlo_passes.cli.verify import quiet_xla_logs, xla_failure
 from hlo_passes.ir.program_kind import ProgramKind, read_program
@@ -78,6 +78,8 @@ def main(args) -> int:
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable
 
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
     quiet_xla_logs()
     module = read_module(args.input, args.module, args.stage)
     kind = ProgramKind(args.as_kind) if args.as_kind else None
@@ -95,13 +97,18 @@ def main(args) -> int:
             for i, out in enumerate(stacked):
                 print(per_device_summary(i, out))
             if args.save_outputs:
-                inp.save_npz(args.save_outputs, stacked)
+                write_bytes(args.save_outputs, lambda f: inp.write_npz(f, stacked))
             return 0
-        inputs = inp.load_npz(args.inputs) if args.inputs else None
+        inputs = None
+        if args.inputs:
+            note_input(args.inputs)
+            inputs = inp.load_npz(args.inputs, leaves=input_leaves(module, reading.kind.is_per_device))
         outputs = v.execute_module(module, inputs, num_devices=args.num_devices, seed=args.seed,
                                    platform=args.platform, as_kind=kind)
     except (v.VerificationError, inp.InputError, BackendUnavailable) as e:
         raise UserError(str(e)) from None
+    except UserError:  # (an output that cannot be written: not XLA's failure)
+        raise
     except Exception as e:
         raise xla_failure("the module", e) from None
     died = _xla_deaths.oracle_died_reason()
@@ -111,5 +118,18 @@ def main(args) -> int:
     for i, out in enumerate(outputs):
         print(summary(i, out))
     if args.save_outputs:
-        inp.save_npz(args.save_outputs, outputs)
+        write_bytes(args.save_outputs, lambda f: inp.write_npz(f, outputs))
     return 0
+
+
+def input_leaves(module, per_device: bool):
+    """The (label, shape) leaves `--inputs` feeds: the ENTRY parameters' leaves, global shapes
+    for a per-device module with logical shardings.  They bound the .npz's arrays before any
+    is loaded; execute_module checks them fully."""
+    from hlo_passes.runtime import inputs as inp
+    from hlo_passes.runtime import verify as v
+
+    if not per_device:
+        return inp.parameter_leaves(module)
+    shapes = [v._global_shape(p.shape, p.sharding) for p in module.entry.parameters]
+    return [(f"#{i}", leaf) for i, leaf in enumerate(leaf for s in shapes for leaf in s.leaves())]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 from hlo_passes.cli.io import add_dump_arguments, read_module, write_text
 from hlo_passes.cli.main import UserError
 from hlo_passes.printer import print_module
@@ -23,6 +26,24 @@ def main(args) -> int:
         raise UserError("--in-place needs an HLO text file and no -o")
     if args.output == "":
         raise UserError("-o: the output file name is empty (use - for standard output)")
+    if args.in_place:
+        _check_regular(args.input)
     text = print_module(read_module(args.input, args.module, args.stage))
-    write_text(args.input if args.in_place else (args.output if args.output is not None else "-"), text)
+    if args.in_place:
+        write_text(args.input, text, in_place=True)
+    else:
+        write_text(args.output if args.output is not None else "-", text)
     return 0
+
+
+def _check_regular(path: str) -> None:
+    """--in-place reads the file and writes it back: a FIFO would be read (its writer's data
+    consumed) and then block the write, a device or directory has nothing to rewrite."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"--in-place: {path} is not a regular file (a FIFO, device or directory); use -o")

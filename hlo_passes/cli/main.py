@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -17,6 +18,63 @@ from hlo_passes.parse.errors import HloParseError
 
 class UserError(Exception):
     """A problem with the user's input or request: printed as `error: ...`, exit 2."""
+
+
+# Set for a supervised child (supervise.py) whose parent found these streams closed: the child
+# gets /dev/null there, and must still treat them as closed.
+CLOSED_STREAMS = "HLO_PASSES_CLOSED_STREAMS"
+
+
+class ClosedStream:
+    """Stands in for a standard stream the shell closed (`>&-`, `<&-`).  Python sets such a
+    stream to None, where `print` drops the output silently and `.write` is an
+    AttributeError; here any use is a UserError (exit 2) that says so."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _closed(self, *_args, **_kwargs):
+        raise UserError(f"standard {self.name} is closed (reopen it, or give a file)")
+
+    write = read = readline = _closed
+
+    def fileno(self) -> int:
+        import io
+
+        raise io.UnsupportedOperation("standard stream closed")  # what callers expect of a stream without one
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def closed_streams() -> list[str]:
+    """'stdin', 'stdout' where they are ClosedStream stand-ins (for a supervised child)."""
+    return [name for name in ("stdin", "stdout") if isinstance(getattr(sys, name), ClosedStream)]
+
+
+def guard_standard_streams() -> None:
+    """Replace closed stdin/stdout with ClosedStream, and give their descriptors /dev/null:
+    otherwise the next file opened (an output's temporary file) would become descriptor 1,
+    and anything written to "stdout" (by C++ code, or a child) would land in it.  A closed
+    stderr goes to /dev/null (messages lost, exit status kept) rather than into stdout."""
+    inherited = os.environ.get(CLOSED_STREAMS, "").split(",")
+    for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+        if getattr(sys, name) is not None and name not in inherited:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:  # really closed (not a test that set sys.stdout = None)
+            null = os.open(os.devnull, mode)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if name == "stderr":
+            sys.stderr = open(os.devnull, "w")
+        else:
+            setattr(sys, name, ClosedStream("input" if fd == 0 else "output"))
 
 
 def _module_names() -> list[str]:
@@ -63,6 +121,7 @@ def _command_of(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     words = list(argv) if argv is not None else sys.argv[1:]
+    guard_standard_streams()
     if argv is None:  # from the command line: a command that runs XLA runs in a child (supervise.py)
         from hlo_passes.cli import supervise
 
@@ -70,8 +129,15 @@ def main(argv: list[str] | None = None) -> int:
             return supervise.supervise(words)
     command = _command_of(words)
     parser = build_parser(command if command in _module_names() else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UserError as e:  # --help or a usage message to a closed stream
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     args.argv = list(argv) if argv is not None else sys.argv[1:]  # a launcher re-runs the command
+    cli_io = sys.modules.get("hlo_passes.cli.io")  # (loaded by the commands that read files)
+    if cli_io is not None:
+        cli_io.forget_inputs()
     try:
         return int(args._handler(args) or 0)
     except HloParseError as e:

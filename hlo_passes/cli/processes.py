@@ -107,13 +107,22 @@ def launch(argv: list[str], processes: int, timeout: float | None = None) -> int
     return rc
 
 
+def check_timeout(seconds: float | None) -> None:
+    """--timeout must be a finite positive number of seconds that a timer can wait: `inf` or
+    1e300 overflow the timer (in its thread, after the run has started), `nan` never expires."""
+    import threading
+
+    if seconds is not None and not 0 < seconds <= threading.TIMEOUT_MAX:  # (also NaN)
+        raise UserError(f"--timeout must be a positive number of seconds (at most {threading.TIMEOUT_MAX:g}), "
+                        f"got {seconds}")
+
+
 def start_watchdog(seconds: float | None, what: str) -> None:
     """End the process with exit 2 and a clear message after `seconds`: XLA runs a program
     in C++, where a module that loops forever cannot be interrupted any other way."""
     if seconds is None:
         return
-    if seconds <= 0:
-        raise UserError(f"--timeout must be positive, got {seconds}")
+    check_timeout(seconds)
     import threading
 
     def expire() -> None:

@@ -93,6 +93,8 @@ def main(args) -> int:
 
         pass_report = PassReport(display, str(pipeline))
 
+    last_before: list[str] = []  # the text of the pass now running, for its diff
+
     def dump(index, p, mod, when):
         if pass_report is not None:
             pass_report.observe(index, p, mod, when)
@@ -102,15 +104,18 @@ def main(args) -> int:
             progress.pass_finished()
         if dump_dir is None:
             return
-        dump_dir.mkdir(parents=True, exist_ok=True)
         base = f"module_{module_number}.{mod.name}.{index:04d}.{p.name}"
         printed = print_module(mod)
-        (dump_dir / f"{base}.{when}.txt").write_text(printed)
-        if when == "after":
-            before = (dump_dir / f"{base}.before.txt").read_text()
+        # Through the safe writer like every output (no input, read-only file or FIFO there is
+        # touched); the diff is made from the text kept here, not read back from the dump.
+        write_text(str(dump_dir / f"{base}.{when}.txt"), printed, regular_only=True)
+        if when == "before":
+            last_before[:] = [printed]
+        else:
+            before = last_before.pop() if last_before else ""
             diff = difflib.unified_diff(before.splitlines(True), printed.splitlines(True),
                                         f"{base}.before.txt", f"{base}.after.txt")
-            (dump_dir / f"{base}.diff").write_text("".join(diff))
+            write_text(str(dump_dir / f"{base}.diff"), "".join(diff), regular_only=True)
 
     manager = PassManager(pipeline.passes, verify_each=args.verify_each, dump=dump)
     try:

@@ -54,7 +54,9 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     oracle's global module, or compiles a per-device program in manual mode, runs once more,
     told so (_xla_deaths.py): it judges by the module's manual regions run directly, or runs
     the per-device program as a replica program, instead."""
-    env = dict(os.environ, **{SUPERVISED: "1"})
+    from hlo_passes.cli.main import CLOSED_STREAMS, closed_streams
+
+    env = dict(os.environ, **{SUPERVISED: "1", CLOSED_STREAMS: ",".join(closed_streams())})
     if sys.stderr.isatty():
         env[STDERR_IS_TTY] = "1"
     command = child_command or [sys.executable, "-m", "hlo_passes", *argv]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hlo_passes.cli.io import add_dump_arguments, two_modules
+from hlo_passes.cli.io import add_dump_arguments, note_input, two_modules, write_bytes
 from hlo_passes.cli.main import UserError
 from hlo_passes.cli.processes import (add_process_arguments, check_process_arguments, join, launch,
-                                      local_device_count, start_watchdog)
+                                      check_timeout, local_device_count, start_watchdog)
 from hlo_passes.ir.program_kind import ProgramKind, read_program
 from hlo_passes.parse.attribute_reader import reader_for
 
@@ -92,6 +92,9 @@ def main(args) -> int:
     from hlo_passes.runtime import verify as v
     from hlo_passes.runtime.xla_backend import BackendUnavailable, ensure_devices, process_index
 
+    check_timeout(args.timeout)
+    if args.seed < 0:  # (numpy's generator refuses it, deep inside, where it looks like XLA's failure)
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
     quiet_xla_logs()
     (original, _), (rewritten, _) = two_modules(args.original, args.rewritten, args.module, args.stage,
                                                 default_stages=("before_optimizations", "after_optimizations"))
@@ -120,13 +123,14 @@ def main(args) -> int:
         original_global = not readings[0].kind.is_per_device
         inputs = None
         if args.inputs:
+            note_input(args.inputs)
             inputs = inp.load_npz(args.inputs, original if original_global else None)
         elif args.save_inputs and original_global:
             inputs = inp.random_inputs(original, args.seed)
         if args.save_inputs:
             if inputs is None:
                 raise UserError("--save-inputs is for global modules (per-device inputs are drawn per device)")
-            inp.save_npz(args.save_inputs, inputs)
+            write_bytes(args.save_inputs, lambda f: inp.write_npz(f, inputs))
         report = v.verify_equivalent(original, rewritten, num_devices=args.num_devices, seed=args.seed,
                                      rtol=args.rtol, atol=args.atol, inputs=inputs, platform=args.platform,
                                      root_sharding=root_sharding, original_as=kinds[0], rewritten_as=kinds[1])
@@ -145,5 +149,5 @@ def main(args) -> int:
     if args.save_outputs:
         arrays = {f"expected_{i}": a for i, a in enumerate(report.expected)}
         arrays.update({f"actual_{i}": a for i, a in enumerate(report.actual)})
-        inp.save_npz(args.save_outputs, arrays)
+        write_bytes(args.save_outputs, lambda f: inp.write_npz(f, arrays))
     return 0 if report.ok else 1

@@ -23,10 +23,13 @@ meaningful and nothing overflows:
 
 from __future__ import annotations
 
+import math
+import zipfile
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
@@ -222,25 +225,100 @@ def check_leaves(leaves: list[tuple[str, ArrayShape]], inputs: list[np.ndarray])
     return out
 
 
+def write_npz(stream: BinaryIO, arrays: list[np.ndarray] | dict[str, np.ndarray]) -> None:
+    """Write arrays as .npz to an open binary stream: a list as arr_0, arr_1, ... (np.load
+    order), a dict by its keys.  A stream, not a path: the CLI decides how a file is written
+    (cli/io.py write_bytes: never over an input, a read-only file or a FIFO's nature)."""
+    if isinstance(arrays, dict):
+        np.savez(stream, **{k: np.asarray(v) for k, v in arrays.items()})
+    else:
+        np.savez(stream, *[np.asarray(a) for a in arrays])
+
+
 def save_npz(path: str | Path, arrays: list[np.ndarray] | dict[str, np.ndarray]) -> None:
-    """Write arrays to .npz at exactly `path` (numpy would add `.npz` to a name without it): a
-    list as arr_0, arr_1, ... (np.load order), a dict by its keys."""
+    """`write_npz` to exactly `path` (numpy would add `.npz` to a name without it), for
+    library callers; the CLI writes through cli/io.py instead."""
     with open(path, "wb") as f:
-        if isinstance(arrays, dict):
-            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
-        else:
-            np.savez(f, *[np.asarray(a) for a in arrays])
+        write_npz(f, arrays)
 
 
-def load_npz(path: str | Path, module: Module | None = None) -> list[np.ndarray]:
+# Arrays of a .npz without parameters to check them against may declare at most this much in all.
+MAX_NPZ_BYTES = 1 << 32
+# The most bytes an element of an HLO array type takes (c128): an .npz array may be cast from a
+# wider dtype than its parameter's, never from one wider than this.
+_MAX_ITEMSIZE = 16
+
+
+def _npz_headers(path: str | Path) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """(name, shape, dtype) of every array in an .npz, read from the .npy headers only: what
+    each array would cost is known before any data is loaded (a 6 MB file may declare 6 GB)."""
+    headers = []
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        if len(names) > 100_000:
+            raise InputError(f"{path}: {len(names)} members; not an .npz of inputs")
+        for name in names:
+            if not name.endswith(".npy"):
+                raise InputError(f"{path}: member {name[:100]!r} is not an .npy array")
+            with zf.open(name) as f:
+                version = npformat.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = npformat.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = npformat.read_array_header_2_0(f)
+                else:
+                    raise InputError(f"{path}: member {name[:100]!r} has .npy format {version}, not 1.0 or 2.0")
+            headers.append((name.removesuffix(".npy"), tuple(shape), dtype))
+    return headers
+
+
+def _check_declared(path, headers, leaves: list[tuple[str, ArrayShape]] | None) -> None:
+    """Refuse, from the headers alone, arrays that cannot feed `leaves` (count, shape, element
+    size) or, without leaves, that declare more than MAX_NPZ_BYTES in all."""
+    if leaves is None:
+        total = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in headers)
+        if total > MAX_NPZ_BYTES:
+            raise InputError(f"{path}: its arrays declare {total} bytes, more than the {MAX_NPZ_BYTES >> 30} GiB "
+                             "allowed without parameters to check them against")
+        return
+    if len(headers) != len(leaves):
+        raise InputError(f"{len(headers)} input arrays for {len(leaves)} parameter leaves "
+                         f"({', '.join(label for label, _ in leaves) or 'none'})")
+    for (label, shape), (name, dims, dtype) in zip(leaves, _in_load_order(headers)):
+        if dims != tuple(shape.dims):
+            raise InputError(f"input for parameter {label}: shape {list(dims)}, "
+                             f"expected {shape.to_hlo(with_layout=False)}")
+        if dtype.itemsize > _MAX_ITEMSIZE:
+            raise InputError(f"input for parameter {label}: dtype {dtype} ({dtype.itemsize} bytes an element), "
+                             f"expected {shape.element_type.value}")
+
+
+def _in_load_order(items: list) -> list:
+    """`items` (name first) in the order load_npz returns them: arr_0, arr_1, ... when so
+    named, else file order."""
+    names = [item[0] for item in items]
+    numbered = [f"arr_{i}" for i in range(len(names))]
+    if set(numbered) != set(names):
+        return list(items)
+    by_name = {item[0]: item for item in items}
+    return [by_name[n] for n in numbered]
+
+
+def load_npz(path: str | Path, module: Module | None = None, *,
+             leaves: list[tuple[str, ArrayShape]] | None = None) -> list[np.ndarray]:
     """Arrays arr_0, arr_1, ... of an .npz file (or every array in file order when not so named);
-    checked against `module`'s parameter leaves when given."""
+    checked against `module`'s parameter leaves when given.  `leaves` (label, shape) bound the
+    arrays without checking them fully (the caller does, e.g. against global shapes).  The
+    .npy headers are checked before any data is read (`_check_declared`)."""
+    if module is not None:
+        leaves = parameter_leaves(module)
     try:
+        _check_declared(path, _npz_headers(path), leaves)
         with np.load(path, allow_pickle=False) as data:
-            names = list(data.files)
-            numbered = [f"arr_{i}" for i in range(len(names))]
-            order = numbered if set(numbered) == set(names) else names
+            order = [name for name, in _in_load_order([(n,) for n in data.files])]
             arrays = [data[k] for k in order]
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        if isinstance(e, InputError):
+            raise
         raise InputError(f"{path}: cannot read arrays ({e})") from None
     return check_inputs(module, arrays) if module is not None else arrays
