@@ -22,7 +22,7 @@ from hlo_passes.ir.sdy import AxisRef, SdyMesh, mesh_sharding
 from hlo_passes.ir.replica_groups import ReplicaGroups
 from hlo_passes.ir.sharding import IotaDevices, Sharding, ShardingKind, SubgroupKind
 from hlo_passes.parse import grammar
-from hlo_passes.parse.limits import MAX_DEVICES, parse_int64
+from hlo_passes.parse.limits import MAX_DEVICES, parse_int64, quote
 from hlo_passes.parse.opcode_attributes import split_top_level
 from hlo_passes.parse.shapes import parse_shape
 
@@ -170,6 +170,9 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
     def iota_devices(self, c: list[Any]) -> IotaDevices:
         _device_count(c[0], "the iota device list")
         perm = c[1] if len(c) > 1 else ()
+        _check_iota_transposed(c[0], perm)
+        if perm and list(perm) == list(range(len(perm))):  # `<=[2,2]T(0,1)` is `<=[4]`, as XLA prints it
+            return IotaDevices((_prod(c[0]),), ())
         if perm and sorted(perm) != list(range(len(c[0]))):
             raise AttributeError_(f"iota transpose T{perm} is not a permutation of {len(c[0])} dimensions")
         return IotaDevices(c[0], perm)
@@ -211,6 +214,9 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
                 shard_group = cast(_ShardGroup, opt).group
         if type(kind) is _Tiled:
             tile_dims, devices = kind.tile_dims, kind.devices
+            if len(subgroups) > len(tile_dims):
+                raise AttributeError_(f"last_tile_dims names {len(subgroups)} subgroup dimensions, more than the "
+                                      f"{len(tile_dims)} dimensions of the tile assignment")
             iota: IotaDevices | None
             if type(devices) is IotaDevices:
                 iota, ids = devices, devices.expand()
@@ -239,6 +245,7 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
     # named (mesh-form) sharding
     def named_mesh(self, c: list[Any]) -> Any:
         axes = tuple(x for x in c if x is not None)
+        _check_mesh_axes(axes)
         _device_count([size for _, size in axes], "the mesh")
         return SdyMesh(axes)
 
@@ -311,7 +318,11 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
             raise AttributeError_("iota replica groups need [num_groups,group_size]")
         if _device_count(dims, "the replica groups") != _device_count(c[1], "the iota device list"):
             raise AttributeError_(f"replica groups {list(dims)} do not cover the iota of {list(c[1])} devices")
-        return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices(c[1], c[2] if len(c) > 2 else ()))
+        perm = c[2] if len(c) > 2 else ()
+        _check_iota_transposed(c[1], perm)
+        if perm and list(perm) == list(range(len(perm))):  # `<=[2,2]T(0,1)` is `<=[4]`, as XLA prints it
+            return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices((_prod(c[1]),), ()))
+        return ReplicaGroups.from_iota((dims[0], dims[1]), IotaDevices(c[1], perm))
 
     def mesh_axis(self, c: list[Any]) -> Any:
         return c[0].value.strip("'"), _ints([c[1]])[0]
@@ -324,6 +335,7 @@ class _TypedBuilder(lark.Transformer[lark.Token, Any]):
         ids = next((x.ids for x in c if type(x) is _MeshDeviceIds), ())
         c = [x for x in c if x is not None and type(x) is not _MeshDeviceIds]
         axes = [x for x in c if len(x) == 2]
+        _check_mesh_axes(axes)
         selected = [x for x in c if len(x) == 3]
         return ReplicaGroups.from_mesh(axes, selected, spelling="", device_ids=tuple(ids))
 
@@ -416,6 +428,24 @@ def _check_sharding_metadata(text: str) -> None:
             check_metadata(item.strip())
 
 
+def _check_mesh_axes(axes: Iterable[tuple[str, int]]) -> None:
+    """A mesh's axes: distinct names, positive sizes (XLA's Mesh aborts the process otherwise)."""
+    seen: set[str] = set()
+    for name, size in axes:
+        if name in seen:
+            raise AttributeError_(f"mesh has duplicate axis names: {quote(name)}")
+        seen.add(name)
+        if size <= 0:
+            raise AttributeError_(f"mesh axis {quote(name)} has size {size}; mesh axis sizes must be positive")
+
+
+def _check_iota_transposed(reshape: tuple[int, ...], perm: tuple[int, ...]) -> None:
+    """XLA reads `<=[a,b,...]` (more than one dimension) only with its transpose `T(...)` after it."""
+    if len(reshape) > 1 and not perm:
+        raise AttributeError_(f"expected 'T(' after the iota reshape dimensions {list(reshape)} (an iota "
+                              "over one dimension is written <=[n])")
+
+
 def _prod(xs: Iterable[int]) -> int:
     n = 1
     for x in xs:
@@ -436,9 +466,15 @@ def _structured(start: str) -> Callable[[str], Any]:
             raise AttributeError_(f"{start[5:]}: {e.orig_exc}") from None
         except RecursionError:
             raise AttributeError_(f"{start[5:].replace('_', ' ')} is nested too deeply to read") from None
+        except lark.exceptions.UnexpectedInput as e:
+            from hlo_passes.parse.module_parser import lark_error_message  # it imports this module
+
+            pos, message = lark_error_message(raw, e)
+            raise AttributeError_(f"cannot read {start[5:].replace('_', ' ')} {quote(raw)}: {message} (at "
+                                  f"character {pos + 1} of the value)") from None
         except lark.exceptions.LarkError as e:
             first = str(e).strip().splitlines()[0]
-            raise AttributeError_(f"cannot read {start[5:].replace('_', ' ')} '{raw}': {first}") from None
+            raise AttributeError_(f"cannot read {start[5:].replace('_', ' ')} {quote(raw)}: {first}") from None
 
     return read
 

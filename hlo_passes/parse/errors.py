@@ -34,7 +34,12 @@ class HloParseError(Exception):
         if self.line == 0:
             return head
         shown, caret_at = window(self.source_line, self.column - 1)
-        return f"{head}\n{shown}\n{' ' * caret_at}^"
+        return f"{head}\n{shown.translate(_LINE_BREAKING)}\n{' ' * caret_at}^"
+
+
+# Characters str.splitlines() (and many terminals) break a line at, other than LF: shown as a space
+# in the quoted source line, so that the caret stays under its column on the line below.
+_LINE_BREAKING = str.maketrans({c: " " for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
 
 
 def window(line: str, index: int, width: int = MAX_SHOWN_LINE) -> tuple[str, int]:

@@ -46,7 +46,7 @@ TERMINAL_NAMES = {
     "RBRACE": "'}'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "EQUAL": "'='",
     "COLON": "':'", "ROOT": "'ROOT'", "ENTRY": "'ENTRY'", "__ANON_0": "'->'", "IOTA_LE": "'<='",
     "IOTA_T": "'T'", "ELLIPSIS": "'...'", "QMARK": "'?'", "LESSTHAN": "'<'", "MORETHAN": "'>'",
-    "HEADER_COLON": "':'",
+    "HEADER_COLON": "':'", "ELEMENT_REF": "a tuple element reference (name#index)",
 }
 
 

@@ -82,6 +82,18 @@ _PARAM_DECL = re.compile(rf"\s*({_NAME})\s*:\s*({_ARRAY_SHAPE}|\()")
 _STRING_ROW = re.compile(r'\s*([0-9]{1,18})\s+("(?:[^"\\]|\\.)*")\s*$')
 _RECORD_ROW = re.compile(r"\s*([0-9]{1,18})\s+\{((?:\s*[A-Za-z_][A-Za-z0-9_]*=-?[0-9]{1,18}(?![0-9]))*)\s*\}\s*$")
 _TABLE_TITLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+# Characters Python's `\s` and str.strip() take for whitespace that XLA's lexer does not (it skips
+# only space, tab, CR and LF): a text holding one is read by the grammar, which refuses them
+# outside strings and comments.
+_ODD_SPACE_ASCII = "\x0b\x0c\x1c\x1d\x1e\x1f"
+_ODD_SPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def has_odd_space(text: str) -> bool:
+    """Whether `text` holds a character Python counts as whitespace and XLA's lexer does not."""
+    if text.isascii():
+        return any(c in text for c in _ODD_SPACE_ASCII)
+    return _ODD_SPACE.search(text) is not None
 
 
 def strip_comments(text: str) -> str:
@@ -205,6 +217,8 @@ class LineScanner:
             pos = end
 
     def scan(self) -> Module:
+        if has_odd_space(self.text):
+            raise Fallback  # the scanner's regular expressions would take it for whitespace
         b = self.b
         header = None
         tables: list[DebugTable] = []
@@ -270,10 +284,13 @@ class LineScanner:
             return cast(ParsedInstruction, self.parser.parse(line, "instruction"))  # built inline
         except SemanticError as e:
             pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
+            if pos is None and e.span is None:  # no place: the caller finds one in the whole text
+                raise
             raise SemanticError(e.message, pos=offset + (pos or 0)) from None
         except UnexpectedInput as e:
             pos, message = lark_error_message(line, e)
-            if pos >= len(line.rstrip()):
+            if pos >= len(line.rstrip()) or '"' in _STRING.sub("", line) or line[pos:pos + 1] == "}":
+                # (a string left open goes on on the next line; a '}' may close the computation)
                 raise Fallback from None
             raise SemanticError(message, pos=offset + pos) from None
         finally:

@@ -48,7 +48,7 @@ from hlo_passes.parse import attribute_reader  # noqa: F401 - registers the read
 from hlo_passes.parse import grammar
 from hlo_passes.parse import opcode_attributes as schema
 from hlo_passes.parse.errors import HloParseError, SemanticError, TokenLike, line_at, position_of
-from hlo_passes.parse.limits import MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
+from hlo_passes.parse.limits import INT64_MAX, MAX_NESTING, MAX_TUPLE_DEPTH, parse_int64, quote
 from hlo_passes.parse.line_scanner import Fallback, LineScanner, strip_comments
 from hlo_passes.parse.line_scanner import Token as ScannedToken
 from hlo_passes.parse.literal_check import LiteralProblem, check_literal
@@ -204,7 +204,11 @@ class ModuleBuilder(ShapeBuilder):
         return strip_comments(self.text[_range(c[0]).start:_range(c[-1]).end])
 
     def attribute(self, c: list[Any]) -> Any:
-        return c[0], Attr(raw=c[1])
+        key = c[0]
+        if self.text[key.end_pos:key.end_pos + 1] != "=":  # XLA's lexer reads `name=` as one token
+            raise SemanticError(f"expects attribute name: write '=' right after {quote(key.value)}, with no "
+                                "space before it", key)
+        return key, Attr(raw=c[1])
 
     def instruction_attrs(self, c: list[Any]) -> Any:
         return c
@@ -429,6 +433,7 @@ class ModuleBuilder(ShapeBuilder):
         instr.literal = text
         if instr.shape is None:
             raise SemanticError("cannot infer shape for opcode: constant (write the result shape)", opcode_tok)
+        _check_extent(instr.shape, opcode_tok)
         try:
             check_literal(text, instr.shape)
         except LiteralProblem as e:
@@ -465,6 +470,8 @@ class ModuleBuilder(ShapeBuilder):
             raw = cast(str, attr.raw)  # parsed: has text
             if (check, raw) not in checked:
                 try:
+                    if key in _NAMED_FIELD_KEYS and "=" in raw:
+                        _check_names_before_equals(raw, key == "frontend_attributes")
                     _check_value(check, raw)
                 except ValueError as e:
                     raise SemanticError(f"error parsing attribute {key}: {e}", key_tok) from None
@@ -556,8 +563,24 @@ class ModuleBuilder(ShapeBuilder):
             if len(ops) != 4:
                 raise SemanticError("a collective-permute with slice_sizes must have exactly four operands "
                                     "for dynamic-slice and in-place update", tok)
-        elif op in (Opcode.RECV_DONE, Opcode.SEND_DONE) and ops and self.check_semantics:
+        elif op is Opcode.RNG_BIT_GENERATOR:
+            if len(ops) != 1:
+                raise SemanticError(f"rng-bit-generator expects 1 operand (the state), but has {len(ops)} "
+                                    "operands", tok)
+        elif op is Opcode.DYNAMIC_RESHAPE:
+            rank = len(instr.shape.dims) if type(instr.shape) is ArrayShape else 0
+            if type(instr.shape) is ArrayShape and len(ops) != rank + 1:
+                raise SemanticError(f"dynamic-reshape expects one dim size operand per result dimension; got "
+                                    f"{max(len(ops) - 1, 0)} for {rank} result dimensions", tok)
+        elif op in (Opcode.RECV_DONE, Opcode.SEND_DONE) and ops:
             source = ops[0]
+            if op is Opcode.RECV_DONE and len(ops) == 1 and not (
+                    type(source.shape) is TupleShape and source.shape.elements):
+                raise SemanticError(f"recv-done's operand must be a recv (a tuple of data, context and token); "
+                                    f"'{source.name}' is {source.shape.to_hlo() if source.shape else 'not'}",
+                                    tok)
+            if not self.check_semantics:
+                return
             if source.opcode in (Opcode.RECV, Opcode.SEND) and instr.attr("channel_id") != source.attr("channel_id"):
                 raise SemanticError(f"channel_id must match the channel_id of {source.name}", tok)
         elif op in (Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE):
@@ -949,6 +972,23 @@ TABLE_FIELDS = {
 }
 
 
+def _check_extent(shape: Shape, tok: TokenLike) -> None:
+    """A literal's arrays hold at most INT64_MAX bytes (XLA, which allocates the literal, refuses a
+    larger one: "overflow in static extent product")."""
+    stack = [shape]
+    while stack:
+        s = stack.pop()
+        if type(s) is TupleShape:
+            stack.extend(s.elements)
+        elif type(s) is ArrayShape:
+            n = s.element_type.byte_size if s.element_type.is_array else 1
+            for d in s.dims:
+                n *= max(d, 0)
+            if n > INT64_MAX:
+                raise SemanticError(f"overflow in static extent product: a constant of shape {s.to_hlo()} would "
+                                    "take more than 2^63-1 bytes", tok)
+
+
 def record_problem(table: str, fields: dict[str, int]) -> str | None:
     """What is wrong with one record of a FileLocations or StackFrames table, or None."""
     keys = TABLE_FIELDS[table]
@@ -1081,6 +1121,7 @@ _CHECKED_OPCODES = frozenset({
     Opcode.ALL_GATHER, Opcode.ALL_GATHER_START, Opcode.REDUCE_SCATTER, Opcode.SCAN, Opcode.ALL_TO_ALL,
     Opcode.DYNAMIC_SLICE, Opcode.DYNAMIC_UPDATE_SLICE, Opcode.COLLECTIVE_PERMUTE, Opcode.COLLECTIVE_PERMUTE_START,
     Opcode.RECV_DONE, Opcode.SEND_DONE, Opcode.ASYNC_UPDATE, Opcode.ASYNC_DONE, Opcode.ASYNC_START,
+    Opcode.RNG_BIT_GENERATOR, Opcode.DYNAMIC_RESHAPE,
 })
 _CONDITIONAL_PRED_KEYS = _Keys.of(schema.CONDITIONAL_PRED)
 _CONDITIONAL_INDEX_KEYS = _Keys.of(schema.CONDITIONAL_INDEX)
@@ -1116,6 +1157,35 @@ def _check_value(check: Callable[[str], None], raw: str) -> None:
     check(raw)
 
 
+# Values XLA reads field by field, each field `name=value` with `name=` one token (the lexer's
+# attribute name); others, such as backend_config={...}, it keeps as text.
+_NAMED_FIELD_KEYS = frozenset({"sharding", "metadata", "frontend_attributes", "window"})
+
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
+_SPACED_NAME = re.compile(r"(?<![\w.\-])([A-Za-z_][\w.\-]*)\s+=")
+
+
+def _check_names_before_equals(raw: str, top_level_only: bool = False) -> None:
+    """Inside a value too (`metadata={op_name="x"}`, `sharding={maximal device=0}`), XLA's lexer
+    reads `name=` as one token: a name apart from its '=' is refused.  `top_level_only`: only the
+    value's own fields (a frontend attribute's `{...}` value is kept as text, as in Shardy's
+    `xla.sdy.meshes={mesh = #sdy.mesh<...>}`)."""
+    text = _QUOTED.sub('""', raw)
+    if top_level_only:
+        kept, depth = [], 0
+        for ch in text:
+            depth -= ch in "}])"
+            if depth <= 1:
+                kept.append(ch)
+            depth += ch in "{[("
+        text = "".join(kept)
+    m = _SPACED_NAME.search(text)
+    if m is not None:
+        raise ValueError(f"expects attribute name: write '=' right after {quote(m.group(1))}, with no space "
+                         "before it")
+
+
 def parse_module(text: str, filename: str | None = None, *, engine: str = "auto",
                  check_semantics: bool = True) -> Module:
     """Parse HLO module text; raises HloParseError with file:line:col on any error.
@@ -1134,7 +1204,7 @@ def parse_module(text: str, filename: str | None = None, *, engine: str = "auto"
     if engine not in ("auto", "lark", "fast"):
         raise ValueError(f"unknown parser engine {engine!r}")
     if "\r" in text:  # XLA reads CR LF and a lone CR (old Mac files) as line ends too
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = _line_ends(text)
     # Building a module allocates hundreds of thousands of objects and no garbage
     # cycles; the cyclic collector would rescan them all many times over.  (The switch is
     # the process's: with parses on several threads, the first to finish may turn it back
@@ -1151,6 +1221,15 @@ def parse_module(text: str, filename: str | None = None, *, engine: str = "auto"
             gc.enable()
 
 
+_CR_OR_SKIPPED = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n\r]*|\r\n?', re.S)
+
+
+def _line_ends(text: str) -> str:
+    """`text` with CR LF and lone CR made LF, except inside strings (and comments), where a CR
+    is a character of the string, as XLA's lexer keeps it."""
+    return _CR_OR_SKIPPED.sub(lambda m: "\n" if m.group()[0] == "\r" else m.group(), text)
+
+
 def _parse(text: str, filename: str | None, engine: str, check_semantics: bool) -> Module:
     try:
         if engine != "lark":
@@ -1165,11 +1244,35 @@ def _parse(text: str, filename: str | None, engine: str, check_semantics: bool) 
         if e.span is not None:
             raise _error_at(text, e.message, e.span) from None
         pos = e.token.start_pos if e.token is not None and hasattr(e.token, "start_pos") else e.pos
+        if pos is None and "MAX_TUPLE_DEPTH" in e.message:
+            pos = _deep_tuple_position(text)
         raise _error(text, filename, pos if pos is not None else 0, e.message) from None
     except lark.exceptions.UnexpectedInput as e:
         raise _lark_error(text, filename, e) from None
     except RecursionError:  # a guard, should a limit above be missing
         raise _error(text, filename, 0, "the text is nested too deeply to read") from None
+
+
+_PAREN_OR_SKIPPED = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|[()]', re.S)
+
+
+def _deep_tuple_position(text: str) -> int | None:
+    """Where the first tuple nested more than MAX_TUPLE_DEPTH deep opens: the '(' that many tuple
+    parentheses deep (a '(' right after a name opens an operand list, which tuples do not count)."""
+    runs = [0]  # per open '(': how many tuple parentheses deep it is
+    for m in _PAREN_OR_SKIPPED.finditer(text):
+        if m.group() == "(":
+            j = m.start() - 1
+            while j >= 0 and text[j] in " \t\r\n":
+                j -= 1
+            before = text[j] if j >= 0 else ""
+            run = 0 if before and (before.isalnum() or before in "_.-%") else runs[-1] + 1
+            if run > MAX_TUPLE_DEPTH:
+                return m.start()
+            runs.append(run)
+        elif m.group() == ")" and len(runs) > 1:
+            runs.pop()
+    return None
 
 
 def _check_semantics(module: Module, text: str, filename: str | None) -> None:
@@ -1208,8 +1311,10 @@ def lark_error_message(text: str, e: lark.exceptions.UnexpectedInput) -> tuple[i
         tok = e.token
         pos = tok.start_pos if tok.start_pos is not None and tok.type != "$END" else len(text)
         got = "end of input" if tok.type == "$END" else quote(tok.value)
-        expected = sorted({grammar.terminal_description(t) for t in e.expected})
-        message = f"expected {_one_of(expected)}, got {got}"
+        expected = sorted({grammar.terminal_description(t) for t in e.expected if t != "$END"})
+        if "$END" in e.expected:
+            expected.append("end of input")
+        message = f"expected {_one_of(expected)}, got {got}" if expected else f"unexpected {got}"
     elif isinstance(e, lark.exceptions.UnexpectedCharacters):
         pos = cast(int, e.pos_in_stream)  # set on every UnexpectedCharacters
         expected = sorted({grammar.terminal_description(t) for t in (e.allowed or ())})

@@ -38,6 +38,9 @@ _LAYOUT_EXTRAS = re.compile(rf"""\s*
     (?:M\({_INT}\)\s*)?""", re.X)
 
 
+_NEGATIVE_TILE = re.compile(r"(?:^|[\s)])T(?:\([^()]*\))*\([^()]*?(-[0-9]+)")
+
+
 def _int(token: lark.Token) -> int:
     try:
         return parse_int64(token.value)
@@ -45,10 +48,24 @@ def _int(token: lark.Token) -> int:
         raise SemanticError(str(e), token) from None
 
 
+def _size(token: lark.Token, what: str) -> int:
+    """A dimension size or bound: within int64 (parse_int64 would read 2^63..2^64-1 as negative)."""
+    size = _int(token)
+    if size < 0:
+        if not token.value.startswith("-"):
+            raise SemanticError(f"{what} {token.value} exceeds the largest 64-bit integer (2^63-1)", token)
+        raise SemanticError(f"{what} {size} is negative", token)
+    return size
+
+
 def check_layout_extras(extras: str) -> str | None:
     """Why XLA's parser would reject the text after ':' in a layout, or None."""
     if re.search(r"(?:^|[\s)])P\(", extras):
         return "layout has a physical shape, but is not for a sparse array"
+    negative = _NEGATIVE_TILE.search(extras)
+    if negative is not None:  # XLA aborts the process on one
+        return (f"tile dimension {negative.group(1)} is negative: a tile dimension is a size, or '*' to "
+                "combine dimensions")
     if not _LAYOUT_EXTRAS.fullmatch(extras):
         return (f"cannot read layout attributes {extras.strip()!r}: expected D(dim level types: D, C, S or H), "
                 "T(tile)..., L(n), #(type), *(type), E(bits), S(memory space), SC(split), M(bytes), in this order")
@@ -62,16 +79,10 @@ class ShapeBuilder(lark.Transformer[lark.Token, Any]):
         super().__init__(visit_tokens=False)
 
     def static_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
-        size = _int(c[0])
-        if size < 0:
-            raise SemanticError(f"dimension size {size} is negative", c[0])
-        return size, False, False
+        return _size(c[0], "dimension size"), False, False
 
     def bounded_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
-        size = _int(c[0])
-        if size < 0:
-            raise SemanticError(f"dimension bound {size} is negative", c[0])
-        return size, True, False
+        return _size(c[0], "dimension bound"), True, False
 
     def unbounded_dim(self, c: list[lark.Token]) -> tuple[int, bool, bool]:
         return -1, False, True

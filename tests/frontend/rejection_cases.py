@@ -264,4 +264,89 @@ CASES = {
     "scan_parameters_mismatch": (scan(extra="  y = f32[] parameter(2)\n"), 13, 28,
                                  ["to match the number of parameters of to_apply"], "rejects"),
     "scan_more_carries_than_operands": (scan(carries=3), 12, 28, ["fewer operands than num_carries"], "rejects"),
+    # ---------------------------------------------- whitespace (lexer) ------
+    # XLA's lexer skips space, tab, CR and LF only; every other character Python calls whitespace
+    # is refused outside strings and comments.
+    **{f"whitespace_{name}": (entry(f"  a = f32[4] parameter(0)\n  ROOT n = f32[4] add(a,{ch} a)"), 5, 25,
+                              ["unexpected character"], "rejects")
+       for name, ch in (("vertical_tab", "\x0b"), ("form_feed", "\x0c"), ("file_separator", "\x1c"),
+                        ("group_separator", "\x1d"), ("record_separator", "\x1e"), ("unit_separator", "\x1f"),
+                        ("next_line", "\x85"), ("nbsp", "\xa0"), ("line_separator", "\u2028"),
+                        ("paragraph_separator", "\u2029"), ("ideographic_space", "\u3000"))},
+    "whitespace_form_feed_indent": (entry("  a = f32[4] parameter(0)\n\x0c ROOT n = f32[4] negate(a)"), 5, 1,
+                                    ["unexpected character '\\x0c'"], "rejects"),
+    # ------------------------------------------- `name=` is one token -------
+    "attribute_name_apart_from_equals": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata ={op_name="x"}'),
+                                         5, 30, ["expects attribute name", "'metadata'"], "rejects"),
+    "header_attribute_name_apart_from_equals": ("HloModule m, replica_count =1\n\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n",
+                                                1, 14, ["expects attribute name", "'replica_count'"], "rejects"),
+    "metadata_field_apart_from_equals": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name ="x"}'),
+                                         5, 30, ["expects attribute name", "'op_name'"], "rejects"),
+    "sharding_devices_apart_from_equals": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                                 "sharding={ devices = [ 2 , 2 ] 0 , 1 , 2 , 3 }"),
+                                           5, 32, ["expects attribute name", "'devices'"], "rejects"),
+    "sharding_device_apart_from_equals": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                                "sharding={maximal device =0}"),
+                                          5, 32, ["expects attribute name", "'device'"], "rejects"),
+    # ----------------------------------------------------------- strings ----
+    "string_hex_escape_takes_every_digit": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name="a\\x41b"}'),
+                                            5, 30, ["\\x41b exceeds 0xff"], "rejects"),
+    "string_hex_escape_without_digits": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name="\\xg"}'),
+                                         5, 30, ["hex digits"], "rejects"),
+    "string_octal_escape_too_large": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name="\\400"}'),
+                                      5, 30, ["\\400 exceeds 0xff"], "rejects"),
+    "string_short_unicode_escape": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name="\\u41"}'),
+                                    5, 30, ["4 hex digits"], "rejects"),
+    "string_backslash_newline": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), metadata={op_name="a\\\nb"}'),
+                                 5, 48, ["unexpected character '\"'"], "rejects"),
+    # ------------------------------------------------- iota device lists ----
+    "sharding_iota_reshape_without_transpose": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                                      "sharding={devices=[2,2]<=[2,2]}"),
+                                                5, 32, ["expected 'T('"], "rejects"),
+    "replica_groups_iota_reshape_without_transpose": (entry("  a = f32[4] parameter(0)\n  ROOT r = f32[4] all-reduce(a), "
+                                                            "replica_groups=[2,2]<=[2,2], to_apply=add", before=ADD),
+                                                      11, 34, ["expected 'T('"], "rejects"),
+    "last_tile_dims_more_than_tile_dims": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                                 "sharding={devices=[2,2]<=[4] last_tile_dims={manual, replicated, manual}}"),
+                                           5, 32, ["3 subgroup dimensions", "2 dimensions of the tile assignment"],
+                                           "aborts"),  # XLA: std::bad_alloc
+    # ------------------------------------------------------------ meshes ----
+    "mesh_duplicate_axis": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                  "sharding={mesh['x'=2,'x'=2], [{'x'}, {}]}"),
+                            5, 32, ["duplicate axis names: 'x'"], "aborts"),  # XLA: a CHECK failure
+    "replica_groups_mesh_duplicate_axis": (entry("  a = f32[4] parameter(0)\n  ROOT r = f32[4] all-reduce(a), "
+                                                 "replica_groups=mesh['x'=2,'x'=2] {'x'}, to_apply=add", before=ADD),
+                                           11, 34, ["duplicate axis names: 'x'"], "aborts"),
+    "mesh_axis_of_size_zero": (entry("  a = f32[8,4] parameter(0)\n  ROOT n = f32[8,4] negate(a), "
+                                     "sharding={mesh['x'=0], [{'x'}, {}]}"),
+                               5, 32, ["mesh axis 'x' has size 0"], "aborts"),  # XLA's parser takes it; Mesh aborts
+    # ------------------------------------------------------ operand counts --
+    "rng_bit_generator_two_operands": (entry("  s = u64[2] parameter(0)\n  ROOT r = (u64[2], u32[8]) "
+                                             "rng-bit-generator(s, s), algorithm=rng_default"),
+                                       5, 29, ["expects 1 operand", "has 2 operands"], "rejects"),
+    "dynamic_reshape_without_sizes": (entry("  a = f32[4] parameter(0)\n  ROOT r = f32[4] dynamic-reshape(a)"), 5, 19,
+                                      ["one dim size operand per result dimension", "got 0 for 1"], "rejects"),
+    "recv_done_of_an_array": (entry("  a = f32[4] parameter(0)\n  ROOT r = f32[4] recv-done(a), channel_id=1"), 5, 19,
+                              ["recv-done's operand must be a recv"], "aborts"),  # XLA: a CHECK failure
+    # ------------------------------------------------------ shapes, layouts -
+    "constant_byte_size_overflow": (constant("f32[2000000000,2000000000]", "{...}"), 4, 39,
+                                    ["overflow in static extent product"], "rejects"),
+    "dimension_beyond_int64": (entry("  ROOT p = f32[9223372036854775808] parameter(0)"), 4, 16,
+                               ["9223372036854775808 exceeds the largest 64-bit integer"], "rejects"),
+    "tile_dimension_negative": (entry("  ROOT p = f32[8,4]{1,0:T(-8,128)} parameter(0)"), 4, 20,
+                                ["tile dimension -8 is negative"], "aborts"),  # XLA: a CHECK failure
+    "layout_dimension_negative": (entry("  ROOT p = f32[8,4]{1,-1} parameter(0)"), 4, 12,
+                                  ["names a dimension outside 0..1"], "compile"),
+    "tuple_shape_too_deep": (entry("  ROOT p = " + "(" * 300 + "f32[]" + ")" * 300 + " parameter(0)"), 4, 268,
+                             ["MAX_TUPLE_DEPTH"], "limit"),
+    # ------------------------------------------ messages of typed values ----
+    "unbalanced_brace_after_string": (entry('  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), '
+                                            'backend_config={"a":"}}"}}'), 6, 1, ["got '}'"], "rejects"),
+    "frontend_attribute_bare_value": (entry("  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), "
+                                            "frontend_attributes={a=b}"), 5, 30, ["got 'b'"], "rejects"),
+    "sharding_unknown_kind": (entry("  a = f32[4] parameter(0)\n  ROOT n = f32[4] negate(a), sharding={bogus}"), 5, 30,
+                              ["expected one of", "got 'bogus'"], "rejects"),
+    "replica_groups_nested_three_deep": (entry("  a = f32[4] parameter(0)\n  ROOT r = f32[4] all-reduce(a), "
+                                               "replica_groups={{{0}}}, to_apply=add", before=ADD),
+                                         11, 34, ["got '{0}'"], "rejects"),
 }

@@ -692,5 +692,45 @@ ENTRY e {
   ROOT t = (f32[8,4], f32[8,4]) tuple(b, c), sharding={{single_device[device_id=1]}, {replicated}}
 }
 """),
+    "strings_with_raw_line_breaks": ("a raw LF and a raw CR inside strings (XLA keeps them; a CR outside is a line end)", """
+HloModule m
+
+ENTRY e {
+  a = f32[4] parameter(0), metadata={op_name="first
+second"}
+  ROOT n = f32[4] negate(a), metadata={op_name="x\ry" source_file="f\r.py"}\r
+}
+"""),
+    "string_escapes": ("the escapes XLA's lexer takes (absl::CUnescape): \\x and \\X with any number of hex digits, octal, \\u, \\U", r"""
+HloModule m
+
+ENTRY e {
+  a = f32[4] parameter(0), metadata={op_name="\x41z\X42\x0043\101\1011\0000" op_type="\u0041\U00000042\?\'\a\v"}
+  ROOT n = f32[4] negate(a), metadata={op_name="\x4|\xFf|\7"}
+}
+"""),
+    "iota_identity_transpose": ("`<=[2,2]T(0,1)` (a transpose that keeps the order) in a sharding and in replica groups", ADD + """
+ENTRY e {
+  a = f32[8,4] parameter(0), sharding={devices=[2,2]<=[2,2]T(0,1)}
+  ROOT r = f32[8,4] all-reduce(a), replica_groups=[2,2]<=[2,2]T(0,1), to_apply=add
+}
+"""),
+    "spaces_inside_values": ("spaces inside attribute values, but none between a name and its '='", """
+HloModule m
+
+ENTRY e {
+  a = f32[8,4] parameter(0), sharding={devices=[ 2 , 2 ] 0 , 1 , 2 , 3 }, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=2]>}}
+  b = f32[8,4] negate(a), sharding={mesh['x' = 2,'y'=2], [{'x'}, {}]}, metadata= {op_name="x =y"}
+  ROOT c = f32[8,4] custom-call(b), custom_call_target="tgt", backend_config={is_stable = true, order = "TOTAL"}
+}
+"""),
+    "last_tile_dims_as_many_as_tile_dims": ("as many subgroup dimensions as tile dimensions", """
+HloModule m
+
+ENTRY e {
+  a = f32[8,4] parameter(0)
+  ROOT n = f32[8,4] negate(a), sharding={devices=[2,2]<=[4] last_tile_dims={manual, replicated}}
+}
+"""),
 }
 CASES.update(INFERENCE_CASES)
