@@ -121,7 +121,13 @@ def _executions(module: Module) -> dict[Computation, int]:
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL, Opcode.ASYNC_START)
 
 
-def _entry_flops(comp, stack: set) -> int:
+def _entry_flops(comp, stack: set, done: dict | None = None) -> int:
+    """FLOPs of one run of `comp`, its called computations counted once per call (each
+    computation's total is computed once: a body reached along many paths of calls, one calling
+    its callee twice thirty deep, is 2^30 paths but thirty computations)."""
+    done = {} if done is None else done
+    if comp in done:
+        return done[comp]
     total = 0
     stack.add(comp)
     for instr in comp.instructions:
@@ -129,6 +135,7 @@ def _entry_flops(comp, stack: set) -> int:
         for callee in instr.called_computations():
             if callee not in stack and instr.opcode in (Opcode.FUSION, Opcode.CALL, Opcode.WHILE,
                                                          Opcode.CONDITIONAL, Opcode.ASYNC_START):
-                total += _entry_flops(callee, stack)
+                total += _entry_flops(callee, stack, done)
     stack.discard(comp)
+    done[comp] = total
     return total

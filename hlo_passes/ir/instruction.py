@@ -604,7 +604,19 @@ class Instruction:
             return bool(self.attr("custom_call_has_side_effect", False)) or (
                 self.custom_call_target in SIDE_EFFECTING_CUSTOM_CALLS)
         if self.opcode in (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL, Opcode.FUSION):
-            return any(i.has_side_effect for c in self.called_computations() for i in c.instructions)
+            # each called computation once: a body reached along many paths of calls (one
+            # calling its callee twice, thirty deep) is 2^30 paths but thirty computations
+            seen: set[int] = set()
+            work = list(self.called_computations())
+            while work:
+                comp = work.pop()
+                if id(comp) in seen:
+                    continue
+                seen.add(id(comp))
+                for instr in comp.instructions:
+                    if instr.opcode.has_side_effect or (instr.opcode is Opcode.CUSTOM_CALL and instr.has_side_effect):
+                        return True
+                    work.extend(instr.called_computations())
         return False
 
     @property

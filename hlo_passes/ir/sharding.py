@@ -102,10 +102,11 @@ class IotaDevices:
         return _ravel(coords, self.reshape_dims)
 
     def to_hlo(self) -> str:
-        text = "<=[" + ",".join(map(str, self.reshape_dims)) + "]"
-        if self.transpose and tuple(self.transpose) != tuple(range(len(self.transpose))):
-            text += "T(" + ",".join(map(str, self.transpose)) + ")"
-        return text
+        if not self.transpose or tuple(self.transpose) == tuple(range(len(self.transpose))):
+            # untransposed: the same list as one dimension, which is how XLA writes it (it
+            # rejects `<=[a,b]` without a `T(...)`)
+            return f"<=[{math.prod(self.reshape_dims)}]"
+        return ("<=[" + ",".join(map(str, self.reshape_dims)) + "]T(" + ",".join(map(str, self.transpose)) + ")")
 
     @staticmethod
     def find(devices: ArrayLike, tile_dims: tuple[int, ...] = ()) -> "IotaDevices | None":
@@ -437,6 +438,32 @@ class Sharding:
             raise ValueError(f"tuple sharding {self.to_hlo()} has no entry for element {index} of "
                              f"{shape.to_hlo()}")
         return self.elements[start]
+
+    def problem_with(self, shape: "Shape") -> str | None:
+        """Why this sharding cannot apply to a value of `shape` (XLA's HloSharding::Validate,
+        which its verifier runs on every instruction), or None.  A single sharding on a tuple
+        applies to every leaf (XLA's parser normalises it so)."""
+        if self.kind is ShardingKind.TUPLE:
+            leaves = self.leaves()
+            if not shape.is_tuple:
+                return (None if len(leaves) == 1 and leaves[0].problem_with(shape) is None else
+                        f"a tuple sharding of {len(leaves)} entries on the array shape {shape.to_hlo()}")
+            shape_leaves = shape.leaves()
+            if len(leaves) != max(1, len(shape_leaves)):
+                return (f"tuple sharding has {len(leaves)} entries, the shape {shape.to_hlo()} has "
+                        f"{len(shape_leaves)} array leaves")
+            for k, (leaf, leaf_shape) in enumerate(zip(leaves, shape_leaves)):
+                problem = leaf.problem_with(leaf_shape)
+                if problem is not None:
+                    return f"tuple sharding entry {k}: {problem}"
+            return None
+        if shape.is_tuple or shape.element_type.name == "TOKEN":  # type: ignore[attr-defined]
+            return None  # (a token takes any sharding, as in XLA)
+        rank = len(shape.dims)  # type: ignore[attr-defined]  # an array shape
+        if self.kind is ShardingKind.TILED and self.data_rank != rank:
+            return (f"{self.to_hlo()} tiles {self.data_rank} dimension(s) (excluding subgroups), the shape "
+                    f"{shape.to_hlo()} has {rank}")
+        return None
 
     def without_metadata(self) -> "Sharding":
         from dataclasses import replace

@@ -1,4 +1,5 @@
-"""The structural checks: graph, names, roots, parameters, callees, operand counts, shapes.
+"""The structural checks: graph, names, roots, parameters, callees, operand counts, shapes,
+shardings against shapes.
 
 `verify_module` collects every problem; `instruction_problem` is the per-instruction
 part (operand count, then the shape rule) that the parser also runs.
@@ -163,9 +164,19 @@ def _computation_errors(comp: Computation, module_comps: set[int]) -> list[Verif
         problem = _graph_problem(instr, comp) or _callee_problem(instr, module_comps)
         if problem is None:
             problem = instruction_problem(instr)
+        if problem is None and "sharding" in instr.attributes:
+            problem = _sharding_problem(instr)
         if problem is not None:
             errors.append(_error(instr, problem))
     return errors
+
+
+def _sharding_problem(instr: Instruction) -> str | None:
+    """A sharding that does not fit the instruction's shape (XLA's verifier validates every
+    instruction's sharding against its shape)."""
+    sharding = instr.sharding
+    problem = sharding.problem_with(instr.shape) if sharding is not None else None
+    return None if problem is None else f"invalid sharding: {problem}"
 
 
 def _graph_problem(instr: Instruction, comp: Computation) -> str | None:

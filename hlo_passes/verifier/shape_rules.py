@@ -756,6 +756,8 @@ def _gather(instr: Instruction) -> Shape | None:
     if not 0 <= ivd <= indices.rank:
         raise ShapeProblem(f"index_vector_dim={ivd} is out of range for {text(indices)}")
     _check_dims(collapsed + batching, x.rank, "collapsed or batching dimension")
+    _check_index_dims(indices, ivd, _ints(instr, "start_index_map"), x.rank, batching,
+                      _ints(instr, "start_indices_batching_dims"), "start_index_map", "start_indices_batching_dims")
     for i, size in enumerate(sizes):
         if not 0 <= size <= x.dims[i]:
             raise ShapeProblem(f"slice size {size} does not fit dimension {i} of {text(x)}")
@@ -771,12 +773,54 @@ def _gather(instr: Instruction) -> Shape | None:
     return ArrayShape(x.element_type, tuple(out))
 
 
+def _check_index_dims(indices: ArrayShape, ivd: int, to_operand: tuple[int, ...], operand_rank: int,
+                      operand_batching: tuple[int, ...], indices_batching: tuple[int, ...],
+                      map_name: str, batching_name: str) -> None:
+    """A gather's or scatter's index dimension numbers (XLA's shape inference): the index
+    vector's entries name distinct operand dims that are not batching dims, one per element of
+    the index vector; the indices' batching dims are distinct, not the index vector dim, and
+    pair one to one with the operand's."""
+    _check_dims(to_operand, operand_rank, f"{map_name} entry")
+    if set(to_operand) & set(operand_batching):
+        raise ShapeProblem(f"{map_name} {list(to_operand)} names a batching dimension")
+    vector = indices.dims[ivd] if ivd < indices.rank else 1
+    if len(to_operand) != vector:
+        raise ShapeProblem(f"{map_name} has {len(to_operand)} entries; the index vector has {vector}")
+    _check_dims(indices_batching, indices.rank, f"{batching_name} entry")
+    if ivd in indices_batching:
+        raise ShapeProblem(f"{batching_name} {list(indices_batching)} names the index vector dimension {ivd}")
+    if len(indices_batching) != len(operand_batching):
+        raise ShapeProblem(f"{batching_name} has {len(indices_batching)} entries, the operand's batching "
+                           f"dimensions {len(operand_batching)}")
+
+
 def _scatter(instr: Instruction) -> Shape | None:
     n = (len(instr.operands) - 1) // 2
     inputs = [_array(o) for o in instr.operands[:n]]
     for x in inputs[1:]:
         if x.dims != inputs[0].dims:
             raise ShapeProblem(f"scatter inputs differ in dimensions: {text(inputs[0])} and {text(x)}")
+    indices = _array(instr.operands[n], "scatter indices")
+    updates = [_array(o, "updates") for o in instr.operands[n + 1:]]
+    ivd = _need(instr, "index_vector_dim")
+    if not 0 <= ivd <= indices.rank:
+        raise ShapeProblem(f"index_vector_dim={ivd} is out of range for {text(indices)}")
+    window = _ints(instr, "update_window_dims")
+    inserted = _ints(instr, "inserted_window_dims")
+    batching = _ints(instr, "input_batching_dims")
+    _check_dims(inserted + batching, inputs[0].rank, "inserted window or batching dimension")
+    if len(window) + len(inserted) + len(batching) != inputs[0].rank:
+        raise ShapeProblem(f"update_window_dims, inserted_window_dims and input_batching_dims name "
+                           f"{len(window) + len(inserted) + len(batching)} dimensions of {text(inputs[0])}")
+    _check_index_dims(indices, ivd, _ints(instr, "scatter_dims_to_operand_dims"), inputs[0].rank, batching,
+                      _ints(instr, "scatter_indices_batching_dims"), "scatter_dims_to_operand_dims",
+                      "scatter_indices_batching_dims")
+    rank = len(window) + indices.rank - (1 if ivd < indices.rank else 0)
+    for u in updates:
+        if u.rank != rank:
+            raise ShapeProblem(f"updates {text(u)} should have rank {rank} (update_window_dims and the "
+                               "indices' scatter dimensions)")
+        _check_dims(window, u.rank, "update window dimension")
     check_reducer(instr, "to_apply", [x.element_type for x in inputs])
     return inputs[0] if n == 1 else TupleShape(tuple(inputs))
 

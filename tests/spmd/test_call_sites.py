@@ -164,3 +164,50 @@ ENTRY main {{
     module, out, _ = _partition(text, n=4)
     assert _collectives(module) == Counter(), out
     _verify(text, out, n=4)
+
+
+def _fan_out(depth: int, shard_leaf: bool = False) -> str:
+    """c_d calls c_{d-1} twice, `depth` levels: 2^depth call paths to c0 in `depth` + 1 bodies."""
+    lines = ["HloModule fan, num_partitions=8", "", "c0 {", "  x = f32[8] parameter(0)",
+             "  ROOT r = f32[8] negate(x)" + (", sharding={devices=[8]<=[8]}" if shard_leaf else ""), "}", ""]
+    for d in range(1, depth + 1):
+        lines += [f"c{d} {{", "  x = f32[8] parameter(0)", f"  p = f32[8] call(x), to_apply=c{d - 1}",
+                  f"  q = f32[8] call(p), to_apply=c{d - 1}", "  ROOT r = f32[8] add(p, q)", "}", ""]
+    lines += ["ENTRY main {", "  a = f32[8] parameter(0), sharding={devices=[8]<=[8]}",
+              f"  ROOT r = f32[8] call(a), to_apply=c{depth}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_bodies_called_along_many_paths_get_one_copy_per_site_and_merge_back():
+    """Four levels of a body calling its callee twice: every site of every level gets its body
+    (copies of copies made it remove a body another copy still called: an IRError), and where
+    all sites agree the module is what it was."""
+    text = _fan_out(4)
+    module, out, _ = _partition(text, 8)
+    assert sorted(c.name for c in module.computations if not c.is_entry) == ["c0", "c1", "c2", "c3", "c4"]
+    _verify(text, out)
+
+
+def test_inlining_that_would_explode_is_refused_in_bounded_time():
+    """Thirty levels are 2^30 inlined copies of the innermost body (XLA, which inlines every
+    call before propagating, would make them all): an input error, counted without copying."""
+    from hlo_passes import parse_module
+    from hlo_passes.passes.spmd.sharding_propagation import PropagationError, ShardingPropagation
+
+    with pytest.raises(PropagationError, match=r"would make [0-9,]+ instructions \(limit"):
+        ShardingPropagation().run(parse_module(_fan_out(30)))
+
+
+def test_side_effects_and_flops_are_counted_once_per_body_not_per_path():
+    """`has_side_effect` (cse asks it of every call) and the statistics' FLOPs walked every
+    path of calls: thirty levels did not finish in minutes."""
+    from hlo_passes import parse_module
+    from hlo_passes.ir import Opcode
+    from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
+    from hlo_passes.stats import module_stats
+
+    module = parse_module(_fan_out(30))
+    call = module.entry.root
+    assert call.opcode is Opcode.CALL and not call.has_side_effect
+    CommonSubexpressionElimination().run(module)
+    assert module_stats(module).flops == 8 * (2 ** 30) + 8 * (2 ** 30 - 1)  # negates and adds, 8 elements each

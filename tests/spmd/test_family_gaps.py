@@ -498,3 +498,31 @@ ENTRY e {{
 """
     module, _ = partition_verified(text, 6)
     assert collectives(module) == {"all-to-all": 1}, collectives(module)
+
+
+REDUCE_INTO_ANOTHER_DEVICE_ORDER = """HloModule reduce_order, num_partitions=3
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+
+ENTRY main {
+  p = f32[390,70] parameter(0), sharding={devices=[3,1]<=[3]}
+  z = f32[] constant(0)
+  r = f32[390] reduce(p, z), dimensions={1}, to_apply=add
+  ROOT n = f32[390] negate(r), sharding={devices=[3]1,2,0}
+}
+"""
+
+
+def test_a_reduce_wanted_in_another_device_order_moves_its_result_not_its_input():
+    """The rows lie on devices 0,1,2 and the result is wanted on 1,2,0: reducing where the
+    rows lie and permuting the 130-element result moves 520 bytes a device (as XLA's
+    partition); permuting the 130x70 input first moved 36,400."""
+    from tests.spmd.partitioning import partition_verified
+
+    module, _ = partition_verified(REDUCE_INTO_ANOTHER_DEVICE_ORDER, 3)[:2]
+    permutes = [i for i in module.all_instructions() if i.opcode.value == "collective-permute"]
+    assert permutes and all(tuple(i.shape.dims) == (130,) for i in permutes)

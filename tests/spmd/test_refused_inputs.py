@@ -12,7 +12,7 @@ import pytest
 from hlo_passes import parse_module
 from hlo_passes.cli.main import main as cli
 from hlo_passes.ir import Opcode
-from hlo_passes.passes.spmd.sharding_propagation import PropagationError
+from hlo_passes.passes.spmd.sharding_propagation import PropagationError, ShardingPropagation
 from hlo_passes.runtime import execute_module, verify_equivalent
 from tests.spmd.partitioning import partition
 
@@ -201,6 +201,43 @@ def test_axis_index_in_a_partially_manual_region_as_jax_lowers_it(shardy):
         text = lowered_as_compiled(jax.jit(f).lower(x))
     finally:
         jax.config.update("jax_use_shardy_partitioner", previous)
+    _, out, _ = partition(text, 8)
+    report = verify_equivalent(text, out, num_devices=8)
+    assert report.ok, report.format()
+
+
+MISFIT = """HloModule misfit, num_partitions=8
+
+ENTRY main {
+  x = f32[8] parameter(0), sharding=SX
+  t = (f32[8], f32[8]) tuple(x, x), sharding=ST
+  ROOT y = f32[8] get-tuple-element(t), index=0
+}
+"""
+
+
+@pytest.mark.parametrize("sx, st, message", [
+    ("{devices=[2,4]<=[8]}", "{replicated}", r"x: sharding .* does not fit f32\[8\]: .* tiles 2 dimension"),
+    ("{replicated}", "{{devices=[8]<=[8]}}", r"t: sharding .* tuple sharding has 1 entries, the shape .* has 2"),
+    ("{replicated}", "{{replicated}, {replicated}, {replicated}}", r"t: .* has 3 entries"),
+    ("{devices=[8]<=[8]}", "{{replicated}, {devices=[2,2,2]<=[8]}}", r"t: .* entry 1: .* tiles 3 dimension"),
+], ids=["tile_rank", "too_few_entries", "too_many_entries", "entry_rank"])
+def test_a_sharding_that_does_not_fit_its_shape_is_an_input_error(sx, st, message):
+    """XLA's verifier refuses these (HloSharding::Validate); they crashed the partitioner."""
+    text = MISFIT.replace("SX", sx).replace("ST", st)
+    for run in (lambda: partition(text, 8), lambda: ShardingPropagation().run(parse_module(text))):
+        with pytest.raises(PropagationError, match=message):
+            run()
+
+
+@pytest.mark.parametrize("sx, st", [("{devices=[8]<=[8]}", "{devices=[8]<=[8]}"),
+                                    ("{devices=[2,4]<=[8] last_tile_dim_replicate}", "{{replicated}, {devices=[8]<=[8]}}"),
+                                    ("{{devices=[8]<=[8]}}", "{replicated}")],
+                         ids=["single_on_tuple", "replicated_subgroup", "one_entry_tuple_on_array"])
+def test_shardings_that_fit_are_partitioned(sx, st):
+    """A single sharding on a tuple is every leaf's (XLA's parser normalises it so); a one-entry
+    tuple sharding on an array is its entry (XLA compiles it)."""
+    text = MISFIT.replace("SX", sx).replace("ST", st)
     _, out, _ = partition(text, 8)
     report = verify_equivalent(text, out, num_devices=8)
     assert report.ok, report.format()

@@ -304,7 +304,8 @@ ENTRY e {
   ROOT r = f32[8,16] copy(a)""", "names a device twice"),
     ("""
   a = f32[8,16] parameter(0)
-  ROOT r = (f32[8,16], f32[8,16]) tuple(a, a), sharding={{replicated}}""", "tuple elements"),
+  ROOT r = (f32[8,16], f32[8,16]) tuple(a, a), sharding={{replicated}}""", "tuple sharding has 1 entries, "
+                                                                             "the shape .* has 2 array leaves"),
     ("""
   a = f32[8,16] parameter(0)
   ROOT c = f32[8,16] custom-call(a), custom_call_target="Sharding\"""", "needs a sharding"),

@@ -513,3 +513,39 @@ def test_row_and_column_reductions(case):
     assert not any(i.opcode is Opcode.REDUCE and i.operands[0].shape.rank == 2 and i.operands[0].shape.element_count > 10
                    for i in parse_module(out).all_instructions())
     assert_same_per_device(text, out)
+
+
+CONTROL_ORDERED = """HloModule ordered, replica_count=8
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  w = f32[16] parameter(0), parameter_replication={true}
+  g = f32[16] parameter(1)
+  v = f32[16] parameter(2), parameter_replication={true}
+  h = f32[16] parameter(3)
+  ga = f32[16] all-reduce(g), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add
+  ha = f32[16] all-reduce(h), replica_groups={{0,1,2,3,4,5,6,7}}, to_apply=add, control-predecessors={ga}
+  w2 = f32[16] subtract(w, ga)
+  v2 = f32[16] subtract(v, ha)
+  ROOT t = (f32[16], f32[16]) tuple(w2, v2)
+}
+"""
+
+
+def test_an_all_reduce_ordered_by_control_edges_is_left_whole():
+    """`ha` waits on `ga` through a control edge: rewriting either would replace it and drop
+    the order (the pass raised an IRError erasing `ga`).  Both are declined with a remark,
+    and the module is unchanged and valid."""
+    module = parse_module(CONTROL_ORDERED)
+    wus = WeightUpdateSharding(**FORCED)
+    assert not wus.run(module)
+    assert structural_problems(module) == ""
+    declined = [r.message for r in wus.remarks if "control edges" in r.message]
+    assert len(declined) == 2, [r.message for r in wus.remarks]
+    free = parse_module(CONTROL_ORDERED.replace(", control-predecessors={ga}", ""))
+    assert WeightUpdateSharding(**FORCED).run(free)  # the same program without the edge is sharded

@@ -25,6 +25,9 @@ from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL)
+# Copies of called bodies stop at this many times the module's instructions (at least the floor).
+COPY_BUDGET = 4
+COPY_FLOOR = 20_000
 # Per instruction of a body (in post order): its sharding and the ids of the bodies it calls.
 _BodyKey = tuple[tuple[Sharding | None, tuple[int, ...]], ...]
 
@@ -40,36 +43,39 @@ class CallSiteCopies:
     @classmethod
     def flatten(cls, module: Module) -> "CallSiteCopies":
         """Copy every body reached through `call` from the entry once per call site beyond the
-        first (callers first, so a copy's own calls get copies too)."""
+        first.  Bodies are taken callers first, so when a body's turn comes every site that
+        will ever call it exists (its callers' copies included), and each copy is made from
+        the body itself, whose own calls still go to bodies not yet copied: a copy is never
+        copied again, and each has exactly one site.
+
+        Copies multiply along chains of calls (a body calling its callee twice, ten levels
+        deep, is 2^10 sites of the innermost), so they stop at a budget of copied instructions
+        (`COPY_BUDGET` times the module's own, at least `COPY_FLOOR`): the sites beyond it
+        share their body, as if flattening had not been done for them."""
         self = cls(module)
         if module.entry is None:
             return self
-        called_by_call: set[int] = set()
-        seen: set[int] = {id(module.entry)}
-        work = [module.entry]
-        while work:
-            comp = work.pop()
-            for instr in comp.instructions:
-                if instr.opcode not in _CONTROL_FLOW:
-                    continue
+        reachable = _reachable_from(module.entry)
+        budget = max(COPY_FLOOR, COPY_BUDGET * sum(len(c.instructions) for c in reachable))
+        sites: dict[int, list[Instruction]] = {}  # id of a body -> the calls that call it, in order
+
+        def register(body: Computation) -> None:
+            for instr in body.instructions:
                 if instr.opcode is Opcode.CALL:
-                    callee = instr.called["to_apply"]
-                    assert isinstance(callee, Computation)
-                    if id(callee) in called_by_call:
-                        copy = module.clone_computation(callee, suffix="site")
-                        self.copies.setdefault(callee, []).append(copy)
-                        self.site[copy] = instr
-                        instr.called = dict(instr.called, to_apply=copy)
-                        callee = copy
-                    called_by_call.add(id(callee))
-                    if id(callee) not in seen:
-                        seen.add(id(callee))
-                        work.append(callee)
-                    continue
-                for callee in instr.called_computations():
-                    if id(callee) not in seen:
-                        seen.add(id(callee))
-                        work.append(callee)
+                    sites.setdefault(id(instr.called["to_apply"]), []).append(instr)
+
+        callers_first = [c for c in reversed(module.computation_post_order()) if c in reachable]
+        for body in callers_first:
+            for site in sites.get(id(body), [])[1:]:
+                if budget < len(body.instructions):
+                    break
+                budget -= len(body.instructions)
+                copy = module.clone_computation(body, suffix="site")
+                self.copies.setdefault(body, []).append(copy)
+                self.site[copy] = site
+                site.called = dict(site.called, to_apply=copy)
+                register(copy)
+            register(body)
         return self
 
     def merge_back(self) -> list[tuple[Computation, int]]:
@@ -111,3 +117,15 @@ class CallSiteCopies:
 
         return tuple((sharding(i), tuple(id(canonical.get(id(c), c)) for c in i.called_computations()))
                      for i in comp.post_order())
+
+
+def _reachable_from(entry: Computation) -> set[Computation]:
+    """The computations `entry` calls, directly or not, and itself."""
+    found, work = {entry}, [entry]
+    while work:
+        for instr in work.pop().instructions:
+            for callee in instr.called_computations():
+                if callee not in found:
+                    found.add(callee)
+                    work.append(callee)
+    return found

@@ -146,7 +146,8 @@ class ShardingPropagation(ModulePass):
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
             return changed
-        refuse_unreduced(module)
+        refuse_unusable_shardings(module)
+        _refuse_exploding_inlining(module)
         _check_device_count(module, self.options.num_partitions or module.num_partitions)
         changed |= _detach_shard_alike(module)
         sites = CallSiteCopies.flatten(module)
@@ -190,6 +191,25 @@ def is_fully_sharded(module: Module) -> bool:
             if (instr.custom_call_target or "").startswith(SDY_PREFIX):
                 return False
     return True
+
+
+# Propagation sees the module with every call inlined, as XLA's does; a module whose calls
+# fan out (a body calling its callee twice, thirty levels deep) would inline to billions.
+MAX_INLINED_INSTRUCTIONS = 2_000_000
+
+
+def _refuse_exploding_inlining(module: Module) -> None:
+    """An input error, before anything is copied, when inlining every call would make more
+    than MAX_INLINED_INSTRUCTIONS (sizes counted per computation, callees first: linear)."""
+    inlined: dict[int, int] = {}
+    for comp in propagated_computations(module):  # callees first
+        inlined[id(comp)] = sum(inlined.get(id(i.called["to_apply"]), 1) if i.opcode is Opcode.CALL else 1
+                                for i in comp.instructions)
+    total = sum(inlined.values())
+    if total > MAX_INLINED_INSTRUCTIONS:
+        raise PropagationError(f"inlining every call (as XLA does before propagating shardings) would make "
+                               f"{total:,} instructions (limit {MAX_INLINED_INSTRUCTIONS:,}): its calls fan out; "
+                               "call each body from fewer sites")
 
 
 def propagated_computations(module: Module) -> list[Computation]:
@@ -896,10 +916,6 @@ class _Walk:
                 s = su.canon(s)
                 if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
                     s = su.single(instr.shape, s)
-                if s.kind is ShardingKind.TUPLE and len(s.elements) != len(instr.shape.leaves()):
-                    raise PropagationError(
-                        f"{instr.name}: sharding has {len(s.elements)} tuple elements, its shape "
-                        f"{instr.shape.to_hlo(False)} has {len(instr.shape.leaves())} leaves")
                 _check_devices(instr, s)
                 if self.propagate_metadata:
                     md = instr.metadata
@@ -1693,14 +1709,22 @@ def _sharding_calls_to_copies(module: Module) -> bool:
     return changed
 
 
-def refuse_unreduced(module: Module) -> None:
-    """Raise an input error at the first sharding with an UNREDUCED subgroup (devices holding
-    partial sums: JAX's `unreduced=`): propagation and partitioning rules have no partial sums,
-    and treating them as whole values would compute something else."""
+def refuse_unusable_shardings(module: Module) -> None:
+    """Raise an input error at the first sharding no rule can use: one that does not fit its
+    value's shape (a tile rank other than the array's, a tuple sharding with another number of
+    entries than leaves: XLA's verifier refuses both), or one with an UNREDUCED subgroup
+    (devices holding partial sums: JAX's `unreduced=`), which would be read as whole values
+    and compute something else (no propagation or partitioning rule has partial sums)."""
     for instr in module.all_instructions():
         s = instr.sharding if "sharding" in instr.attributes else None
-        for leaf in (s.elements if s is not None and s.kind is ShardingKind.TUPLE else (s,)):
-            if leaf is not None and SubgroupKind.UNREDUCED in leaf.subgroups:
+        if s is None:
+            continue
+        problem = s.problem_with(instr.shape)
+        if problem is not None:
+            raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} does not fit {instr.shape.to_hlo()}: "
+                                   f"{problem}")
+        for leaf in s.leaves():
+            if SubgroupKind.UNREDUCED in leaf.subgroups:
                 raise PropagationError(f"{instr.name}: sharding {leaf.to_hlo()} holds partial sums (unreduced); "
                                        "sharding-propagation and spmd-partition do not partition unreduced values")
 

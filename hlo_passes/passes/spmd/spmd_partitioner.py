@@ -123,9 +123,9 @@ def _refuse_what_it_cannot_partition(module: Module) -> None:
     """Raise an input error for a module this pass cannot partition without changing what it
     computes (see the module docstring): unreduced values, a per-device program, or
     partition-id outside a manual region."""
-    from hlo_passes.passes.spmd.sharding_propagation import PropagationError, refuse_unreduced
+    from hlo_passes.passes.spmd.sharding_propagation import PropagationError, refuse_unusable_shardings
 
-    refuse_unreduced(module)
+    refuse_unusable_shardings(module)
     entry = module.entry
     if entry is not None and entry.name.endswith("_spmd"):
         raise PropagationError(f"ENTRY {entry.name} is a partitioned (per-device) program, as its name says: its "
@@ -215,6 +215,8 @@ class Partitioner:
         self._em: Emitter | None = None  # while `partition` runs: see `em`
         self._kept: set[Computation] = set()
         self._origin: dict[Computation, str] = {}  # a partitioned copy -> the name of what it copies
+        # shared calls' (body, parameter shardings, root sharding, manual, name) -> the partitioned copy, root sharding
+        self._partitioned: dict[tuple[object, ...], tuple[Computation, Sharding]] = {}
 
     # -------------------------------------------------------------- driver --
     def run(self) -> None:
@@ -249,10 +251,28 @@ class Partitioner:
             module.attributes.pop(key, None)
 
     def partition(self, comp: Computation, param_shardings: list[Sharding], root_sharding: Sharding | None,
-                  *, name: str | None = None, manual: bool = False) -> tuple[Computation, Sharding]:
+                  *, name: str | None = None, manual: bool = False, shared: bool = False
+                  ) -> tuple[Computation, Sharding]:
         """A per-device copy of `comp` whose parameters have `param_shardings`; its root is
         resharded to `root_sharding` (when given).  Returns the copy and its root's sharding.
-        `manual`: the body of a manual region, copied instruction by instruction."""
+        `manual`: the body of a manual region, copied instruction by instruction.
+
+        `shared` (calls): a body asked for again with the same shardings is the copy made the
+        first time, so calls of one body from many sites (a body calling its callee twice,
+        thirty deep, is 2^30 sites) share one partitioned body per sharding, as they share the
+        original.  (Loop bodies and branches keep a copy each, one caller per body.)"""
+        if not shared:
+            return self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
+        key = (comp, tuple(param_shardings), root_sharding, manual, name)
+        done = self._partitioned.get(key)
+        if done is not None:
+            return done
+        done = self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
+        self._partitioned[key] = done
+        return done
+
+    def _partition_copy(self, comp: Computation, param_shardings: list[Sharding], root_sharding: Sharding | None,
+                        *, name: str | None, manual: bool) -> tuple[Computation, Sharding]:
         module = self.ctx.module
         new = Computation(f"{name or comp.name}.spmd")
         new.attributes = dict(comp.attributes)

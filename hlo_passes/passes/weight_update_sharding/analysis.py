@@ -210,6 +210,8 @@ def _candidate_problem(instr: Instruction, module: Module) -> str | None:
         return "non-uniform replica groups"
     if len(groups[0]) < 2:
         return "groups of one device (nothing to shard)"
+    if instr.control_predecessors or instr.control_successors:
+        return "ordered by control edges (the rewrite replaces it, and would drop the order they keep)"
     return None
 
 

@@ -531,8 +531,8 @@ class ComponentRewriter:
         work = list(dead)
         while work:
             instr = work.pop(0)
-            if (instr in gone or instr.parent is not self.comp or instr.is_root
-                    or any(u not in gone for u in instr.users)):
+            if (instr in gone or instr.parent is not self.comp or instr.is_root or instr.control_successors
+                    or any(u not in gone for u in instr.users)):  # (what others wait on stays, as dce keeps it)
                 continue
             if instr not in dead_set and (instr.opcode is Opcode.PARAMETER or instr.has_side_effect
                                           or instr.opcode.is_collective):

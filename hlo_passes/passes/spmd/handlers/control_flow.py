@@ -45,7 +45,7 @@ def call(p: HandlerContext, instr: Instruction) -> PValue:
                  for i in range(len(instr.operands))]
     operands = [p.operand_as(instr, i, s) for i, s in enumerate(shardings)]
     root = p.target(root_of(callee)) if "sharding" in root_of(callee).attributes else p.target(instr)
-    new_callee, root = p.partition(callee, shardings, root)
+    new_callee, root = p.partition(callee, shardings, root, shared=True)
     new = p.clone(instr, operands, local_shape(instr.shape, root), to_apply=new_callee)
     return PValue(new, root, instr.shape)
 

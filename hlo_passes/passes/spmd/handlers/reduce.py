@@ -23,13 +23,15 @@ tiles takes the init value first).  Each device sends G partial results, not its
 from __future__ import annotations
 
 from hlo_passes.ir.instruction import Instruction
-
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.sharding import Sharding
-from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.ir.reduction import Reduction
-from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape,
+from hlo_passes.ir.shape import TupleShape
+from hlo_passes.ir.sharding import Sharding
+from hlo_passes.passes.spmd.cost_model import Estimate
+from hlo_passes.passes.spmd.handlers import HandlerContext, handles
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, is_manual, local_shape,
                                                        reducer_opcode, tile_map, to_sharding)
+from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
@@ -64,6 +66,19 @@ def reduce(p: HandlerContext, instr: Instruction) -> PValue:
     tm = tile_map(first_target, out_rank, p.n)
     s_in = to_sharding(tm.remap(rank, {d: i for i, d in enumerate(kept)}))
     s_out = to_sharding(tm)
+    if op_tm is not None and not is_manual(op_value.sharding):
+        # Or reduce where the first input lies and move the (smaller) result: the target's
+        # tiling in another device order would otherwise permute the whole input.
+        own_in = to_sharding(op_tm)
+        own_out = to_sharding(op_tm.remap(out_rank, {i: d for i, d in enumerate(kept)}))
+        model, n = p.ctx.cost_model, p.n
+        inputs = [(p.operand(instr, i).sharding, instr.operands[i].shape) for i in range(num_inputs)]
+        outputs = instr.shape.elements if isinstance(instr.shape, TupleShape) else (instr.shape,)
+        as_target = sum((cost(s, s_in, shape, n, model) for s, shape in inputs), Estimate())
+        in_place = (sum((cost(s, own_in, shape, n, model) for s, shape in inputs), Estimate())
+                    + sum((cost(own_out, first_target, shape, n, model) for shape in outputs), Estimate()))
+        if in_place < as_target:
+            s_in, s_out = own_in, own_out
     operands = [p.operand_as(instr, i, s_in) for i in range(num_inputs)]
     operands += [p.operand_as(instr, i, Sharding.replicated()) for i in range(num_inputs, 2 * num_inputs)]
     out = Sharding.tuple_of([s_out] * num_inputs) if instr.shape.is_tuple else s_out
