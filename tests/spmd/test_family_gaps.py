@@ -526,3 +526,26 @@ def test_a_reduce_wanted_in_another_device_order_moves_its_result_not_its_input(
     module, _ = partition_verified(REDUCE_INTO_ANOTHER_DEVICE_ORDER, 3)[:2]
     permutes = [i for i in module.all_instructions() if i.opcode.value == "collective-permute"]
     assert permutes and all(tuple(i.shape.dims) == (130,) for i in permutes)
+
+
+BATCHED_GATHER_BY_INDEX = """HloModule batched_gather, num_partitions=5
+
+ENTRY main {
+  p = f32[10,30,5] parameter(0), sharding={devices=[5,1,1]4,0,3,1,2}
+  idx = s32[10,4,1] parameter(1), sharding={replicated}
+  ROOT g = f32[10,4,5] gather(p, idx), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,5}, sharding={devices=[1,5,1]<=[5]}
+}
+"""
+
+
+def test_a_batched_gather_runs_where_its_operand_lies_when_moving_the_result_is_cheaper():
+    """The operand lies by batch, the result is wanted by index: each device gathers its
+    batch rows from its own operand tile and the (smaller) result moves, instead of the
+    operand being gathered whole on every device (XLA's plan too)."""
+    from tests.spmd.partitioning import partition_verified
+
+    module, _ = partition_verified(BATCHED_GATHER_BY_INDEX, 5)
+    gathers = [i for i in module.all_instructions() if i.opcode.value == "all-gather"]
+    assert not any(tuple(i.shape.dims) == (10, 30, 5) for i in gathers), [i.shape for i in gathers]
+    local = [i for i in module.all_instructions() if i.opcode.value == "gather"]
+    assert local and tuple(local[0].operands[0].shape.dims) == (2, 30, 5)

@@ -52,29 +52,40 @@ def _index_batch_tiling(p: HandlerContext, instr: Instruction, indices: Instruct
                         out_batch: list[int], operand: Instruction | None = None,
                         batching: dict[int, int] | None = None) -> tuple[TileMap, list[int]] | None:
     """The tiling of the indices' batch dims (all but index_vector_dim) that the op runs with:
-    `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank` array: the gather's
-    result, the scatter's updates) if it has one, else the indices' own, else `operand`'s tiling
-    of its explicit batching dims (`batching`: operand dim -> index dim; a take-along-axis whose
-    logits are tiled by batch while its labels are whole: each device takes its rows of the
-    labels, a local slice).  Returns (indices TileMap, index batch dims) or None when none is
-    tiled there."""
+    the first of `_index_batch_tilings`, or None when none is tiled there."""
+    found = _index_batch_tilings(p, instr, indices, like, out_rank, out_batch, operand, batching)
+    return found[0] if found else None
+
+
+def _index_batch_tilings(p: HandlerContext, instr: Instruction, indices: Instruction, like: Sharding, out_rank: int,
+                         out_batch: list[int], operand: Instruction | None = None,
+                         batching: dict[int, int] | None = None) -> list[tuple[TileMap, list[int]]]:
+    """Tilings of the indices' batch dims (all but index_vector_dim) an op could run with, in
+    order of preference: `like`'s tiling of the matching dims (`out_batch` of a rank-`out_rank`
+    array: the gather's result, the scatter's updates) if it has one, the indices' own, and
+    `operand`'s tiling of its explicit batching dims (`batching`: operand dim -> index dim; a
+    take-along-axis whose logits are tiled by batch while its labels are whole: each device
+    takes its rows of the labels, a local slice).  Each is (indices TileMap, index batch dims);
+    those that tile nothing are left out."""
     ivd = instr.attr("index_vector_dim")
     batch = [d for d in range(indices.array_shape.rank) if d != ivd]
     if len(batch) != len(out_batch):
-        return None
+        return []
+    found: list[tuple[TileMap, list[int]]] = []
+
+    def add(tm: TileMap) -> None:
+        if tm.num_tiles > 1 and all(to_sharding(tm) != to_sharding(other) for other, _ in found):
+            found.append((tm, batch))
+
     if not like.is_tuple:
         out_tm = tile_map(like, out_rank, p.n).keep_dims(out_batch)
         if out_tm.num_tiles > 1:
-            return out_tm.remap(indices.array_shape.rank, dict(zip(batch, out_batch))), batch
-    idx_tm = tile_map(p.value(indices).sharding, indices.array_shape.rank, p.n).keep_dims(batch)
-    if idx_tm.num_tiles > 1:
-        return idx_tm, batch
+            add(out_tm.remap(indices.array_shape.rank, dict(zip(batch, out_batch))))
+    add(tile_map(p.value(indices).sharding, indices.array_shape.rank, p.n).keep_dims(batch))
     if operand is not None and batching:
         op_tm = tile_map(p.value(operand).sharding, operand.array_shape.rank, p.n)
-        moved = op_tm.remap(indices.array_shape.rank, {i: o for o, i in batching.items()})
-        if moved.num_tiles > 1:
-            return moved, batch
-    return None
+        add(op_tm.remap(indices.array_shape.rank, {i: o for o, i in batching.items()}))
+    return found
 
 
 @dataclass(frozen=True)
@@ -95,33 +106,35 @@ class _GatherPlan:
                 + cost(to_sharding(self.result), p.target(instr), instr.shape, n, model))
 
 
-def _index_parallel_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
-    """The index-parallel tilings: the indices' batch dims tiled (as the result's, the
-    indices' own or the operand's batching dims: `_index_batch_tiling`), the operand's
-    batching dims alike, its passthrough dims where `_with_passthrough_tiling` keeps them."""
+def _index_parallel_plans(p: HandlerContext, instr: Instruction) -> list[_GatherPlan]:
+    """The index-parallel tilings, one per candidate tiling of the indices' batch dims (as the
+    result's, the indices' own or the operand's batching dims: `_index_batch_tilings`; a
+    batched gather whose operand lies by batch and whose result is wanted by index gathers
+    where the operand lies and moves the result, rather than gathering the operand): the
+    operand's batching dims alike, its passthrough dims where `_with_passthrough_tiling`
+    keeps them."""
     operand, indices = instr.operands
     offset_dims = set(instr.gather_dimensions.offset_dims)
     out_batch = [d for d in range(instr.array_shape.rank) if d not in offset_dims]
     op_batching = instr.gather_dimensions.operand_batching_dims
     idx_batching = instr.gather_dimensions.start_indices_batching_dims
-    found = _index_batch_tiling(p, instr, indices, p.target(instr), instr.array_shape.rank, out_batch,
-                                operand, dict(zip(op_batching, idx_batching)))
-    if found is None:
-        return None
-    idx_tm, batch = found
-    pos = {d: k for k, d in enumerate(batch)}
-    out_tm = idx_tm.remap(instr.array_shape.rank, {out_batch[pos[d]]: d for d in batch})
     passthrough = _gather_passthrough(instr)
-    to_out = {o: out_batch[pos[i]] for o, i in zip(op_batching, idx_batching)} | passthrough
+    plans = []
+    for idx_tm, batch in _index_batch_tilings(p, instr, indices, p.target(instr), instr.array_shape.rank,
+                                              out_batch, operand, dict(zip(op_batching, idx_batching))):
+        pos = {d: k for k, d in enumerate(batch)}
+        out_tm = idx_tm.remap(instr.array_shape.rank, {out_batch[pos[d]]: d for d in batch})
+        to_out = {o: out_batch[pos[i]] for o, i in zip(op_batching, idx_batching)} | passthrough
 
-    def operand_tiling(out: TileMap) -> TileMap:
-        """The operand's batching dims follow the output's matching batch dims, its
-        passthrough dims the offset dims they become."""
-        return out.remap(operand.array_shape.rank, to_out)
+        def operand_tiling(out: TileMap, to_out: dict[int, int] = to_out) -> TileMap:
+            """The operand's batching dims follow the output's matching batch dims, its
+            passthrough dims the offset dims they become."""
+            return out.remap(operand.array_shape.rank, to_out)
 
-    out_tm = _with_passthrough_tiling(p, instr, out_tm, passthrough, operand_tiling)
-    return _GatherPlan(operand_tiling(out_tm), out_tm.remap(indices.array_shape.rank,
-                                                            {d: out_batch[pos[d]] for d in batch}), out_tm)
+        out_tm = _with_passthrough_tiling(p, instr, out_tm, passthrough, operand_tiling)
+        plans.append(_GatherPlan(operand_tiling(out_tm), out_tm.remap(indices.array_shape.rank,
+                                                                      {d: out_batch[pos[d]] for d in batch}), out_tm))
+    return plans
 
 
 def _passthrough_plan(p: HandlerContext, instr: Instruction) -> _GatherPlan | None:
@@ -331,8 +344,8 @@ def gather(p: HandlerContext, instr: Instruction) -> PValue:
     done = _gather_from_sharded_rows(p, instr)
     if done is not None:
         return done
-    plans = [plan for plan in (_passthrough_plan(p, instr) if not instr.attr("operand_batching_dims") else None,
-                               _index_parallel_plan(p, instr)) if plan is not None]
+    passthrough = _passthrough_plan(p, instr) if not instr.attr("operand_batching_dims") else None
+    plans = ([passthrough] if passthrough is not None else []) + _index_parallel_plans(p, instr)
     if not plans:
         return replicate(p, instr, "gather with neither a passthrough dim of the operand nor an index batch dim "
                                    "tiled")
