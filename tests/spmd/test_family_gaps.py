@@ -549,3 +549,19 @@ def test_a_batched_gather_runs_where_its_operand_lies_when_moving_the_result_is_
     assert not any(tuple(i.shape.dims) == (10, 30, 5) for i in gathers), [i.shape for i in gathers]
     local = [i for i in module.all_instructions() if i.opcode.value == "gather"]
     assert local and tuple(local[0].operands[0].shape.dims) == (2, 30, 5)
+
+
+def test_a_batched_gather_keeps_its_operands_offset_tiling():
+    """The operand is tiled on a dim the slices take whole (an offset dim): the passthrough
+    plan (indices whole, each device gathers its columns) is priced for gathers with batching
+    dims too; it was offered only without them, and the operand was resharded by batch
+    (5,280 bytes a device where this moves 704; XLA 1,024)."""
+    from pathlib import Path
+
+    from tests.spmd.partitioning import partition_verified
+
+    text = (Path(__file__).resolve().parents[2] / "benchmarks" / "spmd_families"
+            / "gather_batched_offset_tiled.hlo").read_text()
+    module, _ = partition_verified(text, 6)
+    local = [i for i in module.all_instructions() if i.opcode.value == "gather"]
+    assert local and tuple(local[0].operands[0].shape.dims) == (10, 30, 2)  # its own columns (5 over 3)

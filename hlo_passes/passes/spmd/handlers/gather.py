@@ -344,7 +344,7 @@ def gather(p: HandlerContext, instr: Instruction) -> PValue:
     done = _gather_from_sharded_rows(p, instr)
     if done is not None:
         return done
-    passthrough = _passthrough_plan(p, instr) if not instr.attr("operand_batching_dims") else None
+    passthrough = _passthrough_plan(p, instr)
     plans = ([passthrough] if passthrough is not None else []) + _index_parallel_plans(p, instr)
     if not plans:
         return replicate(p, instr, "gather with neither a passthrough dim of the operand nor an index batch dim "
