@@ -596,26 +596,34 @@ class Instruction:
     def custom_call_target(self) -> str | None:
         return cast("str | None", self.attr("custom_call_target")) if self.opcode is Opcode.CUSTOM_CALL else None
 
-    @property
-    def has_side_effect(self) -> bool:
+    def _has_own_side_effect(self) -> bool:
+        """A side effect of the instruction itself, not of what it calls."""
         if self.opcode.has_side_effect:
             return True
         if self.opcode is Opcode.CUSTOM_CALL:
             return bool(self.attr("custom_call_has_side_effect", False)) or (
                 self.custom_call_target in SIDE_EFFECTING_CUSTOM_CALLS)
-        if self.opcode in (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL, Opcode.FUSION):
-            # each called computation once: a body reached along many paths of calls (one
-            # calling its callee twice, thirty deep) is 2^30 paths but thirty computations
-            seen: set[int] = set()
-            work = list(self.called_computations())
-            while work:
-                comp = work.pop()
-                if id(comp) in seen:
-                    continue
-                seen.add(id(comp))
-                for instr in comp.instructions:
-                    if instr.opcode.has_side_effect or (instr.opcode is Opcode.CUSTOM_CALL and instr.has_side_effect):
-                        return True
+        return False
+
+    @property
+    def has_side_effect(self) -> bool:
+        if self._has_own_side_effect():
+            return True
+        if self.opcode not in _RUNS_ITS_CALLEES:
+            return False
+        # each called computation once: a body reached along many paths of calls (one calling
+        # its callee twice, thirty deep) is 2^30 paths but thirty computations
+        seen: set[int] = set()
+        work = list(self.called_computations())
+        while work:
+            comp = work.pop()
+            if id(comp) in seen:
+                continue
+            seen.add(id(comp))
+            for instr in comp.instructions:
+                if instr._has_own_side_effect():
+                    return True
+                if instr.opcode in _RUNS_ITS_CALLEES:
                     work.extend(instr.called_computations())
         return False
 
@@ -629,6 +637,11 @@ class Instruction:
 
     def __repr__(self) -> str:
         return f"<{self.opcode.value} %{self.name}: {self.shape.to_hlo(False)}>"
+
+
+# Opcodes whose called computations' side effects are their own (a reducer's or comparator's
+# are not looked into).
+_RUNS_ITS_CALLEES = (Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CALL, Opcode.FUSION)
 
 
 class _NoAttributes(MutableMapping[str, Attr]):

@@ -135,6 +135,28 @@ class TupleShape(Shape):
         return "(" + ", ".join(e.to_hlo(with_layout) for e in self.elements) + ")"
 
 
+_LEAF_OFFSETS: dict[int, tuple[Shape, list[int]]] = {}
+
+
+def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
+    """(first leaf, leaf count) of tuple element `index` of the tuple shape `shape`, in the
+    depth-first order of its array leaves (how XLA numbers a tuple sharding's entries).  The
+    offsets of a shape are computed once (a while loop's state can have hundreds of elements,
+    asked about one by one)."""
+    if not isinstance(shape, TupleShape):
+        raise TypeError(f"expected a tuple shape, got {shape.to_hlo()}")
+    entry = _LEAF_OFFSETS.get(id(shape))
+    if entry is None or entry[0] is not shape:
+        offsets = [0]
+        for e in shape.elements:
+            offsets.append(offsets[-1] + len(e.leaves()))
+        if len(_LEAF_OFFSETS) > 10_000:
+            _LEAF_OFFSETS.clear()
+        entry = _LEAF_OFFSETS[id(shape)] = (shape, offsets)
+    offsets = entry[1]
+    return offsets[index], offsets[index + 1] - offsets[index]
+
+
 # Shapes that passes derive (`with_dims` ...), one object per value.  A partitioned module
 # has a per-device shape for every instruction but only tens of distinct ones; without this
 # each would hold its own copy (with its dims tuple and printed text), about 200 bytes an

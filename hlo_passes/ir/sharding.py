@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Hashable, Iterable
 
+from hlo_passes.ir.shape import Shape, leaf_range
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import ArrayLike
-
-    from hlo_passes.ir.shape import Shape
 else:
     from hlo_passes._deferred import numpy as np  # deferred: fmt never needs numpy
 
@@ -429,11 +429,9 @@ class Sharding:
             return self
         if self.is_nested:
             return self.elements[index]
-        elements = shape.elements  # type: ignore[attr-defined]  # a tuple shape: the caller's
-        start = sum(len(e.leaves()) for e in elements[:index])
-        element = elements[index]
-        if element.is_tuple:
-            return Sharding.tuple_of(self.elements[start:start + len(element.leaves())])
+        start, count = leaf_range(shape, index)
+        if shape.elements[index].is_tuple:  # type: ignore[attr-defined]  # a tuple shape (leaf_range checks)
+            return Sharding.tuple_of(self.elements[start:start + count])
         if start >= len(self.elements):
             raise ValueError(f"tuple sharding {self.to_hlo()} has no entry for element {index} of "
                              f"{shape.to_hlo()}")

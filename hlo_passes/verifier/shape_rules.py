@@ -753,8 +753,6 @@ def _gather(instr: Instruction) -> Shape | None:
     ivd = _need(instr, "index_vector_dim")
     if len(sizes) != x.rank:
         raise ShapeProblem(f"slice_sizes names {len(sizes)} dimensions for {text(x)}")
-    if not 0 <= ivd <= indices.rank:
-        raise ShapeProblem(f"index_vector_dim={ivd} is out of range for {text(indices)}")
     _check_dims(collapsed + batching, x.rank, "collapsed or batching dimension")
     _check_index_dims(indices, ivd, _ints(instr, "start_index_map"), x.rank, batching,
                       _ints(instr, "start_indices_batching_dims"), "start_index_map", "start_indices_batching_dims")
@@ -780,6 +778,8 @@ def _check_index_dims(indices: ArrayShape, ivd: int, to_operand: tuple[int, ...]
     vector's entries name distinct operand dims that are not batching dims, one per element of
     the index vector; the indices' batching dims are distinct, not the index vector dim, and
     pair one to one with the operand's."""
+    if not 0 <= ivd <= indices.rank:
+        raise ShapeProblem(f"index_vector_dim={ivd} is out of range for {text(indices)}")
     _check_dims(to_operand, operand_rank, f"{map_name} entry")
     if set(to_operand) & set(operand_batching):
         raise ShapeProblem(f"{map_name} {list(to_operand)} names a batching dimension")
@@ -803,8 +803,6 @@ def _scatter(instr: Instruction) -> Shape | None:
     indices = _array(instr.operands[n], "scatter indices")
     updates = [_array(o, "updates") for o in instr.operands[n + 1:]]
     ivd = _need(instr, "index_vector_dim")
-    if not 0 <= ivd <= indices.rank:
-        raise ShapeProblem(f"index_vector_dim={ivd} is out of range for {text(indices)}")
     window = _ints(instr, "update_window_dims")
     inserted = _ints(instr, "inserted_window_dims")
     batching = _ints(instr, "input_batching_dims")

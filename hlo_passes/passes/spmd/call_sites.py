@@ -55,8 +55,9 @@ class CallSiteCopies:
         self = cls(module)
         if module.entry is None:
             return self
-        reachable = _reachable_from(module.entry)
-        budget = max(COPY_FLOOR, COPY_BUDGET * sum(len(c.instructions) for c in reachable))
+        reachable = module.reachable_computations(through=lambda instr: instr.opcode in _CONTROL_FLOW)
+        callers_first = [c for c in reversed(module.computation_post_order()) if id(c) in reachable]
+        budget = max(COPY_FLOOR, COPY_BUDGET * sum(len(c.instructions) for c in callers_first))
         sites: dict[int, list[Instruction]] = {}  # id of a body -> the calls that call it, in order
 
         def register(body: Computation) -> None:
@@ -64,7 +65,6 @@ class CallSiteCopies:
                 if instr.opcode is Opcode.CALL:
                     sites.setdefault(id(instr.called["to_apply"]), []).append(instr)
 
-        callers_first = [c for c in reversed(module.computation_post_order()) if c in reachable]
         for body in callers_first:
             for site in sites.get(id(body), [])[1:]:
                 if budget < len(body.instructions):
@@ -118,14 +118,3 @@ class CallSiteCopies:
         return tuple((sharding(i), tuple(id(canonical.get(id(c), c)) for c in i.called_computations()))
                      for i in comp.post_order())
 
-
-def _reachable_from(entry: Computation) -> set[Computation]:
-    """The computations `entry` calls, directly or not, and itself."""
-    found, work = {entry}, [entry]
-    while work:
-        for instr in work.pop().instructions:
-            for callee in instr.called_computations():
-                if callee not in found:
-                    found.add(callee)
-                    work.append(callee)
-    return found

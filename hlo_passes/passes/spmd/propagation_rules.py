@@ -33,7 +33,7 @@ from typing import Callable, Optional, Protocol
 
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
-from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape, leaf_range
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
 from hlo_passes.passes.spmd.batch_dims import infer_from_operands, is_batch_partitionable_custom_call
@@ -647,7 +647,7 @@ def _gte_backward(ctx: PropagationContext, instr: Instruction, user: Instruction
     """The tuple's sharding with the element's leaves replaced (others kept, or replicated)."""
     index = user.attr("index")
     us = known_sharding(ctx, user)
-    start, count = su.leaf_range(instr.shape, index)
+    start, count = leaf_range(instr.shape, index)
     current = ctx.sharding(instr)
     if user.shape.is_tuple:
         if us.kind is not ShardingKind.TUPLE or not us.elements:

@@ -66,7 +66,7 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
-from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape, leaf_range
 from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.passes.spmd.call_sites import CallSiteCopies
 from hlo_passes.passes.manager import PassFailed
@@ -789,7 +789,7 @@ class _Walk:
         if new_sub is None:
             return False
         leaves = su.leaves_of(cur, instr.shape) if cur is not None else [su.replicated()] * len(instr.shape.leaves())
-        start, count = su.leaf_range(instr.shape, index)
+        start, count = leaf_range(instr.shape, index)
         leaves[start:start + count] = su.leaves_of(new_sub, sub_shape)
         self.set_sharding(instr, su.tuple_sharding(leaves))
         return True

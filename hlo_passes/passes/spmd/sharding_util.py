@@ -301,33 +301,12 @@ def single(shape: Shape, s: Sharding) -> Sharding:
     return tuple_sharding([s] * len(shape.leaves())) if shape.is_tuple else s
 
 
-_LEAF_OFFSETS: dict[int, tuple[Shape, list[int]]] = {}
-
-
-def leaf_range(shape: Shape, index: int) -> tuple[int, int]:
-    """(first leaf, leaf count) of tuple element `index` of `shape`.  The offsets of a tuple
-    shape are computed once (a while loop's state can have hundreds of elements, asked about
-    one by one)."""
-    entry = _LEAF_OFFSETS.get(id(shape))
-    if entry is None or entry[0] is not shape:
-        offsets = [0]
-        for e in tuple_elements(shape):
-            offsets.append(offsets[-1] + len(e.leaves()))
-        if len(_LEAF_OFFSETS) > 10_000:
-            _LEAF_OFFSETS.clear()
-        entry = _LEAF_OFFSETS[id(shape)] = (shape, offsets)
-    offsets = entry[1]
-    return offsets[index], offsets[index + 1] - offsets[index]
-
-
 def sub_sharding(shape: Shape, s: Sharding, index: int) -> Sharding:
-    """The sharding of tuple element `index` (XLA's GetSubSharding with a one-element index)."""
+    """The sharding of tuple element `index` (XLA's GetSubSharding with a one-element index); a
+    single sharding is every leaf's."""
     if s.kind is not ShardingKind.TUPLE:
         return single(tuple_elements(shape)[index], s)
-    start, count = leaf_range(shape, index)
-    elem = tuple_elements(shape)[index]
-    leaves = list(s.elements[start:start + count])
-    return tuple_sharding(leaves) if elem.is_tuple else leaves[0]
+    return s.subsharding(shape, index)
 
 
 def tuple_elements(shape: Shape) -> tuple[Shape, ...]:

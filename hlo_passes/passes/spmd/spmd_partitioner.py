@@ -38,7 +38,8 @@ program that computes something else:
   has one.  Inside manual regions it is the program's own device index and is kept.
   (`replica-id` is not affected: partitioning leaves replicas as they are.)
 
-And unreduced shardings (partial sums, JAX's `unreduced=`) are refused: no rule here knows them.
+And shardings no rule can use are refused (`refuse_unusable_shardings`): unreduced ones
+(partial sums, JAX's `unreduced=`), and ones that do not fit their values' shapes.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class SpmdPartitioner(ModulePass):
 
 def _refuse_what_it_cannot_partition(module: Module) -> None:
     """Raise an input error for a module this pass cannot partition without changing what it
-    computes (see the module docstring): unreduced values, a per-device program, or
+    computes (see the module docstring): shardings no rule can use, a per-device program, or
     partition-id outside a manual region."""
     from hlo_passes.passes.spmd.sharding_propagation import PropagationError, refuse_unusable_shardings
 

@@ -74,10 +74,13 @@ def reduce(p: HandlerContext, instr: Instruction) -> PValue:
         model, n = p.ctx.cost_model, p.n
         inputs = [(p.operand(instr, i).sharding, instr.operands[i].shape) for i in range(num_inputs)]
         outputs = instr.shape.elements if isinstance(instr.shape, TupleShape) else (instr.shape,)
-        as_target = sum((cost(s, s_in, shape, n, model) for s, shape in inputs), Estimate())
-        in_place = (sum((cost(s, own_in, shape, n, model) for s, shape in inputs), Estimate())
-                    + sum((cost(own_out, first_target, shape, n, model) for shape in outputs), Estimate()))
-        if in_place < as_target:
+
+        def inputs_to(dst: Sharding) -> Estimate:
+            return sum((cost(s, dst, shape, n, model) for s, shape in inputs), Estimate())
+
+        in_place = inputs_to(own_in) + sum((cost(own_out, first_target, shape, n, model) for shape in outputs),
+                                           Estimate())
+        if in_place < inputs_to(s_in):
             s_in, s_out = own_in, own_out
     operands = [p.operand_as(instr, i, s_in) for i in range(num_inputs)]
     operands += [p.operand_as(instr, i, Sharding.replicated()) for i in range(num_inputs, 2 * num_inputs)]
