@@ -201,6 +201,11 @@ def _complete(s: Sharding | None, shape: Shape) -> Sharding:
     return s.without_metadata() if s.metadata else s
 
 
+# Partitioned copies of one called body with the same shardings before further call sites share
+# one (see `Partitioner.partition`).
+SHARED_AFTER_COPIES = 8
+
+
 class Partitioner:
     """Walks computations, dispatches instructions to handlers, keeps per-device values."""
 
@@ -216,8 +221,9 @@ class Partitioner:
         self._em: Emitter | None = None  # while `partition` runs: see `em`
         self._kept: set[Computation] = set()
         self._origin: dict[Computation, str] = {}  # a partitioned copy -> the name of what it copies
-        # shared calls' (body, parameter shardings, root sharding, manual, name) -> the partitioned copy, root sharding
-        self._partitioned: dict[tuple[object, ...], tuple[Computation, Sharding]] = {}
+        # shared calls' (body, parameter shardings, root sharding, manual, name) -> how many partitioned
+        # copies were made, and the last (the copy, its root sharding)
+        self._partitioned: dict[tuple[object, ...], tuple[int, tuple[Computation, Sharding] | None]] = {}
 
     # -------------------------------------------------------------- driver --
     def run(self) -> None:
@@ -258,18 +264,20 @@ class Partitioner:
         resharded to `root_sharding` (when given).  Returns the copy and its root's sharding.
         `manual`: the body of a manual region, copied instruction by instruction.
 
-        `shared` (calls): a body asked for again with the same shardings is the copy made the
-        first time, so calls of one body from many sites (a body calling its callee twice,
-        thirty deep, is 2^30 sites) share one partitioned body per sharding, as they share the
-        original.  (Loop bodies and branches keep a copy each, one caller per body.)"""
+        `shared` (calls): each call site gets a copy of its own, as XLA's (which inlines every
+        call) and the cost model's view of a body with one caller want, up to
+        `SHARED_AFTER_COPIES` copies of one body with the same shardings; further sites share
+        the last, so calls of one body from many sites (a body calling its callee twice, thirty
+        deep, is 2^30 sites) make a bounded number of partitioned bodies.  (Loop bodies and
+        branches always keep a copy each, one caller per body.)"""
         if not shared:
             return self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
         key = (comp, tuple(param_shardings), root_sharding, manual, name)
-        done = self._partitioned.get(key)
-        if done is not None:
+        copies, done = self._partitioned.get(key, (0, None))
+        if done is not None and copies >= SHARED_AFTER_COPIES:
             return done
         done = self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
-        self._partitioned[key] = done
+        self._partitioned[key] = (copies + 1, done)
         return done
 
     def _partition_copy(self, comp: Computation, param_shardings: list[Sharding], root_sharding: Sharding | None,
