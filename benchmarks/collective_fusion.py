@@ -23,10 +23,14 @@ import os
 import sys
 from pathlib import Path
 
-import tempfile  # noqa: E402
+import atexit
+import shutil
+import tempfile
 
-# XLA's own SPMD partitioner makes the per-device programs: its output is dumped and read back.
+# XLA's own SPMD partitioner makes the per-device programs: its output is dumped and read back
+# (into a directory removed at exit: each test run imports this module).
 DUMP = Path(tempfile.mkdtemp(prefix="collective_fusion_"))
+atexit.register(shutil.rmtree, DUMP, ignore_errors=True)
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
                            f" --xla_dump_to={DUMP} --xla_dump_hlo_pass_re=spmd-partitioning")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

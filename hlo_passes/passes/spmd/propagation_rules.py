@@ -36,6 +36,8 @@ from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMEN
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape, leaf_range
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.passes.spmd.cost_model import Estimate
+from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.batch_dims import infer_from_operands, is_batch_partitionable_custom_call
 
 Leaves = list[Optional[Sharding]]
@@ -488,11 +490,39 @@ def _dynamic_slice_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     s = ctx.sharding(operand)
     cut = _cut_dims(instr, operand)
     changed = False
+    if not is_ds and s is not None and su.is_spatially_partitioned(s) and is_spatial(ctx, instr.operands[0]):
+        base = known_sharding(ctx, instr.operands[0])
+        if _base_is_cheaper(instr, base, su.replicate_dims(s, cut), s, cut):
+            ctx.remark(instr, "takes its base operand's sharding before its update's, which conflicts "
+                              "with it: moving the update costs less than moving the base (XLA tries "
+                              "the update's first)")
+            changed |= ctx.improve(base, instr)
     if s is not None and su.is_spatially_partitioned(s):
         changed |= ctx.improve(su.replicate_dims(s, cut), instr, aggressive=_single_user(ctx, instr))
     if not is_ds and is_spatial(ctx, instr.operands[0]):
         changed |= ctx.improve(known_sharding(ctx, instr.operands[0]), instr)
     return changed
+
+
+def _base_is_cheaper(instr: Instruction, base: Sharding, from_update: Sharding, update: Sharding,
+                     cut: list[int]) -> bool:
+    """Do a dynamic-update-slice's base operand and its update offer shardings that conflict
+    (neither refines the other), and would the instruction, taking the base's, cost less
+    resharding than taking the update's?  XLA's order (the update's first) leaves a scan that
+    writes its stacked outputs into a sharded buffer moving that whole buffer every iteration
+    to fit a small update; the cheaper of the two is what Shardy's propagation also picks (the
+    larger tensor's).  Each choice is priced by the reshards it asks of both operands."""
+    shape = instr.array_shape
+    if su.is_subtiling(shape, base, from_update) or su.is_subtiling(shape, from_update, base):
+        return False  # one refines the other: no conflict, XLA's order gives the same answer
+    base_shape, update_shape = instr.operands[0].shape, instr.operands[1].shape
+    n = base.num_devices
+
+    def price(choice: Sharding) -> Estimate:
+        return (reshard_cost(base, choice, base_shape, n)
+                + reshard_cost(update, su.replicate_dims(choice, cut), update_shape, n))
+
+    return price(base) < price(from_update)
 
 
 @forward(Opcode.WHILE)
