@@ -36,6 +36,7 @@ from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMEN
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape, leaf_range
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.spmd import sharding_util as su
+from hlo_passes.ir.while_loop import trip_count
 from hlo_passes.passes.spmd.cost_model import Estimate
 from hlo_passes.passes.spmd.reshard import cost as reshard_cost
 from hlo_passes.passes.spmd.batch_dims import infer_from_operands, is_batch_partitionable_custom_call
@@ -267,6 +268,7 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     had = current is not None
     leaves = (su.leaves_of(current, instr.shape) if current is not None
               else [su.replicated()] * len(instr.shape.leaves()))
+    carried = _loop_carried_constraints(ctx, instr) if had else frozenset()
     index = 0
     for operand in instr.operands:
         s = ctx.sharding(operand)
@@ -275,12 +277,47 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
             for j, leaf in enumerate(su.leaves_of(s, operand.shape)):
                 if not had or su.is_more_specific(leaf, leaves[index + j]):
                     leaves[index + j] = leaf
+                elif operand in carried and _conflicts(operand.array_shape, leaf, leaves[index + j]):
+                    ctx.remark(instr, f"loop state element {index + j} takes the body's constraint "
+                                      f"{operand.name} over the loop's initial value's sharding: keeping "
+                                      "the initial one reshards it every iteration, this reshards it "
+                                      "once before the loop (XLA keeps whichever came first)")
+                    leaves[index + j] = leaf
         index += n
     new = su.tuple_sharding(leaves)
     if not had or new != current:
         ctx.set_sharding(instr, new)
         return True
     return False
+
+
+def _loop_carried_constraints(ctx: PropagationContext, root: Instruction) -> frozenset[Instruction]:
+    """The sharding constraints (`Sharding` custom-calls) a while body's root tuple passes on
+    as the next iteration's state, when the loop may run more than once.
+
+    The body's constraint says how the carried value must lie at the end of every iteration.
+    A loop state that keeps its initial value's sharding instead reshards the value at every
+    iteration's end (and usually again where the body next uses it); taking the constraint's
+    reshards the initial value once, before the loop.  XLA's GSPMD propagation keeps whichever
+    reached the loop first, so a constraint inside a scan or fori body over a differently
+    sharded carry costs a reshard per iteration; Shardy's (JAX's default) carries the
+    constraint to the loop, as this does."""
+    if not root.is_root:
+        return frozenset()
+    loop = ctx.caller_of(root)
+    if loop is None or loop.opcode is not Opcode.WHILE or loop.called_computation("body") is not root.parent:
+        return frozenset()
+    trips = trip_count(loop)
+    if trips is not None and trips <= 1:
+        return frozenset()
+    return frozenset(o for o in root.operands if is_custom_call(o, SHARDING) and isinstance(o.shape, ArrayShape))
+
+
+def _conflicts(shape: ArrayShape, a: Sharding, b: Sharding) -> bool:
+    """Neither sharding refines the other (both tiled, or tiled and partially replicated)."""
+    if su.is_tile_maximal(a) or su.is_tile_maximal(b) or su.is_manual(a) or su.is_manual(b):
+        return False
+    return not su.is_subtiling(shape, a, b) and not su.is_subtiling(shape, b, a)
 
 
 def _maybe_tuple(instr: Instruction, s: Sharding) -> Sharding:
