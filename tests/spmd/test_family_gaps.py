@@ -726,3 +726,20 @@ def test_a_single_trip_loop_keeps_its_initial_sharding():
     ShardingPropagation().run(module)
     (loop,) = [i for i in module.entry.instructions if i.opcode.value == "while"]
     assert loop.sharding.leaves()[0] == reader_for("sharding")("{devices=[1,4,2]<=[8] last_tile_dim_replicate}")
+
+
+def test_loop_carry_constrained_where_the_body_reads_it_reshards_once():
+    """The same loop with the constraint on the carried value as the body reads it from its
+    parameter (a `with_sharding_constraint` at the top of a fori body), the root passing on a
+    value computed from it: the state takes the constraint's sharding too."""
+    text = LOOP_WITH_CONSTRAINED_CARRY.replace(
+        """  x1 = f32[16,32] add(x, bt)
+  x2 = f32[16,32] custom-call(x1), custom_call_target="Sharding", sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}""",
+        """  xc = f32[16,32] custom-call(x), custom_call_target="Sharding", sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+  x2 = f32[16,32] add(xc, bt)""")
+    assert "xc = " in text
+    module, _ = partition_verified(text)
+    (loop,) = [i for i in module.entry.instructions if i.opcode.value == "while"]
+    body = loop.called_computation("body")
+    moved = [i for i in body.instructions if i.opcode.value in _COLLECTIVES and i.array_shape.rank > 0]
+    assert moved == [], [i.name for i in moved]

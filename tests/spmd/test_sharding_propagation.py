@@ -273,10 +273,7 @@ def test_partially_manual_psum_partitions_to_the_sum_derived_by_hand(groups, cop
     np.testing.assert_allclose(outputs[0], copies * b.reshape(4, 4, 8).sum(0), rtol=1e-5, atol=1e-5)
 
 
-def test_wide_reduce_window_keeps_no_tiling_on_purpose():
-    """Deliberate difference from XLA (see propagation_rules.wide_window_dims): a cumsum's window
-    as wide as the dim does not take that dim's tiling; a remark says why."""
-    text = """HloModule m
+WIDE_WINDOW = """HloModule m
 
 add {
   a = f32[] parameter(0)
@@ -287,15 +284,31 @@ add {
 ENTRY e {
   x = f32[4,24] parameter(0), sharding={devices=[2,4]<=[8]}
   zero = f32[] constant(0)
-  c = f32[4,24] reduce-window(x, zero), window={size=1x24 pad=0_0x23_0}, to_apply=add
+  c = f32[4,24] reduce-window(x, zero), window={size=1xSIZE pad=0_0xPAD_0}, to_apply=add
   ROOT r = f32[4,24] copy(c)
 }
 """
-    module = parse_module(text)
+
+
+def test_wide_reduce_window_keeps_no_tiling_on_purpose():
+    """Deliberate difference from XLA (see propagation_rules.wide_window_dims): a window
+    spanning more than half of a dim (20 of 24 rows) does not take that dim's tiling; a remark
+    says why."""
+    module = parse_module(WIDE_WINDOW.replace("SIZE", "20").replace("PAD", "19"))
     p = ShardingPropagation()
     p.run(module)
     assert sharding_of(module, "c") == S("{devices=[2,1,4]<=[8] last_tile_dim_replicate}")
     assert any("window spans more than half" in r.message for r in p.remarks)
+
+
+def test_cumulative_window_keeps_its_tiling_as_in_xla():
+    """A cumsum's window is as wide as its dim, but the partitioner runs it as a scan of each
+    device's rows (ir/cumulative.py): the dim keeps its tiling, XLA's rule, with no remark."""
+    module = parse_module(WIDE_WINDOW.replace("SIZE", "24").replace("PAD", "23"))
+    p = ShardingPropagation()
+    p.run(module)
+    assert sharding_of(module, "c") == S("{devices=[2,4]<=[8]}")
+    assert not any("window spans more than half" in r.message for r in p.remarks)
 
 
 @pytest.mark.parametrize("body, message", [

@@ -248,10 +248,13 @@ ENTRY main {
     _check(text, expect={"collective-permute": 0, "all-gather": 0, "all-reduce": 0})
 
 
-def test_a_window_as_wide_as_the_dim_does_not_take_the_tiling():
-    """JAX's cumsum on the CPU is a reduce-window as wide as the dim.  Tiling it would mean
-    gathering the dim, computing, and slicing the result only to gather it again for the
-    replicated user: propagation leaves that dim untiled, so one all-gather is all it takes."""
+def test_a_window_as_wide_as_the_dim_is_a_scan_of_each_devices_columns():
+    """JAX's cumsum on the CPU is a reduce-window as wide as the dim.  Propagation keeps the
+    dim's tiling (a cumulative window, ir/cumulative.py) and the partitioner scans each
+    device's 3 columns, gathers the 8 tiles' totals and, for the replicated user, the result:
+    two all-gathers, no 24-wide window anywhere.  (Before the scan, the dim was left untiled
+    and one all-gather of the input fed 24-wide windows on every device: one collective fewer
+    at this toy size, and quadratic work in the dim at any size.)"""
     text = """HloModule cumsum
 add {
   a = f32[] parameter(0)
@@ -265,7 +268,8 @@ ENTRY main {
   ROOT p = f32[4,27] pad(c, zero), padding=0_0x1_2, sharding={replicated}
 }
 """
-    _check(text, expect={"all-gather": 1, "collective-permute": 0})
+    out = _check(text, expect={"all-gather": 2, "collective-permute": 0})
+    assert "size=1x3 pad=0_0x2_0" in out and "size=1x24" not in out, out
 
 
 SELECT_AND_SCATTER = """HloModule pool_grad

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
+from hlo_passes.ir.cumulative import CumulativeWindow
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape, leaf_range
@@ -268,7 +269,7 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     had = current is not None
     leaves = (su.leaves_of(current, instr.shape) if current is not None
               else [su.replicated()] * len(instr.shape.leaves()))
-    carried = _loop_carried_constraints(ctx, instr) if had else frozenset()
+    carried: dict[int, Instruction] | None = None  # found only when a leaf conflicts (rare)
     index = 0
     for operand in instr.operands:
         s = ctx.sharding(operand)
@@ -277,12 +278,16 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
             for j, leaf in enumerate(su.leaves_of(s, operand.shape)):
                 if not had or su.is_more_specific(leaf, leaves[index + j]):
                     leaves[index + j] = leaf
-                elif operand in carried and _conflicts(operand.array_shape, leaf, leaves[index + j]):
-                    ctx.remark(instr, f"loop state element {index + j} takes the body's constraint "
-                                      f"{operand.name} over the loop's initial value's sharding: keeping "
-                                      "the initial one reshards it every iteration, this reshards it "
-                                      "once before the loop (XLA keeps whichever came first)")
-                    leaves[index + j] = leaf
+                elif n == 1 and _conflicts(operand.array_shape, leaf, leaves[index + j]):
+                    if carried is None:
+                        carried = _loop_carried_constraints(ctx, instr)
+                    constraint = carried.get(index)
+                    if constraint is not None and ctx.sharding(constraint) == leaf:
+                        ctx.remark(instr, f"loop state element {index} takes the body's constraint "
+                                          f"{constraint.name} over the loop's initial value's sharding: "
+                                          "keeping the initial one reshards it every iteration, this "
+                                          "reshards it once before the loop (XLA keeps whichever came first)")
+                        leaves[index] = leaf
         index += n
     new = su.tuple_sharding(leaves)
     if not had or new != current:
@@ -291,26 +296,40 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     return False
 
 
-def _loop_carried_constraints(ctx: PropagationContext, root: Instruction) -> frozenset[Instruction]:
-    """The sharding constraints (`Sharding` custom-calls) a while body's root tuple passes on
-    as the next iteration's state, when the loop may run more than once.
+def _loop_carried_constraints(ctx: PropagationContext, root: Instruction) -> dict[int, Instruction]:
+    """By loop-state leaf: the sharding constraint (a `Sharding` custom-call) a while body puts
+    on that carried value, when the loop may run more than once — one the root passes on as the
+    next iteration's value, else one on the value as the body reads it from its parameter.
 
-    The body's constraint says how the carried value must lie at the end of every iteration.
+    Such a constraint says how the carried value must lie at every iteration's end (or start).
     A loop state that keeps its initial value's sharding instead reshards the value at every
-    iteration's end (and usually again where the body next uses it); taking the constraint's
-    reshards the initial value once, before the loop.  XLA's GSPMD propagation keeps whichever
-    reached the loop first, so a constraint inside a scan or fori body over a differently
-    sharded carry costs a reshard per iteration; Shardy's (JAX's default) carries the
-    constraint to the loop, as this does."""
+    iteration (usually twice: to the constraint and back); taking the constraint's reshards the
+    initial value once, before the loop.  XLA's GSPMD propagation keeps whichever reached the
+    loop first, so a constraint inside a scan or fori body over a differently sharded carry
+    costs a reshard per iteration; Shardy's (JAX's default) carries the constraint to the loop,
+    as this does."""
     if not root.is_root:
-        return frozenset()
+        return {}
     loop = ctx.caller_of(root)
     if loop is None or loop.opcode is not Opcode.WHILE or loop.called_computation("body") is not root.parent:
-        return frozenset()
+        return {}
     trips = trip_count(loop)
     if trips is not None and trips <= 1:
-        return frozenset()
-    return frozenset(o for o in root.operands if is_custom_call(o, SHARDING) and isinstance(o.shape, ArrayShape))
+        return {}
+    found: dict[int, Instruction] = {}
+    shape = root.shape
+    for i, o in enumerate(root.operands):
+        if is_custom_call(o, SHARDING) and isinstance(o.shape, ArrayShape):
+            found[leaf_range(shape, i)[0]] = o
+    param = root.parent.parameters[0]
+    for read in param.users:
+        if read.opcode is not Opcode.GET_TUPLE_ELEMENT or not isinstance(read.shape, ArrayShape):
+            continue
+        leaf = leaf_range(shape, read.attr("index"))[0]
+        for user in read.users:
+            if is_custom_call(user, SHARDING):
+                found.setdefault(leaf, user)
+    return found
 
 
 def _conflicts(shape: ArrayShape, a: Sharding, b: Sharding) -> bool:
@@ -403,13 +422,17 @@ def wide_window_dims(instr: Instruction, operand: Instruction) -> list[int]:
     Deliberate difference from XLA, which carries such a dim's tiling into the op: our
     partitioner (handlers/reduce_window.py, halo.py) would then gather the dim, compute, and
     slice the result for nothing; a halo exchange only beats a gather when the window spans
-    at most half the dim, so the tiling of these dims stays behind (a remark says so)."""
+    at most half the dim, so the tiling of these dims stays behind (a remark says so).  Not a
+    cumulative reduction's dim (`ir/cumulative.py`): the partitioner runs that as a scan of each
+    device's own rows plus one small gather of the tiles' totals, which beats a gather."""
     window = instr.window
     if window is None:
         return []
     dims = operand.array_shape.dims
+    scan = CumulativeWindow.of(instr)
     return [d for d, w in enumerate(window.dimensions)
-            if w.size > 1 and 2 * ((w.size - 1) * w.rhs_dilation + 1) > dims[d]]
+            if w.size > 1 and 2 * ((w.size - 1) * w.rhs_dilation + 1) > dims[d]
+            and (scan is None or scan.dim != d)]
 
 
 def _windowed(ctx: PropagationContext, instr: Instruction, operand: Instruction, s: Sharding) -> Sharding:

@@ -29,6 +29,24 @@ without gaps (stride <= size).  With
 base or window dilation it stays replicated: StableHLO's select_and_scatter has
 no dilation and XLA:CPU cannot run the dilated form (its source shape check
 disagrees with HLO's), so there is no executable meaning to preserve.
+
+A cumulative reduction (JAX's cumsum/cummax/cumprod on the CPU: a window as wide as the dim,
+padded N-1 rows below for a prefix or above for a suffix) over a tiled dim would read every
+row before (after) its own on each device: a halo as wide as the dim, or the dim gathered,
+and the whole quadratic window computed for each row.  It is a scan, so the standard
+decomposition runs instead (`_scan`): each device scans its own rows, the devices along the
+dim all-gather one row each — their tiles' totals — and each combines the totals of the tiles
+before (after) its own with its local scan:
+
+    %r = f32[64,256] reduce-window(%x, %zero), window={size=64x1 pad=63_0x0_0}   (%x, %r: [8,1])
+  becomes
+    %l = f32[8,256] reduce-window(f32[8,256] %x, %zero), window={size=8x1 pad=7_0x0_0}
+    %g = f32[8,256] all-gather(slice(%l) row 7), dimensions={0}        (the tiles' totals)
+    %c = f32[256] reduce(select(iota < tile, %g, 0), %zero), dimensions={0}
+    %r = f32[8,256] add(broadcast(%c), %l)
+
+It needs the init value to be the reducer's identity (`ir/cumulative.py`).  The cost model prices it
+beside the halo exchange or gather the other reduce-windows take.
 """
 
 from __future__ import annotations
@@ -41,15 +59,19 @@ from hlo_passes.ir.attributes import Window, WindowDimension
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
+from hlo_passes.passes.spmd.cost_model import cheapest
+from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.handlers.fallback import replicate
 from hlo_passes.passes.spmd.handlers.slicing import local_except
 from hlo_passes.ir.computation import Computation
+from hlo_passes.ir.cumulative import CumulativeWindow
 from hlo_passes.ir.reduction import REDUCTION_OPCODES, Reduction
 from hlo_passes.ir.shape import ArrayShape, TupleShape
-from hlo_passes.passes.spmd.partition_context import (PValue, local_shape, reducer_opcode, root_of,
-                                                       tile_map, to_sharding)
+from hlo_passes.ir.types import PrimitiveType
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape, reducer_opcode,
+                                                       root_of, tile_map, to_sharding)
 
 
 @handles(Opcode.REDUCE_WINDOW)
@@ -83,6 +105,9 @@ def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
             fixed.append(d)
         else:
             exchanges.append(h)
+    scan = CumulativeWindow.of(instr)
+    if scan is not None and tm.dims[scan.dim] > 1 and _scan_is_cheaper(p, instr, tm, scan, exchanges):
+        return _scan(p, instr, tm, scan)
     if not exchanges:
         return local_except(p, instr, windowed)
     s = to_sharding(tm.keep_dims([d for d in range(tm.rank) if d not in fixed]))
@@ -101,6 +126,82 @@ def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     new = p.clone(instr, xs + inits, local_shape(instr.shape, result))
     new.set_attr("window", Window(tuple(dims)))
     return p.reshard(PValue(new, result, instr.shape), target)
+
+
+def _scan_is_cheaper(p: HandlerContext, instr: Instruction, tm: TileMap, scan: CumulativeWindow,
+                     exchanges: list[halos.Halo]) -> bool:
+    """Does the cost model prefer the scan to what `reduce_window` would otherwise do along the
+    scanned dim: exchange a halo as wide as the dim (when `exchanges` plans one) or gather the
+    dim, then run the N-wide window for each local row?  (`local_except` may instead move the
+    dim's tiles onto a free dim, an all-to-all each way that still runs N-wide windows on N/k
+    rows: k times the scan's FLOPs; it is priced here as the gather.)"""
+    model, n = p.ctx.cost_model, p.n
+    d, shape = scan.dim, instr.array_shape
+    etype, tiles, rows = shape.element_type, tm.dims[scan.dim], shape.dims[scan.dim]
+    operand_sharding = p.value(instr.operands[0]).sharding
+    target = p.target(instr)
+    s = to_sharding(tm)
+    local = local_shape(shape, s)
+    row = local.element_count // local.dims[d]
+    around = cost(operand_sharding, s, shape, n, model) + cost(s, target, shape, n, model)
+    scanned = (around
+               + model.compute(local.element_count * (local.dims[d] - 1), 2 * local.byte_size(), etype)
+               + model.collective("all-gather", tiles * row * etype.byte_size, tiles)
+               + model.compute(tiles * row + local.element_count, (tiles * row + 2 * local.element_count)
+                               * etype.byte_size, etype))
+    halo = next((h for h in exchanges if h.dim == d), None)
+    if halo is not None:
+        existing = (around + model.transfer(halo.bytes(row * etype.byte_size), halo.permutes)
+                    + model.compute(local.element_count * (rows - 1), 2 * local.byte_size(), etype))
+    else:
+        gathered = to_sharding(tm.keep_dims([k for k in range(tm.rank) if k != d]))
+        whole = local_shape(shape, gathered)
+        existing = (cost(operand_sharding, gathered, shape, n, model)
+                    + model.compute(whole.element_count * (rows - 1), 2 * whole.byte_size(), etype)
+                    + cost(gathered, target, shape, n, model))
+    chosen = cheapest([(True, scanned), (False, existing)])
+    assert chosen is not None  # (there are candidates)
+    return chosen[0]
+
+
+def _scan(p: HandlerContext, instr: Instruction, tm: TileMap, scan: CumulativeWindow) -> PValue:
+    """The cumulative reduction by local scans and the tiles' totals (module docstring).
+
+    Uneven tiles pad the last tiles at their end.  A prefix never reads that padding for a
+    row inside the array, and the padded tiles' totals only reach padded rows; a suffix reads
+    it for every row of the last real tile and sends it to all earlier tiles in that tile's
+    total, so its operand's padding takes the identity first."""
+    em, b = p.em, p.em.b()
+    d, shape = scan.dim, instr.array_shape
+    window = instr.window
+    assert window is not None, f"{instr.name}: a reduce-window has a window"
+    etype, tiles = shape.element_type, tm.dims[d]
+    s = to_sharding(tm)
+    identity = scan.reduction.identity
+    x = p.operand_as(instr, 0, s)
+    if scan.suffix:
+        x = em.mask_padding(x, tm, tuple(shape.dims), [d], identity)
+    neutral = em.constant(identity, etype)
+    rows = local_shape(shape, s).dims[d]
+    dims = list(window.dimensions)
+    dims[d] = WindowDimension(rows, 1, 0, rows - 1) if scan.suffix else WindowDimension(rows, 1, rows - 1, 0)
+    local = p.clone(instr, [x, neutral], local_shape(instr.shape, s))
+    local.set_attr("window", Window(tuple(dims)))
+    local_dims = local.array_shape.dims
+    edge = 0 if scan.suffix else rows - 1  # the row that reduces the whole tile
+    total = b.slice(local, [edge if k == d else 0 for k in range(len(local_dims))],
+                    [edge + 1 if k == d else size for k, size in enumerate(local_dims)])
+    totals = em.all_gather(total, d, groups_varying(tm, [d]))  # row j: tile j's total
+    totals_shape = totals.array_shape
+    tile_ids = ArrayShape(PrimitiveType.S32, (tiles,))
+    mine = b.broadcast(em.device_scalar(tm.coords[:, d]), tile_ids)
+    before = b.compare(b.iota(tile_ids, 0), mine, "GT" if scan.suffix else "LT")
+    before = b.broadcast(before, ArrayShape(PrimitiveType.PRED, totals_shape.dims), [d])
+    earlier = b.select(before, totals, b.broadcast(neutral, totals_shape))
+    carry = b.reduce(earlier, neutral, [d], instr.called_computation("to_apply"))
+    carried = b.broadcast(carry, local.array_shape, [k for k in range(len(local_dims)) if k != d])
+    result = b.op(scan.reduction.opcode, local.shape, [carried, local])
+    return p.reshard(PValue(result, s, instr.shape), p.target(instr))
 
 
 def _first_array(instr: Instruction) -> ArrayShape:

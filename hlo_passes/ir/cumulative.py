@@ -1,0 +1,70 @@
+"""Cumulative reductions written as reduce-windows.
+
+JAX's `cumsum`, `cummax`, `cummin` and `cumprod` lower on the CPU to a reduce-window as wide as
+the scanned dim: output row i reduces input rows 0..i (a prefix: the window N rows wide with
+N-1 rows of padding below) or rows i..N-1 (a suffix, `reverse=True`: the padding above).
+
+    %c = f32[64,256] reduce-window(%x, f32[] constant(0)), window={size=64x1 pad=63_0x0_0}, to_apply=%add
+
+Read as a window, every output row reads the whole dim (the partitioner would gather it, or
+fetch a halo as wide as it, and compute N-row windows); read as a scan, each device can scan
+its own rows and combine them with the totals of the rows before it.  Propagation
+(`propagation_rules.wide_window_dims`) and the partitioner's reduce-window handler both ask
+this module which reading applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
+from hlo_passes.ir.reduction import Reduction
+
+
+@dataclass(frozen=True)
+class CumulativeWindow:
+    """A reduce-window that is a cumulative reduction along `dim` (a suffix when `suffix`):
+    every other dim's window is one element, the reducer has an identity and the init value is
+    that identity.
+
+    Another init value has no meaning a scan could keep: XLA applies it a number of times that
+    depends on how it splits a wide window (its CPU backend rewrites a 256-wide cumsum into two
+    levels and adds the init value twice), and a parameter's value is unknown."""
+
+    dim: int
+    suffix: bool
+    reduction: Reduction
+
+    @classmethod
+    def of(cls, instr: Instruction) -> "CumulativeWindow | None":
+        """The cumulative reduction `instr` computes, or None (not a reduce-window, variadic,
+        strided, dilated, reversed, narrower than its dim, more than one windowed dim, a
+        reducer without an identity, or another init value)."""
+        window = instr.window
+        if (instr.opcode is not Opcode.REDUCE_WINDOW or window is None or len(instr.operands) != 2
+                or not instr.shape.is_array):
+            return None
+        windowed = [d for d, w in enumerate(window.dimensions)
+                    if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
+                    != (1, 1, 0, 0, 1, 1)]
+        if len(windowed) != 1:
+            return None
+        d = windowed[0]
+        rows = instr.operands[0].array_shape.dims[d]
+        w = window.dimensions[d]
+        if rows < 2 or (w.size, w.stride, w.lhs_dilation, w.rhs_dilation, w.reversal) != (rows, 1, 1, 1, False):
+            return None
+        if (w.padding_low, w.padding_high) not in ((rows - 1, 0), (0, rows - 1)):
+            return None
+        reduction = Reduction.of(instr.called_computation("to_apply"))
+        if reduction is None:
+            return None
+        try:
+            identity = reduction.identity
+        except ValueError:  # `and` over floats: no identity to mask with
+            return None
+        init = instr.operands[1]
+        if init.opcode is not Opcode.CONSTANT or not bool(init.literal_value() == identity):
+            return None
+        return cls(d, w.padding_low == 0, reduction)
