@@ -263,3 +263,18 @@ def test_npz_inputs_still_load(small, tmp_path, capsys):
     np.savez(good, np.ones(4, np.float32), np.full(4, 2, np.float32))
     assert cli(["exec", str(small), "--inputs", str(good)]) == 0, capsys.readouterr().err
     assert "min 3 max 3" in capsys.readouterr().out
+
+
+def test_commands_run_under_the_supervisor_write_to_a_named_descriptor(small, tmp_path):
+    """`exec` and `verify` run XLA in a supervised child; the child must hold the descriptors
+    the arguments name (`--save-outputs /dev/fd/3` was 'Bad file descriptor': a child gets only
+    the standard three).  A descriptor that is not open stays a clear error."""
+    import numpy as np
+
+    saved = tmp_path / "outputs.npz"
+    r = run_cli("exec", small, "--save-outputs", "/dev/fd/3", shell_redirect=f"3>'{saved}'", timeout=120)
+    assert r.returncode == 0, r.stderr
+    with np.load(saved) as outputs:
+        assert list(outputs) == ["arr_0"]
+    r = run_cli("exec", small, "--save-outputs", "/dev/fd/7", timeout=120)
+    assert r.returncode == 2 and "descriptor 7" in r.stderr and "Traceback" not in r.stderr, r.stderr

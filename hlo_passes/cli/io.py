@@ -208,7 +208,7 @@ def write_text(path: str, text: str | TextWriter, *, in_place: bool = False, reg
     FIFO or device, a file with several links) the text is made in memory first, so that
     nothing is written unless it is complete.  `in_place`: `path` is the input, rewritten on
     purpose; `regular_only`: refuse a FIFO or device at `path` (see `write_bytes`)."""
-    if path == "-" or _descriptor(path) == 1:
+    if path == "-" or descriptor_named(path) == 1:
         if not isinstance(text, str):
             made = io.StringIO()
             text(made)
@@ -242,7 +242,7 @@ def _complete(data: bytes | BytesWriter) -> bytes:
 _DESCRIPTOR_NAME = re.compile(r"/dev/(?P<std>stdin|stdout|stderr)|/(?:dev|proc/(?P<pid>self|thread-self|\d+))/fd/(?P<fd>\d+)")
 
 
-def _descriptor(path: str) -> int | None:
+def descriptor_named(path: str) -> int | None:
     """The descriptor `path` names, if it is one of this process's open descriptors' names
     (or a chain of symlinks reaching one).  Such a name must not be resolved to a path: it
     leads to the file the descriptor was opened on (replaced whole, losing `>>`), or to
@@ -291,7 +291,7 @@ def write_bytes(path: str, data: bytes | BytesWriter, *, in_place: bool = False,
     name) is refused: a name the command made up itself (a dump) must not block on a FIFO."""
     if path == "":
         raise UserError("the output file name is empty (use - for standard output)")
-    fd = 1 if path == "-" else _descriptor(path)
+    fd = 1 if path == "-" else descriptor_named(path)
     if fd is not None and not regular_only:
         _write_descriptor(path, fd, data)
         return

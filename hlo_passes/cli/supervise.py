@@ -67,13 +67,14 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     except OSError:  # no writable temporary directory: no retry, nothing else lost
         phase_file = ""
     try:
-        rc, fatal, held = _run_child(command, env)
+        named = _named_descriptors(argv)
+        rc, fatal, held = _run_child(command, env, named)
         while rc < 0 and fatal and phase_file:  # each step's retry runs at most once
             variable = _xla_deaths.retry_variable(phase_file, env)
             if variable is None:
                 break
             env[variable] = _reason(fatal)
-            rc, fatal, held = _run_child(command, env)
+            rc, fatal, held = _run_child(command, env, named)
     except KeyboardInterrupt:  # the child, in the same process group, got it too
         return 130
     finally:
@@ -98,10 +99,31 @@ def supervise(argv: list[str], child_command: list[str] | None = None) -> int:
     return 2
 
 
-def _run_child(command: list[str], env: dict[str, str]) -> tuple[int, list[re.Match], list[bytes]]:
+def _named_descriptors(argv: list[str]) -> tuple[int, ...]:
+    """The descriptors above stderr that arguments name (`--save-outputs /dev/fd/3`): the
+    child must hold them too, as the command run directly would (a child gets none but the
+    standard three unless told)."""
+    from hlo_passes.cli.io import descriptor_named
+
+    found = set()
+    for word in argv:
+        value = word.split("=", 1)[1] if word.startswith("--") and "=" in word else word
+        fd = descriptor_named(value)
+        if fd is not None and fd > 2:
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue  # not open here: the child reports it as the direct command would
+            found.add(fd)
+    return tuple(sorted(found))
+
+
+def _run_child(command: list[str], env: dict[str, str],
+               descriptors: tuple[int, ...] = ()) -> tuple[int, list[re.Match], list[bytes]]:
     """Run the child to its end, passing its output through as it comes: its exit status
-    (negative: the signal it died of), XLA's fatal lines and what was held back from them on."""
-    child = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
+    (negative: the signal it died of), XLA's fatal lines and what was held back from them on.
+    `descriptors`: open descriptors beyond the standard three the child inherits."""
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, env=env, pass_fds=descriptors)
     assert child.stderr is not None
     out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
     held: list[bytes] = []  # XLA's dying words, shown only if it did not die after all
