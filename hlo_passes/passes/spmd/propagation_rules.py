@@ -278,7 +278,7 @@ def _tuple_forward(ctx: PropagationContext, instr: Instruction) -> bool:
             for j, leaf in enumerate(su.leaves_of(s, operand.shape)):
                 if not had or su.is_more_specific(leaf, leaves[index + j]):
                     leaves[index + j] = leaf
-                elif n == 1 and _conflicts(operand.array_shape, leaf, leaves[index + j]):
+                elif isinstance(operand.shape, ArrayShape) and _conflicts(operand.shape, leaf, leaves[index]):
                     if carried is None:
                         carried = _loop_carried_constraints(ctx, instr)
                     constraint = carried.get(index)
