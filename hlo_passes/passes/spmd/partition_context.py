@@ -57,11 +57,16 @@ DeviceGroups: TypeAlias = npt.NDArray[np.int64] | Sequence[Sequence[int]]
 @dataclass(frozen=True, slots=True)
 class PValue:
     """A per-device value `instr` holding the part of a global array (of `global_shape`) that
-    `sharding` assigns to each device."""
+    `sharding` assigns to each device.
+
+    `stand_in`: `instr` holds no such part: it stands for a value its only user partitions
+    without reading it (a slice a rotation reads through, a pad merged into its slice), so
+    nothing may read it, reshard it or recompute from it."""
 
     instr: Instruction
     sharding: Sharding
     global_shape: Shape
+    stand_in: bool = False
 
 
 # ------------------------------------------------------------ shardings --

@@ -88,7 +88,7 @@ def _cheaper(work: Estimate, move: Estimate) -> bool:
 def _held_whole(p: "Partitioner", instr: Instruction, sharding: Sharding) -> PValue | None:
     """`instr`'s replicated per-device value if one exists already (nothing to pay)."""
     value = p.values.get(instr)
-    if value is None:
+    if value is None or value.stand_in:  # zeros standing for a value nobody reads: not it
         return None
     if value.sharding.is_replicated:
         return value

@@ -356,6 +356,9 @@ class Partitioner:
 
     def resharded(self, op: Instruction, sharding: Sharding) -> PValue:
         value = self.values[op]
+        if value.stand_in:
+            raise RuntimeError(f"{op.name}: read, but partitioned as unread (a stand-in): "
+                               "this would compute a wrong value")
         if value.sharding == sharding:
             return value
         key = (op, sharding)

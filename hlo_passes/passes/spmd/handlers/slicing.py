@@ -134,7 +134,8 @@ def _unread_stand_in(p: HandlerContext, instr: Instruction) -> PValue:
     """What a value its only user partitions without reading stands for: zeros, replicated, no
     collective, gone at the partitioner's DCE."""
     shape = instr.array_shape
-    return PValue(p.em.broadcast_scalar(0, shape.element_type, shape.dims), Sharding.replicated(), instr.shape)
+    return PValue(p.em.broadcast_scalar(0, shape.element_type, shape.dims), Sharding.replicated(), instr.shape,
+                  stand_in=True)
 
 
 def _slice_of_pad(p: HandlerContext, instr: Instruction) -> PValue | None:
