@@ -593,7 +593,34 @@ def _while_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     current = ctx.sharding(instr)
     if current is not None and current.kind is s.kind:
         _, s = su.merge(current, s, ctx.may_combine)
+    if current is not None and s.kind is ShardingKind.TUPLE and current.kind is ShardingKind.TUPLE:
+        s = _keeping_carried_constraints(ctx, instr, s, current)
     return ctx.improve(s, instr)
+
+
+def _keeping_carried_constraints(ctx: PropagationContext, loop: Instruction, offered: Sharding,
+                                 current: Sharding) -> Sharding:
+    """`offered` (the initial value's tuple sharding) with the leaves the loop state took from a
+    body constraint (`_tuple_forward`, `_loop_carried_constraints`) kept as they are: a tuple
+    with more tiles elsewhere would otherwise win them back (a tuple's improvement is judged
+    leaf by leaf, without the sub-tiling test of an array's) and undo the choice."""
+    root = loop.called_computation("body").root
+    if root is None or root.opcode is not Opcode.TUPLE:
+        return offered
+    constraints = _loop_carried_constraints(ctx, root)
+    if not constraints:
+        return offered
+    offered_leaves = su.leaves_of(offered, loop.shape)
+    current_leaves = su.leaves_of(current, loop.shape)
+    kept = False
+    for leaf, constraint in constraints.items():
+        if current_leaves[leaf] == ctx.sharding(constraint) and offered_leaves[leaf] != current_leaves[leaf]:
+            offered_leaves[leaf] = current_leaves[leaf]
+            kept = True
+            ctx.remark(loop, f"loop state element {leaf} keeps the body's constraint {constraint.name} "
+                             "over the initial value's sharding: that reshards it once before the loop, "
+                             "the initial one every iteration (XLA takes the initial one when it has more tiles)")
+    return su.tuple_sharding(offered_leaves) if kept else offered
 
 
 @forward(Opcode.CUSTOM_CALL)
