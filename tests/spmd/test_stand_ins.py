@@ -11,6 +11,8 @@ internal error rather than a wrong value."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.spmd.partitioning import collectives, partition_verified
 
 ROTATION_READ_TWICE = """HloModule rotation_read_twice, num_partitions=8
@@ -102,3 +104,55 @@ def test_a_scan_that_rotates_its_carry_writes_its_stacked_rows():
     """The probe's JAX scan (`c2 = concat([c[1:], c[:1]])`, writing `c2[0]` into its stacked
     output each step): every stacked row came back as zeros."""
     partition_verified(SCAN_ROTATING_ITS_CARRY)
+
+
+TILINGS = ("{devices=[8,1]<=[8]}", "{devices=[4,2]<=[8]}", "{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
+           "{devices=[4,1,2]<=[8] last_tile_dim_replicate}")
+SECOND_USERS = (
+    "  u = f32[1,{c}] slice(v), slice={{[0:1], [0:{c}]}}, sharding={{replicated}}",
+    "  z2 = f32[] constant(0)\n  u = f32[{c}] reduce(v, z2), dimensions={{0}}, to_apply=add, sharding={{replicated}}",
+    "  u = f32[{r},{c}] negate(v), sharding={{replicated}}",
+    "  u = f32[{c},{r}] transpose(v), dimensions={{1,0}}, sharding={{devices=[8,1]<=[8]}}",
+)
+
+
+def _read_twice(seed: int) -> str:
+    """A rotation (or a pad merged into its slice) of a tiled value, read by the root as it is
+    and by a second user that wants it otherwise: replicated whole, reduced, transposed."""
+    import random
+
+    rng = random.Random(seed)
+    rows, cols = rng.choice(((16, 4), (24, 8), (32, 6)))
+    k = rng.randrange(1, rows)
+    tiling = rng.choice(TILINGS)
+    if rng.random() < 0.5:
+        made = (f"  a = f32[{k},{cols}] slice(x), slice={{[{rows - k}:{rows}], [0:{cols}]}}\n"
+                f"  b = f32[{rows - k},{cols}] slice(x), slice={{[0:{rows - k}], [0:{cols}]}}\n"
+                f"  v = f32[{rows},{cols}] concatenate(a, b), dimensions={{0}}, sharding={tiling}")
+    else:
+        lo = rng.randrange(0, 3)
+        made = (f"  zp = f32[] constant(0)\n"
+                f"  pd = f32[{rows + lo + 2},{cols}] pad(x, zp), padding={lo}_2x0_0\n"
+                f"  v = f32[{rows},{cols}] slice(pd), slice={{[{lo + 1}:{lo + 1 + rows}], [0:{cols}]}}, "
+                f"sharding={tiling}")
+    second = rng.choice(SECOND_USERS).format(r=rows, c=cols)
+    return f"""HloModule read_twice_{seed}, num_partitions=8
+
+add {{
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}}
+
+ENTRY main {{
+  x = f32[{rows},{cols}] parameter(0), sharding={tiling}
+{made}
+{second}
+  ROOT t = (f32[{rows},{cols}], {second.split('=')[1].split()[0] if 'reduce' not in second else f'f32[{cols}]'}) tuple(v, u)
+}}
+"""
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_rotations_and_merged_pads_read_twice(seed):
+    partition_verified(_read_twice(seed))
