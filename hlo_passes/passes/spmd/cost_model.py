@@ -258,9 +258,11 @@ _COLLECTIVE_KIND = {
 def instruction_estimate(instr: "Instruction", module: "Module", model: CostModel = DEFAULT) -> Estimate:
     """One instruction's share of `module_estimate`: a collective by its wire volume, any other
     array-shaped op bound by its FLOPs or the bytes it touches (result and operands), nothing for
-    parameters, constants, tuples and bitcasts.  Called computations are not included."""
+    parameters, constants, tuples and bitcasts.  Called computations are not included.  Work is
+    XLA's count (`stats.instruction_work`) with transcendentals charged as operations too: an
+    exp or a tanh is compute XLA merely counts apart."""
     from hlo_passes.passes.collectives.common import uniform_group_size
-    from hlo_passes.stats import _flops
+    from hlo_passes.stats import instruction_work
 
     op = instr.opcode
     kind = _COLLECTIVE_KIND.get(op.value)
@@ -280,7 +282,7 @@ def instruction_estimate(instr: "Instruction", module: "Module", model: CostMode
         return ZERO
     touched = instr.shape.byte_size() + sum(o.shape.byte_size() for o in instr.operands if o.shape.is_array)
     etype = instr.shape.element_type if instr.shape.element_type.is_array else None
-    return model.compute(_flops(instr), touched, etype) if etype is not None else ZERO
+    return model.compute(instruction_work(instr).operations, touched, etype) if etype is not None else ZERO
 
 
 # XLA's loop fusion: element-wise ops and the data movement that fuses with them read a fused
@@ -378,7 +380,7 @@ def fused_estimate(instr: "Instruction", module: "Module", model: CostModel = DE
     if op not in TAKES_FUSED_PRODUCERS or not isinstance(instr.shape, ArrayShape) \
             or not instr.shape.element_type.is_array:
         return instruction_estimate(instr, module, model)
-    from hlo_passes.stats import _flops
+    from hlo_passes.stats import instruction_work
 
     touched = 0
     for operand in instr.operands:
@@ -393,7 +395,7 @@ def fused_estimate(instr: "Instruction", module: "Module", model: CostModel = DE
     if op not in FUSES_INTO_CONSUMER or not users or stays \
             or any(u.opcode not in TAKES_FUSED_PRODUCERS for u in users):
         touched += instr.shape.byte_size()
-    return model.compute(_flops(instr), touched, instr.shape.element_type)
+    return model.compute(instruction_work(instr).operations, touched, instr.shape.element_type)
 
 
 def module_estimate(module: "Module", model: CostModel = DEFAULT, fused: bool = True) -> Estimate:

@@ -48,7 +48,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.cost_model import ZERO, CostModel, Estimate, HardwareProfile, instruction_estimate
-from hlo_passes.stats import _flops
+from hlo_passes.stats import computation_work, instruction_work
 
 Users = Callable[[Instruction], Iterable[Instruction]]
 
@@ -114,9 +114,9 @@ def _kernel(members: list[Instruction], model: CostModel, users: Users, roots: f
 
     flops, written, reads = 0, 0, {}
     for m in members:
-        flops += _flops(m)
+        flops += instruction_work(m).operations
         if m.opcode is Opcode.FUSION:
-            flops += sum(_flops(i) for i in m.called["calls"].instructions)
+            flops += computation_work(m.called_computation("calls")).operations
         if m in roots or any(u not in inside for u in users(m)):
             written += m.shape.byte_size()
         for o in m.operands:
