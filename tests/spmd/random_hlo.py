@@ -362,6 +362,31 @@ def op_concatenate(p: Program) -> None:
            sharding=p.maybe_sharding(dims))
 
 
+def op_roll(p: Program) -> None:
+    """jnp.roll as JAX lowers it: the last k rows along a dim, then the rest (a rotation the
+    partitioner turns into collective-permutes of tile parts); the rolled value often has
+    other users that want it otherwise, which once read the slices' stand-ins."""
+    x = p.pick()
+    if not x.dims:
+        return
+    r = p.rng
+    d = r.randrange(len(x.dims))
+    n = x.dims[d]
+    if n < 2:
+        return
+    k = r.randrange(1, n)
+    whole = [f"[0:{m}]" for m in x.dims]
+    last, first = list(whole), list(whole)
+    last[d], first[d] = f"[{n - k}:{n}]", f"[0:{n - k}]"
+    a_dims, b_dims = list(x.dims), list(x.dims)
+    a_dims[d], b_dims[d] = k, n - k
+    a = p.emit("tail", a_dims, f"slice({x.name}), slice={{{', '.join(last)}}}")
+    b = p.emit("head", b_dims, f"slice({x.name}), slice={{{', '.join(first)}}}")
+    p.values.remove(a)
+    p.values.remove(b)
+    p.emit("roll", x.dims, f"concatenate({a.name}, {b.name}), dimensions={{{d}}}", sharding=p.maybe_sharding(x.dims))
+
+
 def op_reverse(p: Program) -> None:
     x = p.pick()
     if not x.dims:
@@ -1307,7 +1332,7 @@ OPS = {
     "dynamic-update-slice": op_dynamic_update_slice, "while": op_while, "conditional": op_conditional,
     "call": op_call, "bitcast-convert": op_bitcast_convert, "clamp": op_clamp, "compare-select": op_compare_select,
     "reduce-precision": op_reduce_precision, "map": op_map, "top-k": op_top_k, "argsort": op_argsort,
-    "cumulative": op_cumulative, "all-to-all": op_all_to_all,
+    "cumulative": op_cumulative, "all-to-all": op_all_to_all, "roll": op_roll,
 }
 
 

@@ -11,6 +11,8 @@ internal error rather than a wrong value."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.spmd.partitioning import collectives, partition_verified
@@ -156,3 +158,14 @@ ENTRY main {{
 @pytest.mark.parametrize("seed", range(12))
 def test_random_rotations_and_merged_pads_read_twice(seed):
     partition_verified(_read_twice(seed))
+
+
+FUZZ_CASES = sorted((Path(__file__).parent / "stand_in_cases").glob("*.hlo"))
+
+
+@pytest.mark.parametrize("path", FUZZ_CASES, ids=lambda p: p.stem)
+def test_fuzz_found_rolls_read_twice(path):
+    """What `fuzz_spmd.py --families roll,slice,reduce,dynamic-update-slice --sparse` found once
+    rolls were in the generator: seed 41016 a wrong program on the code before the stand-in
+    fix, seed 41057 a crash of its first version (a recomputed stand-in asked for again)."""
+    partition_verified(path.read_text())

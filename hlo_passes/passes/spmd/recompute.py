@@ -88,13 +88,15 @@ def _cheaper(work: Estimate, move: Estimate) -> bool:
 def _held_whole(p: "Partitioner", instr: Instruction, sharding: Sharding) -> PValue | None:
     """`instr`'s replicated per-device value if one exists already (nothing to pay)."""
     value = p.values.get(instr)
-    if value is None or value.stand_in:  # zeros standing for a value nobody reads: not it
+    if value is None:
+        return None
+    known = p.known_reshard(instr, sharding)  # (a recomputed stand-in included)
+    if known is not None:
+        return known
+    if value.stand_in:  # zeros standing for a value nobody reads: not it
         return None
     if value.sharding.is_replicated:
         return value
-    known = p.known_reshard(instr, sharding)
-    if known is not None:
-        return known
     wider = p.wider_of(value)
     if wider is not None and wider.sharding.is_replicated:
         return wider
