@@ -764,3 +764,87 @@ def test_loop_carry_keeps_a_constraint_with_fewer_tiles_than_the_initial_value()
     (loop,) = [i for i in module.entry.instructions if i.opcode.value == "while"]
     body = loop.called_computation("body")
     assert [i.name for i in body.instructions if i.opcode.value in _COLLECTIVES and i.array_shape.rank > 0] == []
+
+
+def test_elementwise_ops_feeding_a_replicated_result_run_on_shards():
+    """`x * 2 + 1` returned replicated from x tiled [8,1] (a with_sharding_constraint: GSPMD
+    propagation makes the add replicated): the add ran on the whole array on every device after
+    gathering `x * 2` (131,072 FLOPs).  Computed where its operand lies and gathered once, as
+    XLA's partition does: 16,384 FLOPs, the same one all-gather."""
+    text = """HloModule r1g, num_partitions=8
+ENTRY main {
+  x = f32[1024,64] parameter(0), sharding={devices=[8,1]<=[8]}
+  two = f32[] constant(2)
+  b2 = f32[1024,64] broadcast(two), dimensions={}
+  m = f32[1024,64] multiply(x, b2)
+  one = f32[] constant(1)
+  b1 = f32[1024,64] broadcast(one), dimensions={}
+  a = f32[1024,64] add(m, b1)
+  ROOT r = f32[1024,64] custom-call(a), custom_call_target="Sharding", sharding={replicated}
+}
+"""
+    module, _ = partition_verified(text)
+    assert module_stats(module).flops == 2 * 1024 * 64 // 8
+    assert collectives(module) == {"all-gather": 1}
+
+
+def test_a_select_feeding_a_replicated_result_gathers_the_result_not_its_operands():
+    """where(x > 0, x, y) wanted replicated from operands tiled [4,2]: the result is gathered
+    (along each mesh axis) instead of the predicate and the two values each."""
+    text = """HloModule where_out, num_partitions=8
+ENTRY main {
+  x = f32[256,128] parameter(0), sharding={devices=[4,2]<=[8]}
+  y = f32[256,128] parameter(1), sharding={devices=[4,2]<=[8]}
+  z = f32[] constant(0)
+  zb = f32[256,128] broadcast(z), dimensions={}
+  c = pred[256,128] compare(x, zb), direction=GT
+  ROOT s = f32[256,128] select(c, x, y), sharding={replicated}
+}
+"""
+    module, _ = partition_verified(text)
+    moved = [i for i in module.all_instructions() if i.opcode.is_collective]
+    assert moved and all(i.operands[0].opcode.value in ("select", "all-gather") for i in moved), moved
+    assert module_stats(module).flops <= 2 * 256 * 128 // 8
+
+
+def test_a_widening_convert_is_gathered_narrow():
+    """A convert to a wider type wanted replicated stays computed after the gather: computing it
+    on shards would move the wider elements (the byte guard of `_where_to_compute`)."""
+    text = """HloModule widen, num_partitions=8
+ENTRY main {
+  a = bf16[64,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT d = f32[64,32] convert(a), sharding={replicated}
+}
+"""
+    module, _ = partition_verified(text)
+    (gather,) = [i for i in module.all_instructions() if i.opcode.value == "all-gather"]
+    assert gather.array_shape.element_type.name.lower() == "bf16"
+
+
+SHARDY_REPLICATED_RESULT = """HloModule jit_lambda, entry_computation_layout={(f32[1024,64]{1,0})->f32[1024,64]{1,0}}, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=8]>}}
+
+ENTRY main {
+  x = f32[1024,64]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}, frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\\"x\\"}, {}]>"}
+  two = f32[] constant(2)
+  b2 = f32[1024,64]{1,0} broadcast(two), dimensions={}
+  m = f32[1024,64]{1,0} multiply(x, b2)
+  r = f32[1024,64]{1,0} custom-call(m), custom_call_target="xla.sdy.FuncResultSharding", custom_call_has_side_effect=true, frontend_attributes={xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{}, {}]>]>"}
+  t = (f32[1024,64]{1,0}) tuple(r)
+  ROOT g = f32[1024,64]{1,0} get-tuple-element(t), index=0, sharding={replicated}
+}
+"""
+
+
+def test_a_shardy_function_result_is_a_boundary_not_a_constraint():
+    """JAX's `out_shardings=P()` in the Shardy form is the function result's sharding: the value
+    computed inside keeps the sharding its operands give it and is gathered at the boundary
+    (XLA's Shardy plan).  Imported as a `Sharding` custom-call, GSPMD propagation handed the
+    replicated sharding to the multiply, which then ran whole on every device."""
+    from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+    module = parse_module(SHARDY_REPLICATED_RESULT)
+    ShardingPropagation(num_partitions=8).run(module)
+    m = next(i for i in module.entry.instructions if i.opcode.value == "multiply")
+    assert m.sharding == reader_for("sharding")("{devices=[8,1]<=[8]}")
+    module, _ = partition_verified(SHARDY_REPLICATED_RESULT)
+    assert module_stats(module).flops == 1024 * 64 // 8
+    assert collectives(module) == {"all-gather": 1}
