@@ -848,3 +848,25 @@ def test_a_shardy_function_result_is_a_boundary_not_a_constraint():
     module, _ = partition_verified(SHARDY_REPLICATED_RESULT)
     assert module_stats(module).flops == 1024 * 64 // 8
     assert collectives(module) == {"all-gather": 1}
+
+
+SHARDY_UNEVEN_OUTPUT = """HloModule jit_f4, entry_computation_layout={(f32[256,128]{1,0})->f32[250,120]{1,0}}, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=4, "y"=2]>}}, allow_spmd_sharding_propagation_to_parameters={false}, allow_spmd_sharding_propagation_to_output={true}
+
+ENTRY main {
+  x = f32[256,128]{1,0} parameter(0), sharding={devices=[4,2]<=[8]}, frontend_attributes={xla.sdy.sharding="#sdy.sharding<@mesh, [{\\"x\\"}, {\\"y\\"}]>"}
+  s = f32[250,120]{1,0} slice(x), slice={[0:250], [0:120]}
+  ROOT t = f32[250,120]{1,0} tanh(s)
+}
+"""
+
+
+def test_a_shardy_output_left_to_the_compiler_keeps_its_even_dims():
+    """JAX's Shardy form with the output sharding left to the compiler: [250, 120] tiled 4x2
+    does not divide 250 by 4.  XLA's GSPMD rule replicates such an output whole; XLA's Shardy
+    pipeline, which compiles this form, drops only the uneven dim's tiling and keeps the
+    columns' two tiles.  The GSPMD form keeps XLA's GSPMD rule."""
+    from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+    module = parse_module(SHARDY_UNEVEN_OUTPUT)
+    ShardingPropagation(num_partitions=8).run(module)
+    assert module.entry.root.sharding == reader_for("sharding")("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
+    partition_verified(SHARDY_UNEVEN_OUTPUT)

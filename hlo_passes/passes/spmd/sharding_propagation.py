@@ -142,6 +142,7 @@ class ShardingPropagation(ModulePass):
 
     def run(self, module: Module) -> bool:
         changed = import_shardy(module)
+        self.shardy_form = changed
         if changed:
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
@@ -627,6 +628,9 @@ class _Walk:
         self.output_allowed = output_allowed
         self.allow_params = any(params_allowed)
         self.allow_output = any(output_allowed)
+        # JAX's Shardy form: an uneven propagated output keeps its even dims (XLA's Shardy
+        # pipeline); the GSPMD form replicates it whole (XLA's GSPMD rule)
+        self.shardy_form = bool(getattr(owner, "shardy_form", False))
         self.propagate_metadata = owner.options.propagate_metadata
         self.state: dict[Instruction, Sharding] = {}
         self.provided: set[Instruction] = set()
@@ -1463,16 +1467,30 @@ class _Walk:
                 for i, shape in enumerate(root.shape.elements):
                     sub = su.sub_sharding(root.shape, s, i)
                     if self.output_allowed[i] and not su.evenly_partitions(shape, sub):
-                        sub = su.single(shape, su.replicated())
+                        sub = self._evened(shape, sub)
                     elems.extend(su.leaves_of(sub, shape))
                 self.state[root] = su.tuple_sharding(elems)
             elif not root.shape.is_tuple and not su.evenly_partitions(root.shape, s):
-                self.state[root] = su.replicated()
+                self.state[root] = self._evened(root.shape, s)
         if self.allow_params and len(self.params_allowed) == len(params):
             for i, p in enumerate(params):
                 if p is not None and p in self.state and self.params_allowed[i] and not su.evenly_partitions(
                         p.shape, self.state[p]):
                     self.state[p] = su.single(p.shape, su.replicated())
+
+    def _evened(self, shape: Shape, s: Sharding) -> Sharding:
+        """A propagated output sharding that does not divide its shape evenly, made even: XLA's
+        GSPMD rule replicates it whole; for JAX's Shardy form, as XLA's Shardy pipeline, only
+        the dims it does not divide lose their tiling (a `where` of [250, 120] on a 4x2 mesh
+        keeps its columns' 2 tiles: it was gathered whole, 2.2x the bytes of XLA's plan)."""
+        if (self.shardy_form and isinstance(shape, ArrayShape) and s.kind is ShardingKind.TILED
+                and not su.is_manual(s)):
+            uneven = [d for d in range(shape.rank) if shape.dims[d] % s.tile_dims[d]]
+            kept = su.replicate_dims(s, uneven)
+            if su.evenly_partitions(shape, kept):
+                return kept
+        return su.single(shape, su.replicated())
+
 
 class _GraphFacts(NamedTuple):
     """What the graph alone decides about an instruction, kept by the walk (the graph is fixed):
