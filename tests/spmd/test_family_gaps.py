@@ -848,6 +848,8 @@ def test_a_shardy_function_result_is_a_boundary_not_a_constraint():
     module, _ = partition_verified(SHARDY_REPLICATED_RESULT)
     assert module_stats(module).flops == 1024 * 64 // 8
     assert collectives(module) == {"all-gather": 1}
+    # the boundary's reshard is the result: no copy of the gathered value after it
+    assert not [i.name for i in module.all_instructions() if i.opcode.value == "copy"]
 
 
 SHARDY_UNEVEN_OUTPUT = """HloModule jit_f4, entry_computation_layout={(f32[256,128]{1,0})->f32[250,120]{1,0}}, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["x"=4, "y"=2]>}}, allow_spmd_sharding_propagation_to_parameters={false}, allow_spmd_sharding_propagation_to_output={true}

@@ -70,6 +70,11 @@ def transpose(p: HandlerContext, instr: Instruction) -> PValue:
     tm = tile_map(target, rank, p.n)
     op_tm = tm.remap(rank, {perm[i]: i for i in range(rank)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
+    if instr.opcode is Opcode.COPY and x is not p.operand(instr, 0).instr and x.opcode.is_collective:
+        # A copy that reshards (a function result's boundary, `copy` with a sharding): the
+        # collective's result is already a new buffer; copying it again would only move the
+        # whole value once more in memory.
+        return PValue(x, target, instr.shape)
     return PValue(p.clone(instr, [x], local_shape(instr.shape, target)), target, instr.shape)
 
 
