@@ -104,6 +104,14 @@ class Window:
 
     dimensions: tuple[WindowDimension, ...]
 
+    def windowed_dims(self) -> list[int]:
+        """The dims whose window does more than take each element in place: a size, stride,
+        padding or dilation other than the identity's (a reversal of a one-element window
+        changes nothing)."""
+        return [d for d, w in enumerate(self.dimensions)
+                if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
+                != (1, 1, 0, 0, 1, 1)]
+
     def to_hlo(self) -> str:
         dims = self.dimensions
         if not dims:

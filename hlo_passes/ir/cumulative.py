@@ -45,9 +45,7 @@ class CumulativeWindow:
         if (instr.opcode is not Opcode.REDUCE_WINDOW or window is None or len(instr.operands) != 2
                 or not instr.shape.is_array):
             return None
-        windowed = [d for d, w in enumerate(window.dimensions)
-                    if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
-                    != (1, 1, 0, 0, 1, 1)]
+        windowed = window.windowed_dims()
         if len(windowed) != 1:
             return None
         d = windowed[0]

@@ -604,6 +604,8 @@ def _keeping_carried_constraints(ctx: PropagationContext, loop: Instruction, off
     body constraint (`_tuple_forward`, `_loop_carried_constraints`) kept as they are: a tuple
     with more tiles elsewhere would otherwise win them back (a tuple's improvement is judged
     leaf by leaf, without the sub-tiling test of an array's) and undo the choice."""
+    if offered == current:  # the usual case: nothing to keep, no need to read the body
+        return offered
     root = loop.called_computation("body").root
     if root is None or root.opcode is not Opcode.TUPLE:
         return offered

@@ -141,8 +141,7 @@ class ShardingPropagation(ModulePass):
                "largest annotation's)")
 
     def run(self, module: Module) -> bool:
-        changed = import_shardy(module)
-        self.shardy_form = changed
+        changed = shardy_form = import_shardy(module)
         if changed:
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:
@@ -154,7 +153,8 @@ class ShardingPropagation(ModulePass):
         sites = CallSiteCopies.flatten(module)
         with collector_paused():  # the walk makes many small objects and no cycles but the copy
             flat = _Flat(module)
-            walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self)
+            walk = _Walk(flat.module, self._allowed(module, "parameters"), self._allowed(module, "output"), self,
+                         shardy_form=shardy_form)
             state = walk.run()
             del walk  # its tables and caches (most of its memory) freed before the shardings are written
             changed |= flat.transfer(state, self)
@@ -618,7 +618,8 @@ class _Flat:
 class _Walk:
     """One run of the algorithm (see the module docstring); implements PropagationContext."""
 
-    def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool], owner: ModulePass):
+    def __init__(self, module: Module, params_allowed: list[bool], output_allowed: list[bool], owner: ModulePass,
+                 *, shardy_form: bool = False):
         self.module = module
         self.owner = owner
         assert module.entry is not None, "propagation walks a module with an entry computation"
@@ -630,7 +631,7 @@ class _Walk:
         self.allow_output = any(output_allowed)
         # JAX's Shardy form: an uneven propagated output keeps its even dims (XLA's Shardy
         # pipeline); the GSPMD form replicates it whole (XLA's GSPMD rule)
-        self.shardy_form = bool(getattr(owner, "shardy_form", False))
+        self.shardy_form = shardy_form
         self.propagate_metadata = owner.options.propagate_metadata
         self.state: dict[Instruction, Sharding] = {}
         self.provided: set[Instruction] = set()

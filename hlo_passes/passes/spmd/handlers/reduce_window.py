@@ -78,9 +78,7 @@ from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, lo
 def reduce_window(p: HandlerContext, instr: Instruction) -> PValue:
     window = instr.window
     assert window is not None, f"{instr.name}: a reduce-window has a window"
-    windowed = [d for d, w in enumerate(window.dimensions)
-                if (w.size, w.stride, w.padding_low, w.padding_high, w.lhs_dilation, w.rhs_dilation)
-                != (1, 1, 0, 0, 1, 1)]
+    windowed = window.windowed_dims()
     count = len(instr.operands) // 2  # operands, then as many init values
     fills = _identities(instr.called_computation("to_apply"), count)
     target = p.target(instr)
