@@ -26,7 +26,8 @@ from hlo_passes.ir.shape import ArrayShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, PropagationContext, is_spatial, known_sharding
+from hlo_passes.passes.spmd.propagation_rules import (FORWARD, FROM_USER, PropagationContext, agreeing_proposals,
+                                                      is_spatial, known_sharding)
 
 
 @dataclass
@@ -194,34 +195,33 @@ def _explicit_batch_dims(operand_dims: Sequence[int], indices_dims: Sequence[int
 def _gather_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order (the first sharding a gather takes settles which later ones can refine
     it): explicit batching dims, the indices' batch dims, the dims an iota index walks in
-    step, then the operand's dims sliced whole."""
+    step, then the operand's dims sliced whole; in Shardy form, proposals that want the same
+    devices along different dims cancel (`agreeing_proposals`)."""
     gd = instr.gather_dimensions
     operand, indices = instr.operands
     rank = instr.array_shape.rank
-    changed = False
+    from_operand, from_indices = is_spatial(ctx, operand), is_spatial(ctx, indices)
+    proposals: list[Sharding | None] = []
     explicit = _explicit_batch_dims(gd.operand_batching_dims, gd.start_indices_batching_dims, gd.index_vector_dim,
                                     gd.offset_dims)
     parallel = gather_parallel_dims(instr, explicit=False)
-    if explicit is not None and is_spatial(ctx, operand):
-        changed |= ctx.improve(su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank),
-                               instr)
-    if explicit is not None and is_spatial(ctx, indices):
-        changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank),
-                               instr)
-    if is_spatial(ctx, indices):
+    if explicit is not None and from_operand:
+        proposals.append(su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank))
+    if explicit is not None and from_indices:
+        proposals.append(su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank))
+    if from_indices:
         conn = _index_output_dims(indices.array_shape.rank, gd.index_vector_dim, rank, gd.offset_dims)
-        changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank), instr)
-    if parallel is not None:
-        if is_spatial(ctx, operand):
-            changed |= ctx.improve(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.output, rank),
-                                   instr)
-        if is_spatial(ctx, indices):
-            changed |= ctx.improve(su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank),
-                                   instr)
-    if is_spatial(ctx, operand):
-        out = passthrough_sharding(instr, known_sharding(ctx, operand), parallel)
-        if out is not None:
-            changed |= ctx.improve(out, instr)
+        proposals.append(su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank))
+    if parallel is not None and from_operand:
+        proposals.append(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.output, rank))
+    if parallel is not None and from_indices:
+        proposals.append(su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank))
+    if from_operand:
+        proposals.append(passthrough_sharding(instr, known_sharding(ctx, operand), parallel))
+    changed = False
+    for proposal in agreeing_proposals(ctx, instr.array_shape, proposals):
+        if proposal is not None:
+            changed |= ctx.improve(proposal, instr)
     return changed
 
 
@@ -308,57 +308,55 @@ def scatter_parallel_dims(scatter: Instruction, explicit: bool = True) -> Connec
     return result if result.operand else None
 
 
-def _scatter_parallel(ctx: PropagationContext, instr: Instruction, parallel: Connected) -> bool:
-    """The results' parallel dims from the operands', the indices' and the updates' ones."""
+def _scatter_parallel(ctx: PropagationContext, instr: Instruction, parallel: Connected,
+                      proposals: list[list[Sharding | None]]) -> None:
+    """Each result's proposals along the parallel dims, from the operands', the indices' and the
+    updates' ones."""
     n, inputs, indices, updates = _scatter_parts(instr)
     rank = inputs[0].array_shape.rank
-    changed = False
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, operand), parallel.operand,
-                                                     parallel.operand, rank), instr, i)
+            proposals[i].append(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.operand, rank))
     if is_spatial(ctx, indices):
         s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
         for i in range(n):
-            changed |= ctx.improve_sub(s, instr, i)
+            proposals[i].append(s)
     for i, update in enumerate(updates):
         if is_spatial(ctx, update):
-            changed |= ctx.improve_sub(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand,
-                                                     rank), instr, i)
-    return changed
+            proposals[i].append(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand, rank))
 
 
 def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order: explicit batching dims, the operands whole, the dims an iota index walks
-    in step, then the updates' window dims."""
+    in step, then the updates' window dims; in Shardy form, proposals for one result that want
+    the same devices along different dims cancel (`agreeing_proposals`)."""
     sd = instr.scatter_dimensions
     n, inputs, indices, updates = _scatter_parts(instr)
     rank = inputs[0].array_shape.rank
-    changed = False
+    proposals: list[list[Sharding | None]] = [[] for _ in range(n)]
     explicit = _explicit_batch_dims(sd.input_batching_dims, sd.scatter_indices_batching_dims, sd.index_vector_dim,
                                     sd.update_window_dims)
     if explicit is not None:
-        changed |= _scatter_parallel(ctx, instr, explicit)
+        _scatter_parallel(ctx, instr, explicit, proposals)
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            changed |= ctx.improve_sub(known_sharding(ctx, operand), instr, i)
-    if not is_spatial(ctx, indices) and not any(is_spatial(ctx, u) for u in updates):
-        return changed
-    parallel = scatter_parallel_dims(instr, explicit=False)
-    if parallel is not None:
-        changed |= _scatter_parallel(ctx, instr, parallel)
-    conn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims, sd.update_window_dims,
-                        _scatter_slice_sizes(instr))
-    for i, update in enumerate(updates):
-        if is_spatial(ctx, update):
-            s = known_sharding(ctx, update)
-            out: Sharding | None
-            if su.is_tile_maximal(s) or su.is_manual(s):
-                out = s
-            else:
-                out = _nontrivial(su.along_dims(s, conn.output, conn.operand, rank))
-            if out is not None:
-                changed |= ctx.improve_sub(out, instr, i)
+            proposals[i].append(known_sharding(ctx, operand))
+    if is_spatial(ctx, indices) or any(is_spatial(ctx, u) for u in updates):
+        parallel = scatter_parallel_dims(instr, explicit=False)
+        if parallel is not None:
+            _scatter_parallel(ctx, instr, parallel, proposals)
+        conn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims,
+                            sd.update_window_dims, _scatter_slice_sizes(instr))
+        for i, update in enumerate(updates):
+            if is_spatial(ctx, update):
+                s = known_sharding(ctx, update)
+                proposals[i].append(s if su.is_tile_maximal(s) or su.is_manual(s)
+                                    else _nontrivial(su.along_dims(s, conn.output, conn.operand, rank)))
+    changed = False
+    for i in range(n):
+        for proposal in agreeing_proposals(ctx, inputs[i].array_shape, proposals[i]):
+            if proposal is not None:
+                changed |= ctx.improve_sub(proposal, instr, i)
     return changed
 
 

@@ -29,7 +29,7 @@ propagation_gather.py; both register into the tables below.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 from hlo_passes.ir.cumulative import CumulativeWindow
 from hlo_passes.ir.instruction import Instruction
@@ -63,6 +63,8 @@ class PropagationContext(Protocol):
     def aggressiveness(self) -> int: ...  # the round's level (0-3)
     @property
     def may_combine(self) -> bool: ...  # merge compatible partial shardings (level > 0)
+    @property
+    def shardy_form(self) -> bool: ...  # the module came in JAX's Shardy form (Shardy's conflict rules)
 
     def sharding(self, instr: Instruction) -> Sharding | None: ...
     def set_sharding(self, instr: Instruction, s: Sharding) -> None: ...
@@ -139,6 +141,34 @@ def known_sharding(ctx: PropagationContext, instr: Instruction) -> Sharding:
     s = ctx.sharding(instr)
     assert s is not None, f"{instr.name} has no sharding"
     return s
+
+
+def agreeing_proposals(ctx: PropagationContext, shape: ArrayShape,
+                       proposals: Sequence[Sharding | None]) -> list[Sharding | None]:
+    """The shardings several operands propose for one result, as the propagation form says to
+    weigh them.  XLA's GSPMD takes them in order (the first settles what later ones may refine):
+    all are kept.  Shardy (JAX's default form) propagates a mesh axis along a dim only when no
+    other dim of the same tensor wants that axis too: two proposals that tile different dims
+    with the same devices cancel, and the result takes its sharding from elsewhere (its users).
+    An embedding lookup whose table is tiled along the feature dim and whose token ids are
+    tiled along the batch, over the same devices, is such a conflict: GSPMD shards the lookup
+    by batch, Shardy lets the weights' users decide (the whole FSDP step moves 1.23x XLA's
+    Shardy bytes when the batch wins)."""
+    if not ctx.shardy_form:
+        return list(proposals)
+    tiled = [p for p in proposals if p is not None and su.is_tiled(p) and not su.is_manual(p)]
+    return [p for p in proposals
+            if p is None or p not in tiled or all(_compatible(shape, p, q) for q in tiled if q is not p)]
+
+
+def _compatible(shape: ArrayShape, a: Sharding, b: Sharding) -> bool:
+    """One sharding refines the other, or a partially replicated pair merges into one."""
+    if su.is_subtiling(shape, a, b) or su.is_subtiling(shape, b, a):
+        return True
+    if a.num_devices != b.num_devices:
+        return False
+    return ((su.has_partial_replication(b) and su.merge_if_compatible(a, 0, b) is not None)
+            or (su.has_partial_replication(a) and su.merge_if_compatible(b, 0, a) is not None))
 
 
 # Ops propagation crosses at aggressiveness 0 (besides elementwise ones and Sharding calls).
