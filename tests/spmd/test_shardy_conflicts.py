@@ -1,10 +1,11 @@
 """Shardy's rule for proposals that conflict (issue 11): when two operands of one op want the
-same mesh axis along different dims of its result, Shardy (JAX's default form) propagates
-neither and lets the result's users decide; XLA's GSPMD takes the first.  The FSDP step whose
-embedding table is tiled along the feature dim and whose token ids along the batch, over the
-same axis, is the case that matters: the batch winning cost it 1.23x XLA's Shardy bytes.
-Each test lowers a JAX program both ways and checks the plan against XLA's own partition of
-the same lowering, and the result numerically against XLA's run of the unpartitioned one."""
+same mesh axis along different dims of its result, Shardy (JAX's default form) keeps the one
+from the larger operand (the smaller is the cheaper to reshard); XLA's GSPMD takes the first
+in its fixed order.  The FSDP step whose embedding table is tiled along the feature dim and
+whose token ids along the batch, over the same axis, is the case that matters: the batch
+winning cost it 1.23x XLA's Shardy bytes.  Each test lowers a JAX program and checks the plan
+against XLA's own partition of the same lowering, and the result numerically against XLA's
+run of the unpartitioned one."""
 
 from __future__ import annotations
 
@@ -71,11 +72,10 @@ def _bytes(text: str) -> int:
     return sum(module_stats(parse_module(text)).collective_bytes.values())
 
 
-def test_a_lookup_whose_table_and_ids_want_one_axis_takes_the_users_sharding_in_shardy_form():
-    """Table tiled by feature over x, ids tiled by batch over x: in the Shardy form the lookup
-    takes neither; the mean and the projection by a weight tiled along the contracted feature
-    dim give it the feature tiling, as XLA's Shardy partition has it (a [8,16,8] lookup per
-    device, the mean's sums all-reduced, the projection's partial sums all-reduced)."""
+def test_a_lookup_whose_table_and_ids_want_one_axis_takes_the_tables_tiling_in_shardy_form():
+    """Table [128,64] tiled by feature over x, ids [8,16] tiled by batch over x: in the Shardy
+    form the larger table's feature tiling wins, as in XLA's Shardy partition (a [8,16,8]
+    lookup per device, the mean's sums all-reduced, the projection's partial sums all-reduced)."""
     text, xla = _lower(*EMBED, shardy=True)
     module = parse_module(text)
     ShardingPropagation(num_partitions=8).run(module)
@@ -98,3 +98,56 @@ def test_the_gspmd_form_of_the_same_lookup_keeps_xlas_gspmd_plan():
     partitioned, out = partition_verified(text)
     assert _gather_dims(out) == _gather_dims(xla)
     assert _bytes(out) == _bytes(xla)
+
+
+def _mlp(x, w1, w2):
+    x = jax.lax.with_sharding_constraint(x, _named("x", "y", None))
+    y = jnp.tanh(x @ w1) @ w2
+    return jax.lax.with_sharding_constraint(y, _named("x", "y", None))
+
+
+def _named(*spec):
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    return NamedSharding(Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("x", "y")), PartitionSpec(*spec))
+
+
+def _first_dot_dims(text: str) -> list[int]:
+    module = parse_module(text)
+    dots = [i for i in module.entry.instructions if i.opcode is Opcode.DOT]
+    return list(dots[0].array_shape.dims)
+
+
+@pytest.mark.parametrize("hidden", [64, 16])
+def test_a_dot_whose_operands_want_one_axis_follows_the_larger_operand_in_shardy_form(hidden):
+    """A sequence-parallel MLP: x [4,8,32] tiled (x, y, -), w1 [32,hidden] tiled (-, y).  The
+    first dot's result wants y along the sequence (from x) and along the hidden dim (from w1).
+    Shardy keeps the larger operand's: w1's when hidden is 64 (2,048 elements against 1,024;
+    XLA then multiplies by w2 locally and all-reduces 1,536 bytes, where taking x's tiling
+    cost 5,632), x's when hidden is 16."""
+    fn = jax.jit(_mlp, in_shardings=(_named("x", "y", None), _named(None, "y"), _named("y", None)))
+    text, xla = _lower(fn, (_f32(4, 8, 32), _f32(32, hidden), _f32(hidden, 32)), shardy=True)
+    module = parse_module(text)
+    ShardingPropagation(num_partitions=8).run(module)
+    first = next(i for i in module.entry.instructions if i.opcode is Opcode.DOT)
+    expected = "{devices=[4,1,2]<=[8]}" if hidden == 64 else "{devices=[4,2,1]<=[8]}"
+    assert str(first.sharding) == expected
+    partitioned, out = partition_verified(text)
+    if hidden == 64:
+        assert _first_dot_dims(out) == _first_dot_dims(xla) == [1, 8, 32]
+    assert _bytes(out) <= _bytes(xla)
+
+
+def test_a_lookup_whose_ids_outweigh_the_table_takes_the_batch_tiling_in_shardy_form():
+    """The same lookup with a table of 16 x 8 and ids of 64 x 32: the ids are the larger
+    operand, so Shardy keeps their batch tiling (as XLA's Shardy partition does)."""
+    fn = _mesh_fn(_embed_then_project, (None, "x"), ("x", None), ("x", None))
+    text, xla = _lower(fn, (_f32(16, 8), jax.ShapeDtypeStruct((64, 32), jnp.int32), _f32(8, 32)), shardy=True)
+    module = parse_module(text)
+    ShardingPropagation(num_partitions=8).run(module)
+    (gather,) = [i for i in module.all_instructions() if i.opcode is Opcode.GATHER]
+    assert str(gather.sharding) == "{devices=[8,1,1]<=[8]}"
+    partitioned, out = partition_verified(text)
+    assert _gather_dims(out) == _gather_dims(xla) == [8, 32, 8]
+    assert _bytes(out) <= _bytes(xla)

@@ -24,7 +24,8 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import sharding_util as su
-from hlo_passes.passes.spmd.propagation_rules import FORWARD, FROM_USER, PropagationContext, is_spatial, known_sharding
+from hlo_passes.passes.spmd.propagation_rules import (FORWARD, FROM_USER, PropagationContext, agreeing_proposals,
+                                                      is_spatial, known_sharding)
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,10 @@ def _from_operand(ctx: PropagationContext, instr: Instruction, dims: DotDims, si
 
 def infer_dot_from_operands(ctx: PropagationContext, instr: Instruction, dims: DotDims) -> bool:
     """XLA's InferDotShardingFromOperands (see the module docstring)."""
-    proposals: list[Sharding | None] = [None, None]
-    for side in (0, 1):
-        if is_spatial(ctx, instr.operands[side]):
-            proposal = _from_operand(ctx, instr, dims, side)
-            if proposal is not None:
-                proposals[side] = ctx.improved(proposal, instr)
+    offers = [(operand, _from_operand(ctx, instr, dims, side) if is_spatial(ctx, operand) else None)
+              for side, operand in enumerate(instr.operands[:2])]
+    proposals = [None if p is None else ctx.improved(p, instr)
+                 for p in agreeing_proposals(ctx, instr.array_shape, offers)]
     a, b = proposals
     if a is None and b is None:
         return False

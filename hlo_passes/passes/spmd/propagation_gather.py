@@ -195,31 +195,31 @@ def _explicit_batch_dims(operand_dims: Sequence[int], indices_dims: Sequence[int
 def _gather_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order (the first sharding a gather takes settles which later ones can refine
     it): explicit batching dims, the indices' batch dims, the dims an iota index walks in
-    step, then the operand's dims sliced whole; in Shardy form, proposals that want the same
-    devices along different dims cancel (`agreeing_proposals`)."""
+    step, then the operand's dims sliced whole; in Shardy form, of two that want the same
+    devices along different dims, the larger operand's (`agreeing_proposals`)."""
     gd = instr.gather_dimensions
     operand, indices = instr.operands
     rank = instr.array_shape.rank
     from_operand, from_indices = is_spatial(ctx, operand), is_spatial(ctx, indices)
-    proposals: list[Sharding | None] = []
+    offers: list[tuple[Instruction, Sharding | None]] = []
     explicit = _explicit_batch_dims(gd.operand_batching_dims, gd.start_indices_batching_dims, gd.index_vector_dim,
                                     gd.offset_dims)
     parallel = gather_parallel_dims(instr, explicit=False)
     if explicit is not None and from_operand:
-        proposals.append(su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank))
+        offers.append((operand, su.along_dims(known_sharding(ctx, operand), explicit.operand, explicit.output, rank)))
     if explicit is not None and from_indices:
-        proposals.append(su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank))
+        offers.append((indices, su.along_dims(known_sharding(ctx, indices), explicit.indices, explicit.output, rank)))
     if from_indices:
         conn = _index_output_dims(indices.array_shape.rank, gd.index_vector_dim, rank, gd.offset_dims)
-        proposals.append(su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank))
+        offers.append((indices, su.along_dims(known_sharding(ctx, indices), conn.indices, conn.output, rank)))
     if parallel is not None and from_operand:
-        proposals.append(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.output, rank))
+        offers.append((operand, su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.output, rank)))
     if parallel is not None and from_indices:
-        proposals.append(su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank))
+        offers.append((indices, su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.output, rank)))
     if from_operand:
-        proposals.append(passthrough_sharding(instr, known_sharding(ctx, operand), parallel))
+        offers.append((operand, passthrough_sharding(instr, known_sharding(ctx, operand), parallel)))
     changed = False
-    for proposal in agreeing_proposals(ctx, instr.array_shape, proposals):
+    for proposal in agreeing_proposals(ctx, instr.array_shape, offers):
         if proposal is not None:
             changed |= ctx.improve(proposal, instr)
     return changed
@@ -309,52 +309,54 @@ def scatter_parallel_dims(scatter: Instruction, explicit: bool = True) -> Connec
 
 
 def _scatter_parallel(ctx: PropagationContext, instr: Instruction, parallel: Connected,
-                      proposals: list[list[Sharding | None]]) -> None:
-    """Each result's proposals along the parallel dims, from the operands', the indices' and the
+                      offers: list[list[tuple[Instruction, Sharding | None]]]) -> None:
+    """Each result's offers along the parallel dims, from the operands', the indices' and the
     updates' ones."""
     n, inputs, indices, updates = _scatter_parts(instr)
     rank = inputs[0].array_shape.rank
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            proposals[i].append(su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.operand, rank))
+            offers[i].append((operand, su.along_dims(known_sharding(ctx, operand), parallel.operand, parallel.operand,
+                                                     rank)))
     if is_spatial(ctx, indices):
         s = su.along_dims(known_sharding(ctx, indices), parallel.indices, parallel.operand, rank)
         for i in range(n):
-            proposals[i].append(s)
+            offers[i].append((indices, s))
     for i, update in enumerate(updates):
         if is_spatial(ctx, update):
-            proposals[i].append(su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand, rank))
+            offers[i].append((update, su.along_dims(known_sharding(ctx, update), parallel.output, parallel.operand,
+                                                    rank)))
 
 
 def _scatter_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     """In XLA's order: explicit batching dims, the operands whole, the dims an iota index walks
-    in step, then the updates' window dims; in Shardy form, proposals for one result that want
-    the same devices along different dims cancel (`agreeing_proposals`)."""
+    in step, then the updates' window dims; in Shardy form, of two that want the same devices
+    along different dims of one result, the larger operand's (`agreeing_proposals`)."""
     sd = instr.scatter_dimensions
     n, inputs, indices, updates = _scatter_parts(instr)
     rank = inputs[0].array_shape.rank
-    proposals: list[list[Sharding | None]] = [[] for _ in range(n)]
+    offers: list[list[tuple[Instruction, Sharding | None]]] = [[] for _ in range(n)]
     explicit = _explicit_batch_dims(sd.input_batching_dims, sd.scatter_indices_batching_dims, sd.index_vector_dim,
                                     sd.update_window_dims)
     if explicit is not None:
-        _scatter_parallel(ctx, instr, explicit, proposals)
+        _scatter_parallel(ctx, instr, explicit, offers)
     for i, operand in enumerate(inputs):
         if is_spatial(ctx, operand):
-            proposals[i].append(known_sharding(ctx, operand))
+            offers[i].append((operand, known_sharding(ctx, operand)))
     if is_spatial(ctx, indices) or any(is_spatial(ctx, u) for u in updates):
         parallel = scatter_parallel_dims(instr, explicit=False)
         if parallel is not None:
-            _scatter_parallel(ctx, instr, parallel, proposals)
+            _scatter_parallel(ctx, instr, parallel, offers)
         conn = _passthrough(inputs[0].array_shape, sd.inserted_window_dims, sd.input_batching_dims,
                             sd.update_window_dims, _scatter_slice_sizes(instr))
         for i, update in enumerate(updates):
             if is_spatial(ctx, update):
                 s = known_sharding(ctx, update)
-                proposals[i].append(s if su.is_tile_maximal(s) or su.is_manual(s)
-                                    else _nontrivial(su.along_dims(s, conn.output, conn.operand, rank)))
+                offers[i].append((update, s if su.is_tile_maximal(s) or su.is_manual(s)
+                                  else _nontrivial(su.along_dims(s, conn.output, conn.operand, rank))))
     changed = False
     for i in range(n):
-        for proposal in agreeing_proposals(ctx, inputs[i].array_shape, proposals[i]):
+        for proposal in agreeing_proposals(ctx, inputs[i].array_shape, offers[i]):
             if proposal is not None:
                 changed |= ctx.improve_sub(proposal, instr, i)
     return changed

@@ -29,6 +29,7 @@ propagation_gather.py; both register into the tables below.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional, Protocol, Sequence
 
 from hlo_passes.ir.cumulative import CumulativeWindow
@@ -144,21 +145,52 @@ def known_sharding(ctx: PropagationContext, instr: Instruction) -> Sharding:
 
 
 def agreeing_proposals(ctx: PropagationContext, shape: ArrayShape,
-                       proposals: Sequence[Sharding | None]) -> list[Sharding | None]:
-    """The shardings several operands propose for one result, as the propagation form says to
-    weigh them.  XLA's GSPMD takes them in order (the first settles what later ones may refine):
-    all are kept.  Shardy (JAX's default form) propagates a mesh axis along a dim only when no
-    other dim of the same tensor wants that axis too: two proposals that tile different dims
-    with the same devices cancel, and the result takes its sharding from elsewhere (its users).
-    An embedding lookup whose table is tiled along the feature dim and whose token ids are
-    tiled along the batch, over the same devices, is such a conflict: GSPMD shards the lookup
-    by batch, Shardy lets the weights' users decide (the whole FSDP step moves 1.23x XLA's
-    Shardy bytes when the batch wins)."""
+                       offers: Sequence[tuple[Instruction, Sharding | None]]) -> list[Sharding | None]:
+    """The shardings several operands offer for one result ((operand, proposal) pairs), as the
+    propagation form says to weigh them.  XLA's GSPMD takes them in order (the first
+    settles what later ones may refine): all are kept.  Shardy (JAX's default form) lets a
+    mesh axis tile only one dim of a tensor: where two proposals tile different dims with the
+    same devices, the one from the larger operand keeps its dim (the smaller operand is the
+    cheaper one to reshard; equal sizes: the earlier operand) and the other loses that dim's
+    tiling (a proposal left tiling nothing is dropped).  An embedding lookup whose table is
+    tiled along the feature dim and whose token ids along the batch over one axis is such a
+    conflict: GSPMD shards the lookup by batch, Shardy by feature, and the FSDP step built on
+    it moved 1.23x XLA's Shardy bytes when the batch won."""
+    proposals = [p for _, p in offers]
     if not ctx.shardy_form:
-        return list(proposals)
-    tiled = [p for p in proposals if p is not None and su.is_tiled(p) and not su.is_manual(p)]
-    return [p for p in proposals
-            if p is None or p not in tiled or all(_compatible(shape, p, q) for q in tiled if q is not p)]
+        return proposals
+    tiled = [i for i, p in enumerate(proposals) if p is not None and su.is_tiled(p) and not su.is_manual(p)]
+    rank = {i: (-_elements(offers[i][0]), i) for i in tiled}
+    lost: dict[int, set[int]] = {i: set() for i in tiled}
+    for x in tiled:
+        for y in tiled:
+            if rank[x] >= rank[y]:
+                continue
+            p, q = proposals[x], proposals[y]
+            assert p is not None and q is not None
+            for dp in _tiled_dims(p):
+                for dq in _tiled_dims(q):
+                    if dp != dq and dq not in lost[y] and not _compatible(shape, _only_dim(p, dp), _only_dim(q, dq)):
+                        lost[y].add(dq)
+    out = proposals
+    for i, dims in lost.items():
+        if dims:
+            kept = su.replicate_dims(out[i], dims)  # type: ignore[arg-type]
+            out[i] = kept if su.is_tiled(kept) else None
+    return out
+
+
+def _elements(instr: Instruction) -> int:
+    shape = instr.shape
+    return math.prod(shape.dims) if isinstance(shape, ArrayShape) else shape.byte_size()
+
+
+def _tiled_dims(s: Sharding) -> list[int]:
+    return [d for d in range(s.data_rank) if s.tile_dims[d] > 1]
+
+
+def _only_dim(s: Sharding, dim: int) -> Sharding:
+    return su.replicate_dims(s, [d for d in range(s.data_rank) if d != dim])
 
 
 def _compatible(shape: ArrayShape, a: Sharding, b: Sharding) -> bool:
