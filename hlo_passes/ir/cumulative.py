@@ -17,30 +17,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.reduction import Reduction
+from hlo_passes.ir.shape import ArrayShape
+from hlo_passes.ir.types import PrimitiveType
 
 
 @dataclass(frozen=True)
 class CumulativeWindow:
     """A reduce-window that is a cumulative reduction along `dim` (a suffix when `suffix`):
-    every other dim's window is one element, the reducer has an identity and the init value is
-    that identity.
+    every other dim's window is one element and the init value is the reducer's `identity`.
 
-    Another init value has no meaning a scan could keep: XLA applies it a number of times that
-    depends on how it splits a wide window (its CPU backend rewrites a 256-wide cumsum into two
-    levels and adds the init value twice), and a parameter's value is unknown."""
+    The reducer (`combiner`, the reduce-window's to_apply) is a named one (`reduction`: add,
+    max, min, multiply, and, or), whose init value must then be its identity, or any binary
+    scalar computation (JAX's cumulative logsumexp combines with a logaddexp region and starts
+    from -inf), whose constant init value is taken as its identity, as XLA's semantics of a
+    reduce-window take it: a backend may apply the init any number of times.  Another init
+    value for a named reducer has no meaning a scan could keep: XLA applies it a number of
+    times that depends on how it splits a wide window (its CPU backend rewrites a 256-wide
+    cumsum into two levels and adds the init value twice), and a parameter's value is
+    unknown."""
 
     dim: int
     suffix: bool
-    reduction: Reduction
+    identity: bool | int | float
+    combiner: Computation
+    reduction: Reduction | None  # the named reducer, when it is one (one op combines two values)
 
     @classmethod
     def of(cls, instr: Instruction) -> "CumulativeWindow | None":
         """The cumulative reduction `instr` computes, or None (not a reduce-window, variadic,
         strided, dilated, reversed, narrower than its dim, more than one windowed dim, a
-        reducer without an identity, or another init value)."""
+        named reducer without an identity or with another init value, a reducer that is not
+        a binary scalar computation, or an init value that is not a constant)."""
         window = instr.window
         if (instr.opcode is not Opcode.REDUCE_WINDOW or window is None or len(instr.operands) != 2
                 or not instr.shape.is_array):
@@ -55,14 +66,26 @@ class CumulativeWindow:
             return None
         if (w.padding_low, w.padding_high) not in ((rows - 1, 0), (0, rows - 1)):
             return None
-        reduction = Reduction.of(instr.called_computation("to_apply"))
-        if reduction is None:
-            return None
-        try:
-            identity = reduction.identity
-        except ValueError:  # `and` over floats: no identity to mask with
-            return None
         init = instr.operands[1]
-        if init.opcode is not Opcode.CONSTANT or not bool(init.literal_value() == identity):
+        if init.opcode is not Opcode.CONSTANT:
             return None
-        return cls(d, w.padding_low == 0, reduction)
+        value = init.literal_value().item()
+        combiner = instr.called_computation("to_apply")
+        reduction = Reduction.of(combiner)
+        if reduction is not None:
+            try:
+                identity = reduction.identity
+            except ValueError:  # `and` over floats: no identity to mask with
+                return None
+            if value != identity:
+                return None
+        elif not _binary_scalar(combiner, instr.array_shape.element_type):
+            return None
+        return cls(d, w.padding_low == 0, value, combiner, reduction)
+
+
+def _binary_scalar(comp: Computation, element_type: PrimitiveType) -> bool:
+    """Two scalar parameters of `element_type` and a root of the same: a reducer of one operand."""
+    scalar = ArrayShape(element_type, ())
+    return (len(comp.parameters) == 2 and all(p.shape == scalar for p in comp.parameters)
+            and comp.root is not None and comp.root.shape == scalar)

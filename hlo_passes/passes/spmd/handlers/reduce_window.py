@@ -175,7 +175,7 @@ def _scan(p: HandlerContext, instr: Instruction, tm: TileMap, scan: CumulativeWi
     assert window is not None, f"{instr.name}: a reduce-window has a window"
     etype, tiles = shape.element_type, tm.dims[d]
     s = to_sharding(tm)
-    identity = scan.reduction.identity
+    identity = scan.identity
     x = p.operand_as(instr, 0, s)
     if scan.suffix:
         x = em.mask_padding(x, tm, tuple(shape.dims), [d], identity)
@@ -198,7 +198,12 @@ def _scan(p: HandlerContext, instr: Instruction, tm: TileMap, scan: CumulativeWi
     earlier = b.select(before, totals, b.broadcast(neutral, totals_shape))
     carry = b.reduce(earlier, neutral, [d], instr.called_computation("to_apply"))
     carried = b.broadcast(carry, local.array_shape, [k for k in range(len(local_dims)) if k != d])
-    result = b.op(scan.reduction.opcode, local.shape, [carried, local])
+    before_after = [local, carried] if scan.suffix else [carried, local]  # rows in order
+    if scan.reduction is not None:
+        result = b.op(scan.reduction.opcode, local.shape, before_after)
+    else:  # a region of its own (a logaddexp): applied elementwise
+        result = b.op(Opcode.MAP, local.shape, before_after, dimensions=tuple(range(len(local_dims))),
+                      called={"to_apply": scan.combiner})
     return p.reshard(PValue(result, s, instr.shape), p.target(instr))
 
 
