@@ -151,3 +151,37 @@ def test_a_lookup_whose_ids_outweigh_the_table_takes_the_batch_tiling_in_shardy_
     partitioned, out = partition_verified(text)
     assert _gather_dims(out) == _gather_dims(xla) == [8, 32, 8]
     assert _bytes(out) <= _bytes(xla)
+
+
+def _sort_operand_dims(text: str) -> list[int]:
+    module = parse_module(text)
+    (sort,) = [i for i in module.all_instructions() if i.opcode is Opcode.SORT]
+    return list(sort.operands[0].array_shape.dims)
+
+
+def test_a_sort_along_a_tiled_dim_keeps_the_other_dims_tiling_in_shardy_form():
+    """argsort along dim 0 of x [32,4] tiled (x, y) on a 4x2 mesh: 4 columns cannot take the
+    sort dim's 4 tiles beside their own 2, so XLA's GSPMD propagation leaves the sort
+    unsharded (and the whole array is sorted on every device).  Shardy gives the result the
+    operand's sharding; the sort then gathers only the sort dim and keeps the columns' tiles,
+    as XLA's Shardy partition does."""
+    fn = jax.jit(lambda x: jnp.argsort(x, axis=0, stable=True), in_shardings=(_named("x", "y"),))
+    text, xla = _lower(fn, (_f32(32, 4),), shardy=True)
+    partitioned, out = partition_verified(text)
+    assert _sort_operand_dims(out) == _sort_operand_dims(xla) == [32, 2]
+    assert _bytes(out) <= _bytes(xla)
+
+
+def test_a_top_k_keeps_its_batch_tiling_in_shardy_form():
+    """lax.top_k of x [8,64] tiled by rows: XLA's GSPMD propagation has no rule for the top-k
+    opcode (its result stayed unsharded and was gathered); Shardy keeps the rows' tiling, and
+    each device selects from its own row with nothing moved (XLA's Shardy partition moves 256
+    bytes for it)."""
+    fn = jax.jit(lambda x: jax.lax.top_k(x, 4)[1], in_shardings=(_named(("x", "y"), None),))
+    text, xla = _lower(fn, (_f32(8, 64),), shardy=True)
+    module = parse_module(text)
+    ShardingPropagation(num_partitions=8).run(module)
+    (topk,) = [i for i in module.all_instructions() if i.opcode is Opcode.TOPK]
+    assert str(topk.sharding) == "{{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}"
+    partitioned, out = partition_verified(text)
+    assert _bytes(out) == 0 < _bytes(xla)

@@ -236,9 +236,10 @@ _SPATIAL = frozenset({
 
 
 def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_output: bool,
-                                  allow_parameters: bool) -> bool:
+                                  allow_parameters: bool, shardy_form: bool = False) -> bool:
     """XLA's SupportSpatialPartitioning: may `instr` receive a propagated sharding at all.
-    `in_called`: its computation is a while body / branch / call body linked to a caller."""
+    `in_called`: its computation is a while body / branch / call body linked to a caller;
+    `shardy_form`: the module is in JAX's Shardy form, whose propagation also shards top-k."""
     comp = instr.parent
     assert comp is not None, f"{instr.name} is in no computation"
     if comp.root is instr and not in_called and not (comp.is_entry and allow_output):
@@ -250,6 +251,8 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
         return True
     if op in (Opcode.ALL_REDUCE, Opcode.REDUCE_SCATTER):
         return True  # with a channel too (XLA's current rule)
+    if op is Opcode.TOPK:
+        return shardy_form
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
@@ -591,10 +594,24 @@ def _sort_forward(ctx: PropagationContext, instr: Instruction) -> bool:
         return False
     s = known_sharding(ctx, operand)
     dim = sort_dimension(instr)
-    if (s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1
+    if (s.kind is ShardingKind.TILED and s.tile_dims[dim] != 1 and not ctx.shardy_form
             and not sort_sharding_movable(s, operand.array_shape, dim)):
         return False
     return ctx.improve(_maybe_tuple(instr, s), instr, aggressive=_single_user(ctx, instr))
+
+
+@forward(Opcode.TOPK)
+def _topk_forward(ctx: PropagationContext, instr: Instruction) -> bool:
+    """Shardy form only: the values and indices take the operand's sharding with the last dim
+    (the one top-k selects along, k wide in the result) replicated.  XLA's GSPMD propagation
+    has no rule for the top-k opcode and leaves it unsharded; Shardy's keeps the batch dims'
+    tiling (a [4,4,64] top-8 tiled 2x1x4 otherwise gathered its whole result)."""
+    operand = instr.operands[0]
+    if not ctx.shardy_form or not is_spatial(ctx, operand):
+        return False
+    s = known_sharding(ctx, operand)
+    kept = su.replicate_dims(s, [operand.array_shape.rank - 1])
+    return not su.is_tile_maximal(kept) and ctx.improve(su.single(instr.shape, kept), instr)
 
 
 def _cut_dims(instr: Instruction, operand: Instruction) -> list[int]:
@@ -879,6 +896,16 @@ def _sort_backward(ctx: PropagationContext, instr: Instruction, user: Instructio
     if s.kind is ShardingKind.TUPLE:
         return su.sub_sharding(user.shape, s, user.operands.index(instr))
     return s
+
+
+@from_user(Opcode.TOPK)
+def _topk_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    """Shardy form only: the operand takes the values' sharding, the last dim replicated."""
+    if not ctx.shardy_form:
+        return None
+    s = su.sub_sharding(user.shape, known_sharding(ctx, user), 0)
+    kept = su.replicate_dims(s, [instr.array_shape.rank - 1])
+    return None if su.is_tile_maximal(kept) else kept
 
 
 @from_user(Opcode.REVERSE)

@@ -807,9 +807,9 @@ class _Walk:
             facts = self._facts[instr] = _graph_facts(
                 propagation_level(instr),
                 supports_spatial_partitioning(instr, in_called=in_called, allow_output=self.allow_output,
-                                              allow_parameters=False),
+                                              allow_parameters=False, shardy_form=self.shardy_form),
                 supports_spatial_partitioning(instr, in_called=in_called, allow_output=False,
-                                              allow_parameters=self.allow_params))
+                                              allow_parameters=self.allow_params, shardy_form=self.shardy_form))
         return facts
 
     def _threshold(self, instr: Instruction) -> int:
