@@ -406,8 +406,9 @@ class Sharding:
     # partitioner builds tuples element by element, so its values may be nested (one entry per
     # tuple element, itself a tuple for a tuple element); `leaves` and `subsharding` read both
     # forms, and an instruction's sharding is always stored flat (`Instruction.sharding`).
-    @property
+    @cached_property
     def is_nested(self) -> bool:
+        """(Kept: propagation asks it of a step's 500-element parameter tuple thousands of times.)"""
         return self.kind is ShardingKind.TUPLE and any(e.kind is ShardingKind.TUPLE for e in self.elements)
 
     def leaves(self) -> tuple["Sharding", ...]:
