@@ -651,9 +651,8 @@ def _base_is_cheaper(instr: Instruction, base: Sharding, from_update: Sharding, 
     writes its stacked outputs into a sharded buffer moving that whole buffer every iteration
     to fit a small update; the cheaper of the two is what Shardy's propagation also picks (the
     larger tensor's).  Each choice is priced by the reshards it asks of both operands."""
-    shape = instr.array_shape
-    if su.is_subtiling(shape, base, from_update) or su.is_subtiling(shape, from_update, base):
-        return False  # one refines the other: no conflict, XLA's order gives the same answer
+    if not _conflicts(instr.array_shape, base, from_update):
+        return False  # one refines the other: XLA's order gives the same answer
     base_shape, update_shape = instr.operands[0].shape, instr.operands[1].shape
     n = base.num_devices
 
