@@ -62,10 +62,20 @@ EMBED = (_mesh_fn(_embed_then_project, (None, "x"), ("x", None), ("x", None)),
          (_f32(128, 64), jax.ShapeDtypeStruct((8, 16), jnp.int32), _f32(64, 32)))
 
 
-def _gather_dims(text: str) -> list[int]:
+def _only(module, opcode: Opcode):
+    (instr,) = [i for i in module.all_instructions() if i.opcode is opcode]
+    return instr
+
+
+def _propagated(text: str, opcode: Opcode) -> str:
+    """The sharding our propagation gives the module's one `opcode` instruction."""
     module = parse_module(text)
-    (gather,) = [i for i in module.all_instructions() if i.opcode is Opcode.GATHER]
-    return list(gather.array_shape.dims)
+    ShardingPropagation(num_partitions=8).run(module)
+    return str(_only(module, opcode).sharding)
+
+
+def _gather_dims(text: str) -> list[int]:
+    return list(_only(parse_module(text), Opcode.GATHER).array_shape.dims)
 
 
 def _bytes(text: str) -> int:
@@ -77,10 +87,7 @@ def test_a_lookup_whose_table_and_ids_want_one_axis_takes_the_tables_tiling_in_s
     form the larger table's feature tiling wins, as in XLA's Shardy partition (a [8,16,8]
     lookup per device, the mean's sums all-reduced, the projection's partial sums all-reduced)."""
     text, xla = _lower(*EMBED, shardy=True)
-    module = parse_module(text)
-    ShardingPropagation(num_partitions=8).run(module)
-    (gather,) = [i for i in module.all_instructions() if i.opcode is Opcode.GATHER]
-    assert str(gather.sharding) == "{devices=[1,1,8]<=[8]}"
+    assert _propagated(text, Opcode.GATHER) == "{devices=[1,1,8]<=[8]}"
     partitioned, out = partition_verified(text)
     assert _gather_dims(out) == _gather_dims(xla) == [8, 16, 8]
     assert _bytes(out) <= _bytes(xla)
@@ -91,10 +98,7 @@ def test_the_gspmd_form_of_the_same_lookup_keeps_xlas_gspmd_plan():
     XLA's GSPMD partition of this lowering, which moves a third of the Shardy plan's bytes
     here: the rule is the form's, not a cost decision."""
     text, xla = _lower(*EMBED, shardy=False)
-    module = parse_module(text)
-    ShardingPropagation(num_partitions=8).run(module)
-    (gather,) = [i for i in module.all_instructions() if i.opcode is Opcode.GATHER]
-    assert str(gather.sharding) == "{devices=[8,1,1]<=[8]}"
+    assert _propagated(text, Opcode.GATHER) == "{devices=[8,1,1]<=[8]}"
     partitioned, out = partition_verified(text)
     assert _gather_dims(out) == _gather_dims(xla)
     assert _bytes(out) == _bytes(xla)
@@ -144,19 +148,14 @@ def test_a_lookup_whose_ids_outweigh_the_table_takes_the_batch_tiling_in_shardy_
     operand, so Shardy keeps their batch tiling (as XLA's Shardy partition does)."""
     fn = _mesh_fn(_embed_then_project, (None, "x"), ("x", None), ("x", None))
     text, xla = _lower(fn, (_f32(16, 8), jax.ShapeDtypeStruct((64, 32), jnp.int32), _f32(8, 32)), shardy=True)
-    module = parse_module(text)
-    ShardingPropagation(num_partitions=8).run(module)
-    (gather,) = [i for i in module.all_instructions() if i.opcode is Opcode.GATHER]
-    assert str(gather.sharding) == "{devices=[8,1,1]<=[8]}"
+    assert _propagated(text, Opcode.GATHER) == "{devices=[8,1,1]<=[8]}"
     partitioned, out = partition_verified(text)
     assert _gather_dims(out) == _gather_dims(xla) == [8, 32, 8]
     assert _bytes(out) <= _bytes(xla)
 
 
 def _sort_operand_dims(text: str) -> list[int]:
-    module = parse_module(text)
-    (sort,) = [i for i in module.all_instructions() if i.opcode is Opcode.SORT]
-    return list(sort.operands[0].array_shape.dims)
+    return list(_only(parse_module(text), Opcode.SORT).operands[0].array_shape.dims)
 
 
 def test_a_sort_along_a_tiled_dim_keeps_the_other_dims_tiling_in_shardy_form():
@@ -179,9 +178,6 @@ def test_a_top_k_keeps_its_batch_tiling_in_shardy_form():
     bytes for it)."""
     fn = jax.jit(lambda x: jax.lax.top_k(x, 4)[1], in_shardings=(_named(("x", "y"), None),))
     text, xla = _lower(fn, (_f32(8, 64),), shardy=True)
-    module = parse_module(text)
-    ShardingPropagation(num_partitions=8).run(module)
-    (topk,) = [i for i in module.all_instructions() if i.opcode is Opcode.TOPK]
-    assert str(topk.sharding) == "{{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}"
+    assert _propagated(text, Opcode.TOPK) == "{{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}"
     partitioned, out = partition_verified(text)
     assert _bytes(out) == 0 < _bytes(xla)
