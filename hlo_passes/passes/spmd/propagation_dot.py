@@ -242,22 +242,62 @@ def _conv_forward(ctx: PropagationContext, instr: Instruction) -> bool:
         return ctx.improve(s, instr)
     labels = _labels(instr)
     if kernel_is_small(instr):
-        if s.tile_dims[labels.input_feature] > 1:
+        if s.tile_dims[labels.input_feature] > 1 and not _tiles_whole_groups(ctx, instr, s, labels.input_feature):
             return False
-        out_to_lhs = [0] * instr.array_shape.rank
-        out_to_lhs[labels.output_batch] = labels.input_batch
-        out_to_lhs[labels.output_feature] = labels.input_feature
-        for o, i in zip(labels.output_spatial, labels.input_spatial):
-            out_to_lhs[o] = i
-        return ctx.improve(su.transpose(s, out_to_lhs), instr)
+        return ctx.improve(su.transpose(s, _output_to_input(instr)), instr)
     return ctx.improve(su.replicate_all_except(s, [labels.input_batch]), instr)
+
+
+def _output_to_input(conv: Instruction) -> list[int]:
+    """Each output dim's input dim (batch, feature and spatial dims in their order)."""
+    labels = _labels(conv)
+    out_to_lhs = [0] * conv.array_shape.rank
+    out_to_lhs[labels.output_batch] = labels.input_batch
+    out_to_lhs[labels.output_feature] = labels.input_feature
+    for o, i in zip(labels.output_spatial, labels.input_spatial):
+        out_to_lhs[o] = i
+    return out_to_lhs
+
+
+def _tiles_whole_groups(ctx: PropagationContext, conv: Instruction, s: Sharding, feature_dim: int) -> bool:
+    """Shardy form only: is `conv` grouped (`feature_group_count` G > 1) and does `s` tile
+    `feature_dim` (an input or output feature dim) in tiles of whole groups?  Then the groups
+    are a dim the input features, the kernel's output features and the output features share,
+    as Shardy's rule for a grouped convolution reads it (each device convolves its own groups),
+    and the tiling passes between input and output features.  XLA's GSPMD rule propagates no
+    tiled input feature dim, and a depthwise convolution of feature-tiled activations came out
+    replicated and gathered."""
+    groups = conv.feature_group_count
+    return (ctx.shardy_form and groups > 1 and conv.batch_group_count == 1 and s.kind.value == "tiled"
+            and groups % s.tile_dims[feature_dim] == 0)
 
 
 def _conv_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     dims = conv_dims(user)
     if dims.conv_spatial:
-        return None
+        return _grouped_conv_operand(ctx, instr, user)
     return operand_from_dot_user(ctx, user, dims, user.operands.index(instr))
+
+
+def _grouped_conv_operand(ctx: PropagationContext, instr: Instruction, conv: Instruction) -> Sharding | None:
+    """Shardy form: a grouped convolution's input takes its output's sharding (feature tiles of
+    whole groups), its kernel the output's feature tiling on the kernel's output features; None
+    otherwise (XLA's GSPMD rule gives a spatial convolution's operands nothing)."""
+    out = ctx.sharding(conv)
+    labels = _labels(conv)
+    if out is None or not _tiles_whole_groups(ctx, conv, out, labels.output_feature):
+        return None
+    if instr is conv.operands[0]:
+        to_input = _output_to_input(conv)
+        return su.transpose(out, [to_input.index(d) for d in range(instr.array_shape.rank)])
+    kept = su.replicate_all_except(out, [labels.output_feature])
+    if su.is_tile_maximal(kept):
+        return None
+    out_to_kernel = [-1] * conv.array_shape.rank
+    kernel_to_out = [-1] * instr.array_shape.rank
+    out_to_kernel[labels.output_feature] = labels.kernel_output_feature
+    kernel_to_out[labels.kernel_output_feature] = labels.output_feature
+    return su.transpose_collapsed(kept, out_to_kernel, kernel_to_out)
 
 
 def _labels(conv: Instruction) -> ConvDimensionLabels:

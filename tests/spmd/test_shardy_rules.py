@@ -1,11 +1,17 @@
-"""Shardy's rule for proposals that conflict (issue 11): when two operands of one op want the
-same mesh axis along different dims of its result, Shardy (JAX's default form) keeps the one
-from the larger operand (the smaller is the cheaper to reshard); XLA's GSPMD takes the first
-in its fixed order.  The FSDP step whose embedding table is tiled along the feature dim and
-whose token ids along the batch, over the same axis, is the case that matters: the batch
-winning cost it 1.23x XLA's Shardy bytes.  Each test lowers a JAX program and checks the plan
-against XLA's own partition of the same lowering, and the result numerically against XLA's
-run of the unpartitioned one."""
+"""Propagation in JAX's Shardy form (issue 11): where Shardy's rules give another plan than
+XLA's GSPMD rules, a module in the Shardy form follows Shardy's, as XLA's own Shardy pipeline
+(which compiles that form) does.
+
+* Conflicting proposals: when two operands of one op want the same mesh axis along different
+  dims of its result, Shardy keeps the one from the larger operand (the smaller is the cheaper
+  to reshard); GSPMD takes the first in its fixed order.  The FSDP step whose embedding table
+  is tiled along the feature dim and whose token ids along the batch, over the same axis, is
+  the case that matters: the batch winning cost it 1.23x XLA's Shardy bytes.
+* A sort along a tiled dim, top-k and grouped convolutions, which GSPMD's rules leave
+  unsharded (and their results gathered).
+
+Each test lowers a JAX program and checks the plan against XLA's own partition of the same
+lowering, and the result numerically against XLA's run of the unpartitioned one."""
 
 from __future__ import annotations
 
@@ -181,3 +187,34 @@ def test_a_top_k_keeps_its_batch_tiling_in_shardy_form():
     assert _propagated(text, Opcode.TOPK) == "{{devices=[8,1]<=[8]}, {devices=[8,1]<=[8]}}"
     partitioned, out = partition_verified(text)
     assert _bytes(out) == 0 < _bytes(xla)
+
+
+def _depthwise(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                        feature_group_count=x.shape[-1])
+
+
+def test_a_depthwise_convolution_of_channel_tiled_activations_stays_tiled_in_shardy_form():
+    """A 3x3 depthwise convolution (16 groups) whose activations and kernel are tiled 8 ways
+    along the channels: each device convolves its own two channels with nothing moved, as
+    XLA's Shardy partition does.  GSPMD's rule propagates no tiled input feature dim: the
+    result came out replicated and gathered (1,024 bytes)."""
+    fn = jax.jit(_depthwise, in_shardings=(_named(None, None, None, ("x", "y")), _named(None, None, None, ("x", "y"))))
+    text, xla = _lower(fn, (_f32(2, 8, 8, 16), _f32(3, 3, 1, 16)), shardy=True)
+    assert _propagated(text, Opcode.CONVOLUTION) == "{devices=[1,1,1,8]<=[8]}"
+    partitioned, out = partition_verified(text)
+    assert _bytes(out) == _bytes(xla) == 0
+
+
+def test_the_kernel_gradient_of_a_depthwise_convolution_keeps_the_channel_tiling_in_shardy_form():
+    """The kernel gradient of the same convolution (the loss's gradient reaching a grouped
+    convolution from its output): 3,216 bytes when the channel tiling stopped at the
+    convolution, XLA Shardy's 144 now."""
+    def loss(x, w):
+        return jnp.sum(jnp.tanh(_depthwise(x, w)))
+
+    fn = jax.jit(jax.grad(loss, argnums=1),
+                 in_shardings=(_named(None, None, None, ("x", "y")), _named(None, None, None, ("x", "y"))))
+    text, xla = _lower(fn, (_f32(2, 8, 8, 16), _f32(3, 3, 1, 16)), shardy=True)
+    partitioned, out = partition_verified(text)
+    assert _bytes(out) <= _bytes(xla)
