@@ -232,3 +232,33 @@ ENTRY e {{
     assert _only(module, Opcode.SCATTER).shape.to_hlo(False) == "(f32[16,16], s32[16,16])"
     for ar in [i for i in module.entry.instructions if i.opcode is Opcode.ALL_REDUCE]:
         assert all(len(g) == 2 for g in ar.replica_groups.groups)
+
+
+def _lookup(rows: int, ids: int, id_sharding: str, out_sharding: str) -> str:
+    return f"""HloModule lookup, num_partitions=8
+ENTRY e {{
+  table = f32[{rows},8,16] parameter(0), sharding={{devices=[8,1,1]<=[8]}}
+  idx = s32[{ids},1] parameter(1), sharding={id_sharding}
+  ROOT g = f32[{ids},8,16] gather(table, idx), offset_dims={{1,2}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,8,16}}, sharding={out_sharding}
+}}
+"""
+
+
+def test_a_table_smaller_than_its_lookup_is_gathered_rather_than_summed():
+    """An [8,8,16] table tiled by rows, looked up 16 times into a batch-tiled result: gathering
+    the table (4 KB) costs less than summing partial results of the whole lookup (8 KB), and is
+    XLA's plan; it summed them with an all-reduce and sliced the sum (8,200 bytes against 512)."""
+    module, _ = _partition(_lookup(8, 16, "{devices=[8,1]<=[8]}", "{devices=[8,1,1]<=[8]}"))
+    assert _collectives(module) == {"all-gather": 1}
+    assert _only(module, Opcode.ALL_GATHER).array_shape.dims == (8, 8, 16)
+    assert _only(module, Opcode.GATHER).array_shape.dims == (2, 8, 16)
+
+
+def test_a_large_table_sums_its_partial_lookups_straight_into_the_result_tiles():
+    """A [1024,8,16] table tiled by rows, looked up 16 times by ids held whole, into a
+    batch-tiled result: the table stays, each device looks up the rows it holds, and the
+    partial lookups are summed by one reduce-scatter into the result's tiles (an all-reduce and
+    a slice moved twice the wire bytes)."""
+    module, _ = _partition(_lookup(1024, 16, "{replicated}", "{devices=[8,1,1]<=[8]}"))
+    assert _collectives(module) == {"reduce-scatter": 1}
+    assert _only(module, Opcode.REDUCE_SCATTER).array_shape.dims == (2, 8, 16)

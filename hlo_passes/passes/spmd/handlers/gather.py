@@ -44,6 +44,7 @@ from hlo_passes.ir.reduction import Reduction
 from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, local_shape,
                                                        reducer_opcodes, tile_map, tm_local_dims, to_sharding)
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate
+from hlo_passes.passes.spmd.handlers.dot import partial_sum_cost, sum_partials
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import Int64Array, TileMap
 
@@ -260,24 +261,41 @@ def _gather_passthrough(instr: Instruction) -> dict[int, int]:
             if gd.slice_sizes[d] == dims[d] and d not in gd.start_index_map}
 
 
-def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue | None:
-    """A gather whose operand is tiled along dims its indices address (an embedding table
-    sharded by vocabulary, `take_along_axis` over a sharded dim), as GSPMD does it: every device
-    gathers with its indices shifted into its own rows, zeroes the results whose index lies in
-    another device's rows (a gather clamps out-of-range indices), and the partial results are
-    summed over the devices of those dims — each element comes from exactly one device.  The
-    operand's tiling of passthrough dims stays (a [vocab, embed] table tiled both ways: each
-    device gathers its columns of its rows), like its batching dims'."""
+@dataclass(frozen=True)
+class _RowsPlan:
+    """A gather from an operand tiled along dims its indices address (`_sharded_rows_plan`):
+    one iteration space of the output dims and those index dims (`summed`, after the output's),
+    and the operand's and indices' tilings in it."""
+
+    space: TileMap
+    operand: TileMap
+    indices: TileMap
+    index_dims: tuple[int, ...]  # the operand dims addressed by indices and tiled
+    summed: tuple[int, ...]  # their space dims
+
+    def price(self, p: HandlerContext, instr: Instruction) -> Estimate:
+        """Moving the operands to the plan's tilings, summing the partial results and moving
+        the sum to the result's target."""
+        model, n = p.ctx.cost_model, p.n
+        operand, indices = instr.operands
+        return (cost(p.value(operand).sharding, to_sharding(self.operand), operand.shape, n, model)
+                + cost(p.value(indices).sharding, to_sharding(self.indices), indices.shape, n, model)
+                + partial_sum_cost(instr, self.space, instr.array_shape.rank, self.summed, p.target(instr), n,
+                                   model))
+
+
+def _sharded_rows_plan(p: HandlerContext, instr: Instruction) -> _RowsPlan | None:
+    """The plan for a gather whose operand is tiled along dims its indices address (an
+    embedding table sharded by vocabulary, `take_along_axis` over a sharded dim), None when it
+    is not.  The indices keep a tiling of their batch dims over the other devices (a
+    data-parallel batch of token ids), and explicit batching dims (take-along-axis) carry the
+    operand's tiling to the indices."""
     operand, indices = instr.operands
     gd = instr.gather_dimensions
     found = _sharded_index_dims(p, instr, operand, gd.start_index_map, lambda d: gd.slice_sizes[d] == 1)
     if found is None:
         return None
     index_dims = found[1]
-    em, b = p.em, p.em.b()
-    # One iteration space of the output dims and the sharded index dims.  The indices keep a
-    # tiling of their batch dims over the other devices (a data-parallel batch of token ids),
-    # and explicit batching dims (take-along-axis) carry the operand's tiling to the indices.
     out_rank = instr.array_shape.rank
     out_batch = [d for d in range(out_rank) if d not in set(gd.offset_dims)]
     idx_batch = [d for d in range(indices.array_shape.rank) if d != gd.index_vector_dim]
@@ -295,9 +313,27 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
             space = merged
     op_tm = space.remap(operand.array_shape.rank, {d: s for s, d in (extra | batching | passthrough).items()})
     idx_tm = space.remap(indices.array_shape.rank, dict(zip(idx_batch, out_batch)))
-    out_tm = space.remap(out_rank, {d: d for d in out_batch + list(passthrough)})
+    return _RowsPlan(space, op_tm, idx_tm, tuple(index_dims), tuple(extra))
+
+
+def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction, plan: _RowsPlan) -> PValue:
+    """`plan` as GSPMD does it: every device gathers with its indices shifted into its own
+    rows, zeroes the results whose index lies in another device's rows (a gather clamps
+    out-of-range indices), and the partial results are summed over the devices of those dims —
+    each element comes from exactly one device — by a reduce-scatter where the sum lands in
+    the result's tiling (`sum_partials`), else an all-reduce.  The operand's tiling of
+    passthrough dims stays (a [vocab, embed] table tiled both ways: each device gathers its
+    columns of its rows), like its batching dims'."""
+    operand, indices = instr.operands
+    gd = instr.gather_dimensions
+    em, b = p.em, p.em.b()
+    out_rank = instr.array_shape.rank
+    out_batch = [d for d in range(out_rank) if d not in set(gd.offset_dims)]
+    passthrough = set(_gather_passthrough(instr))
+    op_tm, index_dims = plan.operand, plan.index_dims
+    out_tm = plan.space.remap(out_rank, {d: d for d in range(out_rank)})
     x = p.operand_as(instr, 0, to_sharding(op_tm))
-    idx = p.operand_as(instr, 1, to_sharding(idx_tm))
+    idx = p.operand_as(instr, 1, to_sharding(plan.indices))
     local = tm_local_dims(op_tm, tuple(operand.array_shape.dims))
     ivd = gd.index_vector_dim
     # A gather clamps each start so that its slice fits the operand; clamp to the whole
@@ -323,36 +359,44 @@ def _gather_from_sharded_rows(p: HandlerContext, instr: Instruction) -> PValue |
         valid = inside if valid is None else b.op(Opcode.AND, inside.shape, [valid, inside])
     out = to_sharding(out_tm)
     result = p.clone(instr, [x, shifted], local_shape(instr.shape, out))
-    if any(op_tm.dims[d] > 1 for d in passthrough.values()):
-        result.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough.values() else s
+    if any(op_tm.dims[d] > 1 for d in passthrough):
+        result.set_attr("slice_sizes", tuple(x.array_shape.dims[d] if d in passthrough else s
                                              for d, s in enumerate(gd.slice_sizes)))
-    assert valid is not None  # (the indices address a tiled dim: `found`)
+    assert valid is not None  # (the indices address a tiled dim: `_sharded_rows_plan`)
     mask = b.broadcast(valid, result.array_shape.with_element_type(PrimitiveType.PRED), out_batch)
     result = b.select(mask, result, b.broadcast(b.constant(0, instr.array_shape.element_type), result.array_shape))
     # each element is found on one device, zero (false) on the others
-    summed = em.all_reduce(result, groups_varying(space, list(extra)),
-                           Opcode.OR if instr.array_shape.element_type is PrimitiveType.PRED else Opcode.ADD)
-    return p.reshard(PValue(summed, out, instr.shape), p.target(instr))
+    if instr.array_shape.element_type is PrimitiveType.PRED:
+        summed = em.all_reduce(result, groups_varying(plan.space, list(plan.summed)), Opcode.OR)
+        return p.reshard(PValue(summed, out, instr.shape), p.target(instr))
+    return sum_partials(p, instr, result, plan.space, out_rank, plan.summed, p.target(instr))
 
 
 @handles(Opcode.GATHER)
 def gather(p: HandlerContext, instr: Instruction) -> PValue:
-    """Operand tiled where the indices address it: `_gather_from_sharded_rows`.  Otherwise the
-    cheaper by the cost model of the passthrough plan (the operand's passthrough tiling, the
-    indices whole) and the index-parallel one (the indices' batch tiling, with passthrough
-    tiling beside it where the devices allow: then neither the indices nor the operand move)."""
-    done = _gather_from_sharded_rows(p, instr)
-    if done is not None:
-        return done
+    """Of the plans that apply, the cheapest by the cost model: the operand tiled where the
+    indices address it (`_gather_from_sharded_rows`: partial results summed), the passthrough
+    plan (the operand's passthrough tiling, the indices whole) and the index-parallel ones
+    (the indices' batch tiling, with passthrough tiling beside it where the devices allow: then
+    neither the indices nor the operand move).  The last two gather an operand tiled where the
+    indices address it first: cheaper than summing partial results when the table is smaller
+    than the result (a [8,8,16] table looked up 16 times: 4 KB gathered against 8 KB summed)."""
+    rows = _sharded_rows_plan(p, instr)
     passthrough = _passthrough_plan(p, instr)
-    plans = ([passthrough] if passthrough is not None else []) + _index_parallel_plans(p, instr)
+    plans: list[_RowsPlan | _GatherPlan] = [rows] if rows is not None else []
+    plans += ([passthrough] if passthrough is not None else []) + _index_parallel_plans(p, instr)
     if not plans:
         return replicate(p, instr, "gather with neither a passthrough dim of the operand nor an index batch dim "
                                    "tiled")
-    best = plans[0]
+    # by exposed time (`Estimate` order): no plan replicates the gather's work, so `cheapest`'s
+    # guard against replicating work does not apply (the partial sums' additions would trip it)
+    best, best_price = plans[0], plans[0].price(p, instr)
     for plan in plans[1:]:
-        if plan.price(p, instr) < best.price(p, instr):
-            best = plan
+        price = plan.price(p, instr)
+        if price < best_price:
+            best, best_price = plan, price
+    if isinstance(best, _RowsPlan):
+        return _gather_from_sharded_rows(p, instr, best)
     return _emit_gather(p, instr, best)
 
 
