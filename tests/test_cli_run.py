@@ -96,6 +96,29 @@ def test_num_partitions_sets_the_option_or_warns(dead, capsys):
     assert cli(["run", str(dead), "--passes=dce", "--num-partitions", "0"]) == 2
 
 
+JAX_LOWERED = """HloModule jit_f, entry_computation_layout={(f32[16,8]{1,0})->f32[16,8]{1,0}}
+
+ENTRY main {
+  x = f32[16,8]{1,0} parameter(0), sharding={devices=[8,1]<=[8]}
+  ROOT t = f32[16,8]{1,0} tanh(x)
+}
+"""
+
+
+def test_spmd_partition_of_a_module_without_num_partitions_uses_its_annotations(tmp_path, capsys):
+    """JAX's lowered text records no num_partitions: partitioned for the 8 devices its
+    annotations name (it came back unchanged, with a remark only `--remarks` showed)."""
+    src = tmp_path / "lowered.hlo"
+    src.write_text(JAX_LOWERED)
+    assert cli(["run", str(src), "--passes=spmd-partition", "--remarks"]) == 0
+    captured = capsys.readouterr()
+    module = parse_module(captured.out)
+    assert module.num_partitions == 8
+    (tanh,) = [i for i in module.entry.instructions if i.opcode.value == "tanh"]
+    assert tanh.array_shape.dims == (2, 8)
+    assert "partitioned for the 8 devices its annotations name" in captured.err
+
+
 def test_verify_each_failure_names_the_pass_and_writes_nothing(test_passes, dead, tmp_path, capsys):
     out, dumps = tmp_path / "out.hlo", tmp_path / "dumps"
     assert cli(["run", str(dead), "--passes=dce,break-shape,cse", "--verify-each", "--dump-dir", str(dumps),

@@ -1748,9 +1748,8 @@ def refuse_unusable_shardings(module: Module) -> None:
                                        "sharding-propagation and spmd-partition do not partition unreduced values")
 
 
-def _check_device_count(module: Module, n: int) -> None:
-    """Every annotation tiles over exactly the program's devices, as XLA's verifier requires (so
-    no sharding we propagate names a device the program does not have)."""
+def _device_annotations(module: Module) -> list[tuple[Instruction, Sharding]]:
+    """Every tiled or one-device leaf sharding the module's propagated computations carry."""
     found: list[tuple[Instruction, Sharding]] = []
     for comp in propagated_computations(module):
         for instr in comp.instructions:
@@ -1758,10 +1757,25 @@ def _check_device_count(module: Module, n: int) -> None:
             for leaf in (s.elements if s is not None and s.kind is ShardingKind.TUPLE else (s,)):
                 if leaf is not None and leaf.kind in (ShardingKind.TILED, ShardingKind.MAXIMAL):
                     found.append((instr, leaf))
+    return found
+
+
+def annotated_device_count(module: Module) -> int:
+    """The devices the module's annotations name (the largest tiling's count, or one past the
+    highest single device; 1 when none): the program's device count where nothing else says
+    it (JAX's lowered text records no num_partitions)."""
+    found = _device_annotations(module)
+    return max([s.num_devices for _, s in found if s.kind is ShardingKind.TILED]
+               + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
+               + [1])
+
+
+def _check_device_count(module: Module, n: int) -> None:
+    """Every annotation tiles over exactly the program's devices, as XLA's verifier requires (so
+    no sharding we propagate names a device the program does not have)."""
+    found = _device_annotations(module)
     if n <= 1:
-        n = max([s.num_devices for _, s in found if s.kind is ShardingKind.TILED]
-                + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
-                + [1])
+        n = annotated_device_count(module)
     for instr, s in found:
         if s.kind is ShardingKind.TILED and (s.num_devices != n or int(su.arr(s).max()) >= n):
             raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {s.num_devices} devices, "

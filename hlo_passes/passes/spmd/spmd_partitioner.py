@@ -78,7 +78,8 @@ class SpmdPartitioner(ModulePass):
 
     @dataclass(frozen=True)
     class Options:
-        num_partitions: int = option(0, "number of devices (0: the module's num_partitions)")
+        num_partitions: int = option(0, "number of devices (0: the module's num_partitions, else the devices its "
+                                            "annotations name)")
         cleanup: bool = option(True, "end with dce, tuple-simplifier, cse{layout-sensitive=false}, dce, "
                                             "as XLA's partitioner ends with its spmd-cleanup")
         cost_profile: Literal["accelerator", "cpu"] = option("accelerator", "hardware profile the cost model prices every choice with "
@@ -86,6 +87,13 @@ class SpmdPartitioner(ModulePass):
 
     def run(self, module: Module) -> bool:
         n = self.options.num_partitions or module.num_partitions
+        if n <= 1 and not self.options.num_partitions:
+            from hlo_passes.passes.spmd.sharding_propagation import annotated_device_count
+
+            n = annotated_device_count(module)  # JAX's lowered text records no num_partitions
+            if n > 1:
+                self.remark(None, f"the module records no num_partitions: partitioned for the {n} devices its "
+                                  "annotations name", "applied")
         if n <= 1:
             self.remark(None, "num_partitions is 1: nothing to partition", "missed")
             return False
