@@ -23,6 +23,7 @@ import pytest
 from hlo_passes import parse_module, print_module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.passes.spmd.sharding_propagation import ShardingPropagation
+from hlo_passes.runtime.xla_backend import cost_analysis
 from hlo_passes.stats import module_stats
 from tests.spmd.partitioning import partition_verified
 
@@ -233,8 +234,6 @@ def test_an_uneven_output_is_evened_after_the_value_is_computed_in_shardy_form()
     fn = jax.jit(f, in_shardings=(_named(None, ("x", "y")),))
     text, xla = _lower(fn, (_f32(2, 32),), shardy=True)
     partitioned, out = partition_verified(text)
-    from hlo_passes.runtime.xla_backend import cost_analysis
-
     assert cost_analysis(out)["flops"] <= cost_analysis(xla)["flops"]
     assert _bytes(out) <= _bytes(xla)
     assert partitioned.entry.root.array_shape.dims == (2, 30)
