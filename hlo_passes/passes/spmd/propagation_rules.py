@@ -29,7 +29,6 @@ propagation_gather.py; both register into the tables below.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional, Protocol, Sequence
 
 from hlo_passes.ir.cumulative import CumulativeWindow
@@ -161,16 +160,17 @@ def agreeing_proposals(ctx: PropagationContext, shape: ArrayShape,
         return proposals
     tiled = [i for i, p in enumerate(proposals) if p is not None and su.is_tiled(p) and not su.is_manual(p)]
     rank = {i: (-_elements(offers[i][0]), i) for i in tiled}
+    # each proposal's tiling of each dim alone, the unit a conflict is judged by
+    alone = {i: {d: su.replicate_all_except(p, [d]) for d in _tiled_dims(p)}
+             for i, p in enumerate(proposals) if i in rank and p is not None}
     lost: dict[int, set[int]] = {i: set() for i in tiled}
     for x in tiled:
         for y in tiled:
             if rank[x] >= rank[y]:
                 continue
-            p, q = proposals[x], proposals[y]
-            assert p is not None and q is not None
-            for dp in _tiled_dims(p):
-                for dq in _tiled_dims(q):
-                    if dp != dq and dq not in lost[y] and not _compatible(shape, _only_dim(p, dp), _only_dim(q, dq)):
+            for dp, a in alone[x].items():
+                for dq, b in alone[y].items():
+                    if dp != dq and dq not in lost[y] and not _compatible(shape, a, b):
                         lost[y].add(dq)
     out = proposals
     for i, dims in lost.items():
@@ -182,20 +182,17 @@ def agreeing_proposals(ctx: PropagationContext, shape: ArrayShape,
 
 def _elements(instr: Instruction) -> int:
     shape = instr.shape
-    return math.prod(shape.dims) if isinstance(shape, ArrayShape) else shape.byte_size()
+    return shape.element_count if isinstance(shape, ArrayShape) else shape.byte_size()
 
 
 def _tiled_dims(s: Sharding) -> list[int]:
     return [d for d in range(s.data_rank) if s.tile_dims[d] > 1]
 
 
-def _only_dim(s: Sharding, dim: int) -> Sharding:
-    return su.replicate_dims(s, [d for d in range(s.data_rank) if d != dim])
-
-
 def _compatible(shape: ArrayShape, a: Sharding, b: Sharding) -> bool:
-    """One sharding refines the other, or a partially replicated pair merges into one."""
-    if su.is_subtiling(shape, a, b) or su.is_subtiling(shape, b, a):
+    """One sharding refines the other (no `_conflicts`), or a partially replicated pair merges
+    into one."""
+    if not _conflicts(shape, a, b):
         return True
     if a.num_devices != b.num_devices:
         return False

@@ -632,8 +632,8 @@ class _Walk:
         self.output_allowed = output_allowed
         self.allow_params = any(params_allowed)
         self.allow_output = any(output_allowed)
-        # JAX's Shardy form: an uneven propagated output keeps its even dims (XLA's Shardy
-        # pipeline); the GSPMD form replicates it whole (XLA's GSPMD rule)
+        # JAX's Shardy form: the rules follow Shardy's where they differ from XLA's GSPMD ones
+        # (conflicting proposals, sort, top-k, grouped convolutions, uneven outputs)
         self.shardy_form = shardy_form
         # Shardy form: the output's even sharding, applied at a boundary after the root (the
         # root keeps its own) rather than to the root (`_output_boundary`)
@@ -1809,7 +1809,10 @@ def annotated_device_count(module: Module) -> int:
     """The devices the module's annotations name (the largest tiling's count, or one past the
     highest single device; 1 when none): the program's device count where nothing else says
     it (JAX's lowered text records no num_partitions)."""
-    found = _device_annotations(module)
+    return _devices_named(_device_annotations(module))
+
+
+def _devices_named(found: list[tuple[Instruction, Sharding]]) -> int:
     return max([s.num_devices for _, s in found if s.kind is ShardingKind.TILED]
                + [s.device + 1 for _, s in found if s.kind is ShardingKind.MAXIMAL and s.device is not None]
                + [1])
@@ -1820,7 +1823,7 @@ def _check_device_count(module: Module, n: int) -> None:
     no sharding we propagate names a device the program does not have)."""
     found = _device_annotations(module)
     if n <= 1:
-        n = annotated_device_count(module)
+        n = _devices_named(found)
     for instr, s in found:
         if s.kind is ShardingKind.TILED and (s.num_devices != n or int(su.arr(s).max()) >= n):
             raise PropagationError(f"{instr.name}: sharding {s.to_hlo()} tiles over {s.num_devices} devices, "

@@ -15,10 +15,9 @@ import numpy as np
 from hlo_passes.ir.instruction import Instruction
 
 from hlo_passes.ir.opcode import ELEMENTWISE_BINARY, ELEMENTWISE_TERNARY, ELEMENTWISE_UNARY, Opcode
-from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles, handles_custom_call
-from hlo_passes.ir.sharding import ShardingKind
 from hlo_passes.passes.spmd.cost_model import ZERO, cheapest
 from hlo_passes.passes.spmd.partition_context import PValue, is_manual, local_shape, tile_map, to_sharding
 from hlo_passes.passes.spmd.reshard import cost
