@@ -872,3 +872,31 @@ def test_a_shardy_output_left_to_the_compiler_keeps_its_even_dims():
     ShardingPropagation(num_partitions=8).run(module)
     assert module.entry.root.sharding == reader_for("sharding")("{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}")
     partition_verified(SHARDY_UNEVEN_OUTPUT)
+
+
+def test_start_index_along_a_dim_a_dynamic_slice_spans_whole_is_zero():
+    """XLA clamps a start into [0, dim - size]: where the slice or update spans the whole dim its
+    start is 0, so the value computing it (here a max over a tiled array, which would need a
+    gather or an all-reduce) is dead and costs nothing."""
+    roots = {
+        "dynamic-slice": "f32[4,16] dynamic-slice(x, j, s), dynamic_slice_sizes={4,16}",
+        "dynamic-update-slice": "f32[16,16] dynamic-update-slice(x, u, j, s)",
+    }
+    for op, root in roots.items():
+        text = f"""HloModule m, num_partitions=8
+max {{
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT m = s32[] maximum(a, b)
+}}
+ENTRY e {{
+  x = f32[16,16] parameter(0), sharding={{devices=[1,8]<=[8]}}
+  u = f32[4,16] parameter(1), sharding={{devices=[1,8]<=[8]}}
+  i = s32[64] parameter(2), sharding={{devices=[8]<=[8]}}
+  z = s32[] constant(0)
+  j = s32[] constant(3)
+  s = s32[] reduce(i, z), dimensions={{0}}, to_apply=max
+  ROOT r = {root}, sharding={{devices=[1,8]<=[8]}}
+}}"""
+        module, _ = partition_verified(text)
+        assert not collectives(module), (op, collectives(module))

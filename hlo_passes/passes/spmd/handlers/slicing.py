@@ -34,6 +34,10 @@ from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
 
+# The operand holding dim 0's start index, in the dynamic slicing ops `local_except` runs
+_FIRST_START = {Opcode.DYNAMIC_SLICE: 1, Opcode.DYNAMIC_UPDATE_SLICE: 2}
+
+
 def local_except(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) -> PValue:
     """Run `instr` locally with every dim in `fixed` untiled in operands and result.
 
@@ -48,8 +52,14 @@ def local_except(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) ->
     first_target = target.element(0) if target.is_tuple else target
     tm = tile_map(first_target, first.rank, p.n)
     s = _cheapest_local_tiling(p, instr, first, first_target, tm, fixed)
+    first_start = _FIRST_START.get(instr.opcode)
     operands: list[Instruction] = []
     for i, op in enumerate(instr.operands):
+        if first_start is not None and i >= first_start and i - first_start not in fixed:
+            # XLA clamps a start into [0, dim - size]: along a dim the slice spans whole it is
+            # 0 whatever computes it, and that computation (with what it gathered) is left dead
+            operands.append(p.em.b().constant(0, op.array_shape.element_type))
+            continue
         want = s if isinstance(op.shape, ArrayShape) and op.shape.rank == first.rank else Sharding.replicated()
         operands.append(p.operand_as(instr, i, want))
     out = Sharding.tuple_of([s] * len(instr.shape.elements)) if isinstance(instr.shape, TupleShape) else s
