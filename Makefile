@@ -68,6 +68,12 @@ bench-view: venv
 bench-speed: venv
 	$(PY) benchmarks/pass_speed.py $(ARGS)
 
+# spmd-partition's collective bytes and FLOPs beside XLA's own partition on random JAX programs (fuzz_jax_dumps'
+# generator), each verified; the worst seeds listed with their files. E.g. ARGS="--seeds 60 --lowering gspmd --jobs 2".
+.PHONY: bench-random-quality
+bench-random-quality: venv
+	$(PY) benchmarks/jax_random_quality.py $(ARGS)
+
 # The README's pictures (docs/*.png), with headless Chromium.
 screenshots: venv
 	$(PY) docs/make_screenshots.py

@@ -76,3 +76,11 @@ def test_spmd_models_benchmark_verifies_a_small_model_and_prints_both_estimates(
     assert float(cells[1].split()[2]) <= 1.0, row
     est, exposed = cells[4].split(), cells[5].split()
     assert len(est) == 2 and len(exposed) == 2 and all(float(x) > 0 for x in est + exposed), row
+
+
+def test_random_quality_benchmark_verifies_and_compares_with_xla(tmp_path):
+    out = run_benchmark("benchmarks/jax_random_quality.py", "--seeds", "2", "--lowering", "shardy",
+                        "--work", str(tmp_path))
+    rows = [line for line in out.splitlines() if line.split()[:2] in (["0", "shardy"], ["1", "shardy"])]
+    assert len(rows) == 2 and all(row.rstrip().endswith("yes") for row in rows), out
+    assert "not verified: 0" in out and "geomean ours/XLA" in out, out
