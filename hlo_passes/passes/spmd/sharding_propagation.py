@@ -52,10 +52,11 @@ differ where they do.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Literal, NamedTuple, Sequence, cast
+from typing import Callable, Collection, Iterable, Literal, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -83,28 +84,63 @@ from hlo_passes.parse.shardy_import import SDY_PREFIX, import_shardy
 _CONTROL_FLOW = (Opcode.WHILE, Opcode.CALL, Opcode.CONDITIONAL)
 _LOOKAHEAD_LEVEL = 1 << 62  # XLA looks ahead at "every op passes" (INT64_MAX)
 _ANY_LEVEL = 1 << 62  # the top of a range of levels with no upper bound
-# An evaluation that changed nothing (see _Walk._evaluate), in one flat tuple (there is one per
-# instruction and direction): the lowest and highest level at which it would run alike, then
-# what it read.  Nearly every evaluation (97% on a transformer step) reads exactly the
-# instruction and its neighbours in its direction (its operands, or its users in `_users`
-# order) and nothing else; its entry is a plain tuple of the shardings they had, the
-# instruction's first and its neighbours' in their order (an operand read twice listed twice).
-# Such entries are interned (`_Walk._alike`): a graph's instructions hold the same few shardings,
-# so most entries are one of a few thousand tuples, where one each was 15% of the walk's peak.
-_Settled = tuple[int, int, *tuple[object, ...]]
+_LEVELS = 4  # the rounds' levels: 0 to 3
+# An evaluation that changed nothing (see _Walk._evaluate), as one int (there is one per
+# instruction and direction): the clock's tick when it ran (_State), shifted left by _LEVELS over
+# the mask of the levels at which it would run alike (bit L for level L).  Nearly every
+# evaluation (97% on a transformer step) reads exactly the instruction and its neighbours in its
+# direction (its operands, or its users) and nothing else: the int is all its entry needs, the
+# graph giving the neighbours.  One that read others is a _Reads.
+_Settled = int
 
 
-class _Reads(tuple[int, int, *tuple[object, ...]]):
-    """The settled entry of an evaluation that read other than its neighbourhood: after the
-    levels, the k instructions whose shardings it read, then those k shardings."""
+class _Reads(tuple[_Settled, *tuple[Instruction, ...]]):
+    """The settled entry of an evaluation that read other than its neighbourhood: its tick and
+    levels (as a neighbourhood entry's int), then the instructions whose shardings it read."""
 
     __slots__ = ()
 
 
-# What an evaluation that changed something leaves in place of its settled entry: a range of no
-# level.  Overwritten rather than removed, because a dict that entries keep leaving and coming
-# back to grows to twice the size of one that keeps them (the two tables were 5% of the walk).
-_UNSETTLED: _Settled = (1, 0)
+# What an evaluation that changed something leaves in place of its settled entry: no level.
+# Overwritten rather than removed, because a dict that entries keep leaving and coming back to
+# grows to twice the size of one that keeps them (the two tables were 5% of the walk).
+_UNSETTLED: _Settled = 0
+# The tick of a sharding that has not changed since the walk began (see _State.changed), for as
+# many instructions as a `map` over them asks.
+_NEVER = itertools.repeat(0)
+# The neighbours `_from_operands` and `_from_users` read (see _Settled), as a settled entry needs
+# them: the order does not matter there, so the users unsorted (`_Walk._users` sorts).
+_OPERANDS = operator.attrgetter("operands")
+_USERS = operator.attrgetter("users")
+
+
+class _State(dict[Instruction, Sharding]):
+    """The walk's shardings, with a clock that ticks whenever one changes: `changed[instr]` is the
+    tick of `instr`'s last change (none: not since the walk began).  An evaluation whose reads
+    all last changed no later than its tick would read the very objects it read then (a write of
+    the object already held is no change), which is all its settled entry needs (see
+    _Walk._evaluate): comparing ticks spares keeping, and comparing, the shardings it read."""
+
+    __slots__ = ("clock", "changed")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = 0
+        self.changed: dict[Instruction, int] = {}
+
+    def __setitem__(self, instr: Instruction, s: Sharding) -> None:
+        if self.get(instr) is not s:
+            self._tick(instr)
+        super().__setitem__(instr, s)
+
+    def pop(self, instr: Instruction, default: Sharding | None = None) -> Sharding | None:  # type: ignore[override]
+        if instr in self:
+            self._tick(instr)
+        return super().pop(instr, default)
+
+    def _tick(self, instr: Instruction) -> None:
+        self.clock += 1
+        self.changed[instr] = self.clock
 
 
 class PropagationError(PassFailed):
@@ -639,7 +675,7 @@ class _Walk:
         # root keeps its own) rather than to the root (`_output_boundary`)
         self.output_boundary: Sharding | None = None
         self.propagate_metadata = owner.options.propagate_metadata
-        self.state: dict[Instruction, Sharding] = {}
+        self.state = _State()
         self.provided: set[Instruction] = set()
         self.unspecified: dict[Instruction, list[int]] = {}
         self.group_of: dict[Instruction, tuple[str, int]] = {}
@@ -659,10 +695,9 @@ class _Walk:
         self._conversions: set[Instruction] = set()
         # Evaluations that changed nothing, with what they read (see `_evaluate`); and, while an
         # evaluation runs, what it has read so far and the levels it would answer alike at.
-        self._settled_ops: dict[Instruction, _Settled] = {}
-        self._settled_users: dict[Instruction, _Settled] = {}
-        self._alike: dict[int, _Settled] = {}  # the neighbourhood entries, interned
-        self._reads: dict[Instruction, Sharding | None] | None = None
+        self._settled_ops: dict[Instruction, _Settled | _Reads] = {}
+        self._settled_users: dict[Instruction, _Settled | _Reads] = {}
+        self._reads: set[Instruction] | None = None
         self._levels_alike = (0, _ANY_LEVEL)
         self._wrote = False
 
@@ -698,11 +733,10 @@ class _Walk:
     def sharding(self, instr: Instruction) -> Sharding | None:
         if self._overlay is not None and instr in self._overlay:
             return self._overlay[instr]
-        s = self.state.get(instr)
         reads = self._reads
         if reads is not None and instr not in reads:
-            reads[instr] = s
-        return s
+            reads.add(instr)
+        return self.state.get(instr)
 
     def set_sharding(self, instr: Instruction, s: Sharding) -> None:
         if instr.shape.is_tuple and s.kind is not ShardingKind.TUPLE:
@@ -886,13 +920,13 @@ class _Walk:
 
     def run(self) -> dict[Instruction, Sharding]:
         """Propagate; returns the shardings found (`state`)."""
-        self.position = {i: k for comp in self.comps for k, i in enumerate(xla_post_order(comp))}
+        # Propagation sets shardings only; the graph, so each post order and user order, is fixed.
+        self.orders = {comp: xla_post_order(comp) for comp in self.comps}
+        self.position = {i: k for order in self.orders.values() for k, i in enumerate(order)}
         self._load()
         self._process_annotations()
         self._link_computations()
         self._fix_provided()
-        # Propagation sets shardings only; the graph, so each post order and user order, is fixed.
-        self.orders = {comp: xla_post_order(comp) for comp in self.comps}
         self._ordered_users.clear()
         # Every user order the walk will ask for, sorted now: the positions (a table over the
         # whole module, with an int object for most entries: 3% of the walk's peak on gpt96)
@@ -940,7 +974,7 @@ class _Walk:
         """XLA's ProcessShardingInstruction: Sharding custom-calls give their sharding to
         unsharded operands; shard groups are collected (and removed from the shardings)."""
         for comp in self.comps:
-            for instr in reversed(xla_post_order(comp)):
+            for instr in reversed(self.orders[comp]):
                 if instr.parent is None:
                     continue
                 s = self.state.get(instr)
@@ -1043,7 +1077,6 @@ class _Walk:
         """Sweep (groups, forward, backward, per computation) until a sweep changes nothing;
         returns the number of sweeps, the last one included."""
         self.level = level
-        self._prune_alike()
         done_group: set[Instruction] = set()
         done_ops: set[Instruction] = set()
         done_users: set[Instruction] = set()
@@ -1072,17 +1105,23 @@ class _Walk:
                 clear_cache(other)
 
         orders = self.orders
+        # The group step visits only the groups' members (most steps have no group at all).
+        members = {comp: [i for i in order if i in self.group_of] for comp, order in orders.items()}
         conversions = self._conversions
+        # (the sweeps ask these of every instruction: looked up once)
+        provided, evaluate = self.provided, self._evaluate
+        from_operands, settled_ops = self._from_operands, self._settled_ops
+        from_users, settled_users = self._from_users, self._settled_users
         for sweep in range(1, 10001):
             changed = False
             for comp in self.comps:
                 order = orders[comp]
                 if shard_groups:
-                    for instr in order:
-                        if instr in done_group or instr not in self.group_of:
+                    for instr in members[comp]:
+                        if instr in done_group:
                             continue
                         group = self.groups[self.group_of[instr]]
-                        if instr in self.provided:
+                        if instr in provided:
                             if self.may_combine and instr in self.unspecified and self._unspecified_from_group(
                                     instr, group):
                                 clear_cache(instr)
@@ -1096,7 +1135,7 @@ class _Walk:
                 for instr in order:
                     if instr in done_ops:
                         continue
-                    if instr in self.provided:
+                    if instr in provided:
                         if self.may_combine and instr in self.unspecified:
                             conv = self._unspecified_from_operand(instr)
                             if conv is not False:
@@ -1105,7 +1144,7 @@ class _Walk:
                                 changed = True
                         continue
                     done_ops.add(instr)
-                    if self._evaluate(instr, self._from_operands, self._settled_ops, _operands_of):
+                    if evaluate(instr, from_operands, settled_ops, _OPERANDS):
                         after_change(instr)
                         changed = True
                 for instr in reversed(order):
@@ -1113,7 +1152,7 @@ class _Walk:
                         done_users.discard(instr.operands[0])
                     if instr in done_users:
                         continue
-                    if instr in self.provided:
+                    if instr in provided:
                         if self.may_combine and instr in self.unspecified:
                             conv = self._unspecified_from_users(instr)
                             if conv is not False:
@@ -1124,7 +1163,7 @@ class _Walk:
                                 changed = True
                         continue
                     done_users.add(instr)
-                    if self._evaluate(instr, self._from_users, self._settled_users, self._users):
+                    if evaluate(instr, from_users, settled_users, _USERS):
                         after_change(instr)
                         changed = True
             if not changed:
@@ -1132,32 +1171,32 @@ class _Walk:
         raise PropagationError("sharding propagation did not reach a fixed point")
 
     def _evaluate(self, instr: Instruction, rule: Callable[[Instruction], bool],
-                  settled: dict[Instruction, _Settled],
-                  neighbours: Callable[[Instruction], Sequence[Instruction]]) -> bool:
+                  settled: dict[Instruction, _Settled | _Reads],
+                  neighbours: Callable[[Instruction], Collection[Instruction]]) -> bool:
         """`rule(instr)` (_from_operands or _from_users, whose neighbours are the operands or the
         users), unless it is known to change nothing.
 
         A rule's answer is a function of the shardings it reads, of the level (through
         `aggressiveness`, `may_combine` and the crossing thresholds) and of the graph, which is
         fixed; it writes only through `set_sharding`.  So an evaluation that wrote nothing is
-        kept with the shardings it read (the very objects) and the range of levels at which
-        its level tests come out the same; asked again with those objects in place at such a
-        level, the rule would take the same path to the same "no", and is not run.  This spares
-        most of each round's first sweep, which asks every instruction afresh while most of the
-        graph is as the previous round left it."""
+        kept with the clock's tick (see _State), what it read and the levels at which its level
+        tests come out the same; asked again at such a level, none of what it read having
+        changed since, the rule would take the same path to the same "no", and is not run.  This
+        spares most of each round's first sweep, which asks every instruction afresh while most
+        of the graph is as the previous round left it."""
         found = settled.get(instr)
-        if found is not None and found[0] <= self.level <= found[1]:
-            get = self.state.get
-            if type(found) is _Reads:
-                n = len(found) // 2
-                read = cast("tuple[Instruction, ...]", found[2:n + 1])  # (the instructions: see _Reads)
-                if all(map(operator.is_, map(get, read), found[n + 1:])):
+        near = neighbours(instr)
+        if found is not None:
+            entry = found[0] if isinstance(found, _Reads) else found
+            if entry >> self.level & 1:
+                tick = entry >> _LEVELS
+                tick_of = self.state.changed.get
+                if isinstance(found, _Reads):
+                    if max(map(tick_of, found[1:], _NEVER), default=0) <= tick:
+                        return False
+                elif tick_of(instr, 0) <= tick and max(map(tick_of, near, _NEVER), default=0) <= tick:
                     return False
-            else:  # the neighbourhood's shardings, the instruction's first
-                had = found[2:]
-                if get(instr) is had[0] and all(map(operator.is_, map(get, neighbours(instr)), had[1:])):
-                    return False
-        self._reads, self._levels_alike, self._wrote = {}, (0, _ANY_LEVEL), False
+        self._reads, self._levels_alike, self._wrote = set(), (0, _ANY_LEVEL), False
         try:
             changed = rule(instr)
         finally:
@@ -1165,37 +1204,16 @@ class _Walk:
         if changed or self._wrote:
             if instr in settled:
                 settled[instr] = _UNSETTLED
-        else:
-            settled[instr] = self._settled_entry(instr, reads, neighbours(instr))
-        return changed
-
-    def _prune_alike(self) -> None:
-        """Keep interned only the entries some instruction holds: the others, left behind by
-        evaluations run again since, would keep the shardings they hold alive too."""
-        self._alike = {}
-        for settled in (self._settled_ops, self._settled_users):
-            for entry in settled.values():
-                if type(entry) is tuple and len(entry) > 2:
-                    self._alike.setdefault(_identity_key(entry), entry)
-
-    def _settled_entry(self, instr: Instruction, reads: dict[Instruction, Sharding | None],
-                       near: Sequence[Instruction]) -> _Settled:
-        """The entry of an evaluation of `instr` that changed nothing after reading `reads` (see
-        _Settled): its neighbourhood's shardings, interned, when it read exactly `instr` and
-        `near`, else a `_Reads`.  An interned tuple is equal, and must also hold the very same
-        objects (the check compares them by identity): one holding equal shardings of other
-        objects is not shared."""
+            return changed
+        # The settled entry (see _Settled): an int when the rule read exactly `instr` and `near`.
         lo, hi = self._levels_alike
-        if (instr in reads and all(map(reads.__contains__, near))
+        entry = (self.state.clock << _LEVELS) | ((1 << (min(hi, _LEVELS - 1) + 1)) - (1 << lo))
+        if (instr in reads and reads.issuperset(near)
                 and len(reads) - 1 == (len(near) if len(near) < 2 else len(set(near)))):
-            entry = cast(_Settled, (lo, hi, reads[instr], *map(reads.__getitem__, near)))
-            alike = self._alike.setdefault(_identity_key(entry), entry)
-            if alike is entry or (alike[0] == lo and alike[1] == hi and len(alike) == len(entry)
-                                  and all(map(operator.is_, alike[2:], entry[2:]))):
-                return alike
-            return entry
-        # (mypy reads a display with starred parts as a homogeneous tuple)
-        return _Reads((lo, hi, *reads, *reads.values()))
+            settled[instr] = entry
+        else:
+            settled[instr] = _Reads((entry, *reads))
+        return False
 
     def _propagate_related(self, instr: Instruction, changed: set[Instruction]) -> None:
         def to_related(search: Instruction) -> None:
@@ -1524,19 +1542,6 @@ def _graph_facts(level: int, from_operands: bool, from_users: bool) -> _GraphFac
 
 
 # ------------------------------------------------------------------ helpers --
-def _identity_key(entry: _Settled) -> int:
-    """What `_Walk._alike` interns a neighbourhood entry by: its levels and the identities of
-    its shardings (their equality would merge equal shardings of different objects, which the
-    settled check, by identity, tells apart).  A hash, not a tuple of ids, to keep the table
-    small: two entries whose keys collide are compared before one is shared."""
-    return hash((entry[0], entry[1], *map(id, entry[2:])))
-
-
-def _operands_of(instr: Instruction) -> tuple[Instruction, ...]:
-    """The neighbours `_from_operands` reads (see _Settled)."""
-    return instr.operands
-
-
 def _same_objects(a: dict[Instruction, Sharding], b: dict[Instruction, Sharding]) -> bool:
     """The same instructions hold the very same sharding objects in both."""
     return len(a) == len(b) and all(b.get(k) is v for k, v in a.items())
