@@ -1,5 +1,6 @@
 """A body called from several sites gets the shardings of each site (as XLA, which inlines every
-call before propagation), and broadcasts and iotas wanted in several shardings are made again in
+call before propagation; the partitioned calls are inlined at the end, unless bodies shared by
+many sites would be copied along every path), and broadcasts and iotas wanted in several shardings are made again in
 each instead of being moved.  Both were found on a scanned transformer step: every stacked
 weight but the first was all-to-all'd whole (all layers) on every iteration of the loop, and the
 zero broadcast initialising the gradient accumulators once per step."""
@@ -46,7 +47,8 @@ def test_each_call_site_slices_its_own_stack_where_it_lies():
     module, out, remarks = _partition(PICK)
     assert _collectives(module) == Counter(), out  # no stack moves: each site's body slices locally
     assert any("pick: its call sites disagree on its shardings; 2 bodies" in r.message for r in remarks)
-    assert len([c for c in module.computations if c.name.startswith("pick")]) == 2
+    # each site's body is inlined where it lies once partitioned (XLA inlines every call)
+    assert not [i for i in module.all_instructions() if i.opcode.value == "call"], out
     _verify(PICK, out)
 
 
@@ -191,8 +193,10 @@ def test_bodies_called_along_many_paths_get_one_copy_per_site_and_merge_back():
     bodies = Counter(c.name.split(".")[0] for c in module.computations if not c.is_entry)
     assert bodies == {"c0": SHARED_AFTER_COPIES, "c1": SHARED_AFTER_COPIES, "c2": 4, "c3": 2, "c4": 1}
     _verify(text, out)
-    deep, _, _ = _partition(_fan_out(12), 8)
+    deep, _, remarks = _partition(_fan_out(12), 8)
     assert len(deep.computations) <= 12 * SHARED_AFTER_COPIES + 2
+    # the cleanup does not inline shared bodies along each of the 4,096 paths
+    assert any(r.message.startswith("calls kept: inlining them would copy bodies") for r in remarks)
 
 
 def test_inlining_that_would_explode_is_refused_in_bounded_time():
@@ -218,3 +222,37 @@ def test_side_effects_and_flops_are_counted_once_per_body_not_per_path():
     assert call.opcode is Opcode.CALL and not call.has_side_effect
     CommonSubexpressionElimination().run(module)
     assert module_stats(module).flops == 8 * (2 ** 30) + 8 * (2 ** 30 - 1)  # negates and adds, 8 elements each
+
+
+def test_a_value_computed_inside_a_call_and_beside_it_is_computed_once():
+    """`jnp.var` is a call that computes the mean itself; a program that also takes the mean
+    beside it computed the sum twice until the partitioned calls were inlined (as XLA inlines
+    them) so that cse sees the twin; a shard_map region's body stays a call, as in XLA's."""
+    text = """HloModule twin, num_partitions=8
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+var {
+  x = f32[16,64] parameter(0)
+  z = f32[] constant(0)
+  s = f32[16] reduce(x, z), dimensions={1}, to_apply=add
+  sq = f32[16] multiply(s, s)
+  ROOT r = f32[16] negate(sq)
+}
+
+ENTRY main {
+  x = f32[16,64] parameter(0), sharding={devices=[8,1]<=[8]}
+  z = f32[] constant(0)
+  v = f32[16] call(x), to_apply=var
+  s = f32[16] reduce(x, z), dimensions={1}, to_apply=add
+  ROOT t = f32[16] add(v, s), sharding={devices=[8]<=[8]}
+}
+"""
+    module, out, _ = _partition(text)
+    assert [i.opcode.value for i in module.all_instructions()].count("reduce") == 1, out
+    assert "call(" not in out
+    _verify(text, out)

@@ -23,7 +23,7 @@ uses to slice inputs and reassemble the result); nothing else does.  The entry i
 shardings are completed by sharding-propagation first; an op without a native
 rule is computed replicated (operands all-gathered, the result sliced) and a
 "missed" remark says so.  Like XLA's partitioner, it ends with a cleanup (option `cleanup`):
-dce, tuple-simplifier, a layout-insensitive cse, which also merges twin collectives such as
+call inlining (all but manual regions' bodies, as XLA), dce, tuple-simplifier, a layout-insensitive cse, which also merges twin collectives such as
 two psums of one value, and dce again for what the merges left dead.
 
 Two inputs are refused (an input error, exit 2 on the command line), never partitioned into a
@@ -54,7 +54,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import manual_instructions
 from hlo_passes.ir.shape import Shape, TupleShape
-from hlo_passes.ir.sharding import Sharding, ShardingKind
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
@@ -80,7 +80,7 @@ class SpmdPartitioner(ModulePass):
     class Options:
         num_partitions: int = option(0, "number of devices (0: the module's num_partitions, else the devices its "
                                             "annotations name)")
-        cleanup: bool = option(True, "end with dce, tuple-simplifier, cse{layout-sensitive=false}, dce, "
+        cleanup: bool = option(True, "end with call inlining, dce, tuple-simplifier, cse{layout-sensitive=false}, dce, "
                                             "as XLA's partitioner ends with its spmd-cleanup")
         cost_profile: Literal["accelerator", "cpu"] = option("accelerator", "hardware profile the cost model prices every choice with "
                                                   "(cost_model.PROFILES: accelerator, cpu)")
@@ -123,9 +123,10 @@ class SpmdPartitioner(ModulePass):
             _complete_shardings(module, self)
         if make_iota_batching_explicit(module):
             self.remark(None, "gather/scatter index components that are an iota made explicit batching dims")
-        Partitioner(PartitionContext(module, n, self, model)).run()
+        partitioner = Partitioner(PartitionContext(module, n, self, model))
+        partitioner.run()
         if self.options.cleanup:
-            _cleanup(module, self)
+            _cleanup(module, self, partitioner.manual_bodies)
 
 
 def _refuse_what_it_cannot_partition(module: Module) -> None:
@@ -162,8 +163,15 @@ def _name_partitioned_entry(module: Module) -> None:
     entry.name = module.computation_names.unique(f"{entry.name}_spmd")
 
 
-def _cleanup(module: Module, owner: ModulePass) -> None:
-    """Merge twins in the per-device program: JAX emits one reducer computation per psum,
+def _runs_manually(sharding: Sharding) -> bool:
+    """Is some axis of `sharding` (of a leaf, for a tuple) manual: a shard_map region's?"""
+    if sharding.kind is ShardingKind.TUPLE:
+        return any(_runs_manually(e) for e in sharding.elements)
+    return sharding.kind is ShardingKind.MANUAL or SubgroupKind.MANUAL in sharding.subgroups
+
+
+def _cleanup(module: Module, owner: ModulePass, manual_bodies: set[Computation]) -> None:
+    """Inline the calls, then merge twins in the per-device program: JAX emits one reducer computation per psum,
     so two psums of one value stay two all-reduces until cse sees that their reducers are
     the same computation; JAX's duplicate constants; and the few index computations
     (iota, partition-id offsets, dynamic-slices) that two reshards of one value emit
@@ -171,11 +179,38 @@ def _cleanup(module: Module, owner: ModulePass) -> None:
     tuple simplifier and a layout-insensitive CSE), and its partitioned programs in the corpus
     have these merged.  The dce before cse drops what the handlers emitted and nobody used
     (values the input itself left dead, reshards a later one superseded); the dce after it
-    drops the reducers and index computations the merges orphaned."""
+    drops the reducers and index computations the merges orphaned.
+
+    XLA inlines every call before it partitions, all but the bodies of manual regions
+    (shard_map), which it keeps as calls; so do we, after partitioning (each call site has its
+    own partitioned body by then).  Only then can cse see that a value computed inside a call
+    (say the mean inside `jnp.var`) is one computed beside it too."""
+    from hlo_passes.passes.cleanup.call_inliner import inline_call
     from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
     from hlo_passes.passes.cleanup.dce import DeadCodeElimination
     from hlo_passes.passes.cleanup.tuple_simplifier import TupleSimplifier
 
+    def inlined_callee(call: Instruction) -> Computation | None:
+        callee = call.called.get("to_apply") if call.opcode is Opcode.CALL else None
+        if (isinstance(callee, Computation) and callee not in manual_bodies
+                and not call.control_predecessors and not call.control_successors):
+            return callee
+        return None
+
+    # Sizes once inlined, callees first (linear): bodies shared by many sites (see
+    # `Partitioner.partition`) would be copied once per call path, so calls that fan out stay
+    inlined: dict[Computation, int] = {}
+    for comp in module.computation_post_order():
+        inlined[comp] = sum(inlined[callee] if (callee := inlined_callee(i)) else 1 for i in comp.instructions)
+    before, after = sum(len(c.instructions) for c in module.computations), sum(inlined.values())
+    if after <= 3 * before:  # (`after` counts an inlined body also where it stays: at most 2x)
+        for comp in module.computation_post_order():  # callees first: nested calls are flat when copied
+            for call in comp.instructions:
+                if inlined_callee(call):
+                    inline_call(call)
+    else:
+        owner.remark(None, f"calls kept: inlining them would copy bodies along every call path "
+                           f"({after:,} instructions from {before:,})")
     for cleanup in (DeadCodeElimination(remove_cross_partition_collectives=True), TupleSimplifier(),
                     CommonSubexpressionElimination(layout_sensitive=False),
                     DeadCodeElimination(remove_cross_partition_collectives=True)):
@@ -228,6 +263,7 @@ class Partitioner:
         self._targets: dict[Instruction, tuple[object, Sharding]] = {}  # see `target`
         self._em: Emitter | None = None  # while `partition` runs: see `em`
         self._kept: set[Computation] = set()
+        self.manual_bodies: set[Computation] = set()  # partitioned manual regions: the cleanup keeps their calls
         self._origin: dict[Computation, str] = {}  # a partitioned copy -> the name of what it copies
         # shared calls' (body, parameter shardings, root sharding, manual, name) -> how many partitioned
         # copies were made, and the last (the copy, its root sharding)
@@ -278,14 +314,16 @@ class Partitioner:
         the last, so calls of one body from many sites (a body calling its callee twice, thirty
         deep, is 2^30 sites) make a bounded number of partitioned bodies.  (Loop bodies and
         branches always keep a copy each, one caller per body.)"""
-        if not shared:
-            return self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
-        key = (comp, tuple(param_shardings), root_sharding, manual, name)
-        copies, done = self._partitioned.get(key, (0, None))
-        if done is not None and copies >= SHARED_AFTER_COPIES:
-            return done
+        if shared:
+            key = (comp, tuple(param_shardings), root_sharding, manual, name)
+            copies, last = self._partitioned.get(key, (0, None))
+            if last is not None and copies >= SHARED_AFTER_COPIES:
+                return last
         done = self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
-        self._partitioned[key] = (copies + 1, done)
+        if shared:
+            self._partitioned[key] = (copies + 1, done)
+        if manual or any(_runs_manually(s) for s in param_shardings):
+            self.manual_bodies.add(done[0])
         return done
 
     def _partition_copy(self, comp: Computation, param_shardings: list[Sharding], root_sharding: Sharding | None,

@@ -55,7 +55,8 @@ def local_except(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) ->
     first_start = _FIRST_START.get(instr.opcode)
     operands: list[Instruction] = []
     for i, op in enumerate(instr.operands):
-        if first_start is not None and i >= first_start and i - first_start not in fixed:
+        if (first_start is not None and i >= first_start and i - first_start not in fixed
+                and op.opcode is not Opcode.CONSTANT):
             # XLA clamps a start into [0, dim - size]: along a dim the slice spans whole it is
             # 0 whatever computes it, and that computation (with what it gathered) is left dead
             operands.append(p.em.b().constant(0, op.array_shape.element_type))
