@@ -46,7 +46,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -66,19 +65,14 @@ from tests.dumps import fuzz_jax_dumps as fz  # noqa: E402
 FLOOR = 64  # added to both sides of every ratio
 
 
-def _bytes(text: str) -> int:
-    return sum(module_stats(parse_module(text)).collective_bytes.values())
-
-
-def _executed(text: str) -> int:
-    """Collective bytes as one run executes them: a while body times its trip count (where the
-    module says it), each conditional branch once per call (module_stats(executed=True))."""
-    return sum(module_stats(parse_module(text), executed=True).collective_bytes.values())
-
-
-def _wire(text: str) -> int:
-    """Bytes each device receives over the wire, by the cost model's collective algorithms."""
-    return module_estimate(parse_module(text)).bytes
+def _byte_figures(text: str) -> tuple[int, int, int]:
+    """A module's collective bytes (what each device sends in), wire bytes (what each device
+    receives as the cost model's collective algorithms move them; see spmd_families.py) and
+    executed bytes (a while body times its trip count where the module says it, each
+    conditional branch once per call: module_stats(executed=True)), from one parse."""
+    module = parse_module(text)
+    return (sum(module_stats(module).collective_bytes.values()), module_estimate(module).bytes,
+            sum(module_stats(module, executed=True).collective_bytes.values()))
 
 
 def _ratio(ours: float, xla: float) -> float:
@@ -95,32 +89,10 @@ def xla_partitioned(dump: Path, seed: int) -> Path | None:
     return found[-1] if found else None
 
 
-def run_child(seed: int, lowering: str, dump: Path, big: bool) -> dict:
-    """fuzz_jax_dumps' child, with XLA's dump of the module after SPMD partitioning as well."""
-    dump.mkdir(parents=True, exist_ok=True)
-    for old in dump.iterdir():  # a rerun into the same --work: no stale stage files
-        if old.is_file():
-            old.unlink()
-    flags = (f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump} "
-             "--xla_dump_hlo_pass_re=spmd-partitioning")
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
-    try:
-        p = subprocess.run([sys.executable, str(fz.HERE), "--child", str(seed), "--lowering", lowering]
-                           + (["--big"] if big else []),
-                           capture_output=True, text=True, env=env, cwd=fz.ROOT, timeout=fz.TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return {"phase": "died", "error": "the child timed out"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if lines:
-        return json.loads(lines[-1])
-    checks = [ln for ln in p.stderr.splitlines() if "Check failed" in ln or ln.startswith("F1")]
-    return {"phase": "died", "error": f"rc={p.returncode}: " + (checks[0] if checks else fz._last_line(p.stderr))}
-
-
 def run_seed(seed: int, lowering: str, work: Path, big: bool) -> dict:
     """The subprocess part of one seed (child, our run, verify): safe to run in parallel."""
     dump = work / f"{lowering}.{seed}"
-    info = run_child(seed, lowering, dump, big)
+    info = fz.run_child(seed, lowering, dump, big, xla_flags="--xla_dump_hlo_pass_re=spmd-partitioning")
     row: dict = {"seed": seed, "lowering": lowering, "mesh": info.get("mesh"), "ops": info.get("ops"),
                  "dir": str(dump), "status": "ok"}
     if info["phase"] in ("generate", "lower"):
@@ -150,11 +122,11 @@ def measure(row: dict) -> dict:
         return row
     ours, xla = Path(row["ours"]).read_text(), Path(row["xla"]).read_text()
     try:
-        row["bytes"], row["wire"], row["exec"] = _bytes(ours), _wire(ours), _executed(ours)
+        row["bytes"], row["wire"], row["exec"] = _byte_figures(ours)
     except Exception as e:  # noqa: BLE001 (our own output not readable: a bug, but keep going)
         return {**row, "status": "ours-unparsed", "detail": f"{type(e).__name__}: {str(e)[:200]}"}
     try:
-        row["xla_bytes"], row["xla_wire"], row["xla_exec"] = _bytes(xla), _wire(xla), _executed(xla)
+        row["xla_bytes"], row["xla_wire"], row["xla_exec"] = _byte_figures(xla)
     except Exception as e:  # noqa: BLE001 (XLA's text our parser cannot read: recorded, skipped)
         return {**row, "status": "xla-unparsed", "detail": f"{type(e).__name__}: {str(e)[:200]}"}
     try:

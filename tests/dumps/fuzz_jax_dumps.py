@@ -734,23 +734,30 @@ def stage_file(directory: Path, module: str, suffix: str) -> Path | None:
     return found[-1] if found else None
 
 
-def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True, big: bool = False
-             ) -> tuple[list[Result], dict]:
-    dump = work / f"{lowering}.{seed}"
+def run_child(seed: int, lowering: str, dump: Path, big: bool = False, xla_flags: str = "") -> dict:
+    """Run `child` for program `seed` in a process of its own with XLA dumping into `dump` (made
+    afresh), `xla_flags` added to the dump flags; returns its JSON report, or a `died` one."""
     shutil.rmtree(dump, ignore_errors=True)
     dump.mkdir(parents=True)
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump}",
-           "JAX_PLATFORMS": "cpu"}
+    flags = f"--xla_force_host_platform_device_count=8 --xla_dump_to={dump} {xla_flags}".rstrip()
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     try:
         p = subprocess.run([sys.executable, str(HERE), "--child", str(seed), "--lowering", lowering]
                            + (["--big"] if big else []),
                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT)
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        checks = [ln for ln in p.stderr.splitlines() if "Check failed" in ln or ln.startswith("F1")]
-        info = json.loads(lines[-1]) if lines else {"phase": "died", "error": f"rc={p.returncode}: " +
-                                                    (checks[0] if checks else _last_line(p.stderr))}
     except subprocess.TimeoutExpired:
-        info = {"phase": "died", "error": "the child timed out"}
+        return {"phase": "died", "error": "the child timed out"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    checks = [ln for ln in p.stderr.splitlines() if "Check failed" in ln or ln.startswith("F1")]
+    return {"phase": "died", "error": f"rc={p.returncode}: " + (checks[0] if checks else _last_line(p.stderr))}
+
+
+def run_seed(seed: int, lowering: str, work: Path, xla_own: bool = True, big: bool = False
+             ) -> tuple[list[Result], dict]:
+    dump = work / f"{lowering}.{seed}"
+    info = run_child(seed, lowering, dump, big)
     phase = info["phase"]
     if phase in ("generate", "lower"):
         return [Result(seed, lowering, "program", "skipped", f"{phase}: " + _last_line(info["error"]))], info

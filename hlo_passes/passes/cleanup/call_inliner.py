@@ -15,6 +15,7 @@ the same name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -45,6 +46,19 @@ def inline_call(call: Instruction) -> Instruction:
     return root
 
 
+def inline_calls(module: Module, inlinable: Callable[[Instruction], bool]) -> bool:
+    """Inline every call `inlinable` accepts, callees first (so calls nested in a callee are
+    flat by the time it is copied); returns whether any was.  (spmd-partition's cleanup passes
+    its own choice: all but manual regions' bodies.)"""
+    changed = False
+    for comp in module.computation_post_order():
+        for call in comp.instructions:
+            if call.opcode is Opcode.CALL and inlinable(call):
+                inline_call(call)
+                changed = True
+    return changed
+
+
 @register_pass
 class CallInliner(ModulePass):
     name = "call-inliner"
@@ -59,14 +73,7 @@ class CallInliner(ModulePass):
         for instr in module.all_instructions():
             for callee in instr.called_computations():
                 call_sites[id(callee)] = call_sites.get(id(callee), 0) + 1
-        changed = False
-        for comp in module.computation_post_order():  # callees first
-            for call in comp.instructions:
-                if call.opcode is not Opcode.CALL or not self._inlinable(call, call_sites):
-                    continue
-                inline_call(call)
-                changed = True
-        return changed
+        return inline_calls(module, lambda call: self._inlinable(call, call_sites))
 
     def _inlinable(self, call: Instruction, call_sites: dict[int, int]) -> bool:
         callee = call.called.get("to_apply")

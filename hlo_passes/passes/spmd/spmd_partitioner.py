@@ -54,7 +54,7 @@ from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import manual_instructions
 from hlo_passes.ir.shape import Shape, TupleShape
-from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
+from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
 from hlo_passes.passes.spmd.cost_model import CostModel
@@ -163,13 +163,6 @@ def _name_partitioned_entry(module: Module) -> None:
     entry.name = module.computation_names.unique(f"{entry.name}_spmd")
 
 
-def _runs_manually(sharding: Sharding) -> bool:
-    """Is some axis of `sharding` (of a leaf, for a tuple) manual: a shard_map region's?"""
-    if sharding.kind is ShardingKind.TUPLE:
-        return any(_runs_manually(e) for e in sharding.elements)
-    return sharding.kind is ShardingKind.MANUAL or SubgroupKind.MANUAL in sharding.subgroups
-
-
 def _cleanup(module: Module, owner: ModulePass, manual_bodies: set[Computation]) -> None:
     """Inline the calls, then merge twins in the per-device program: JAX emits one reducer computation per psum,
     so two psums of one value stay two all-reduces until cse sees that their reducers are
@@ -185,7 +178,7 @@ def _cleanup(module: Module, owner: ModulePass, manual_bodies: set[Computation])
     (shard_map), which it keeps as calls; so do we, after partitioning (each call site has its
     own partitioned body by then).  Only then can cse see that a value computed inside a call
     (say the mean inside `jnp.var`) is one computed beside it too."""
-    from hlo_passes.passes.cleanup.call_inliner import inline_call
+    from hlo_passes.passes.cleanup.call_inliner import inline_calls
     from hlo_passes.passes.cleanup.cse import CommonSubexpressionElimination
     from hlo_passes.passes.cleanup.dce import DeadCodeElimination
     from hlo_passes.passes.cleanup.tuple_simplifier import TupleSimplifier
@@ -204,10 +197,7 @@ def _cleanup(module: Module, owner: ModulePass, manual_bodies: set[Computation])
         inlined[comp] = sum(inlined[callee] if (callee := inlined_callee(i)) else 1 for i in comp.instructions)
     before, after = sum(len(c.instructions) for c in module.computations), sum(inlined.values())
     if after <= 3 * before:  # (`after` counts an inlined body also where it stays: at most 2x)
-        for comp in module.computation_post_order():  # callees first: nested calls are flat when copied
-            for call in comp.instructions:
-                if inlined_callee(call):
-                    inline_call(call)
+        inline_calls(module, lambda call: inlined_callee(call) is not None)
     else:
         owner.remark(None, f"calls kept: inlining them would copy bodies along every call path "
                            f"({after:,} instructions from {before:,})")
@@ -322,7 +312,7 @@ class Partitioner:
         done = self._partition_copy(comp, param_shardings, root_sharding, name=name, manual=manual)
         if shared:
             self._partitioned[key] = (copies + 1, done)
-        if manual or any(_runs_manually(s) for s in param_shardings):
+        if manual or any(is_manual(s) for s in param_shardings):
             self.manual_bodies.add(done[0])
         return done
 
