@@ -721,6 +721,9 @@ def classify(rc: int, out: str, *, xla_own: bool = False) -> tuple[str, str]:
         tb = out[out.find("Traceback"):] if "Traceback" in out else out
         return "CRASH", f"rc={rc}: " + _last_line(tb)
     if rc == 1:
+        from hlo_passes.runtime.verify import NAN_LOST_BY_COLLECTIVES  # (imports no jax)
+        if NAN_LOST_BY_COLLECTIVES in out:  # verify set aside every mismatch as the runtime's
+            return "XLA-fault", NAN_LOST_BY_COLLECTIVES
         return ("XLA-fault" if xla_own else "WRONG"), _last_line(out)
     if "values elided" in out:  # a dump without --xla_dump_large_constants: rightly refused
         return "skipped", _last_line(out)
