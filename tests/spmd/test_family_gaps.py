@@ -900,3 +900,23 @@ ENTRY e {{
 }}"""
         module, _ = partition_verified(text)
         assert not collectives(module), (op, collectives(module))
+
+
+def test_update_as_large_as_the_operand_is_the_result():
+    """A dynamic-update-slice whose update spans every dim of its operand returns the update
+    (every start clamps to 0): only the update moves, to the result's sharding, and the operand
+    is not read (a random JAX program's `dynamic_update_index_in_dim` into a stack of one, in a
+    loop: the operand and the update were both cut to a third tiling, gathered and cut again,
+    every iteration).  Here the update already lies as the result wants it and the operand is
+    tiled another way: nothing moves."""
+    text = """HloModule m, num_partitions=8
+ENTRY e {
+  x = f32[1,16,8] parameter(0), sharding={devices=[1,1,8]<=[8]}
+  u = f32[16,8] parameter(1), sharding={devices=[8,1]<=[8]}
+  i = s32[] parameter(2), sharding={replicated}
+  r = f32[1,16,8] reshape(u), sharding={devices=[1,8,1]<=[8]}
+  z = s32[] constant(0)
+  ROOT d = f32[1,16,8] dynamic-update-slice(x, r, i, z, z), sharding={devices=[1,8,1]<=[8]}
+}"""
+    module, _ = partition_verified(text)
+    assert not collectives(module), collectives(module)

@@ -411,6 +411,12 @@ def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
     dims, upd = instr.array_shape.dims, instr.operands[1].array_shape.dims
     sliced = [d for d in range(len(dims)) if upd[d] != dims[d]]
     target = p.target(instr)
+    if not sliced and not target.is_tuple:
+        # The update is as large as the operand: XLA clamps every start to 0, so the result is
+        # the update, whatever the operand holds (`jax.lax.dynamic_update_index_in_dim` into a
+        # stack of one, a scan's carry written whole).  Only the update moves, to the result's
+        # sharding; cutting both to a common tiling moved the operand too, for nothing.
+        return PValue(p.operand_as(instr, 1, target), target, instr.shape)
     tm = tile_map(target, len(dims), p.n)
     if sliced and all(tm.dims[d] > 1 for d in sliced) and not target.is_tuple:
         model, n = p.ctx.cost_model, p.n
