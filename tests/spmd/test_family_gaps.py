@@ -16,7 +16,8 @@ from hlo_passes.passes.spmd.partition_context import tile_map
 from hlo_passes.passes.spmd.reshard import plan
 from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
 from hlo_passes.stats import module_stats
-from tests.spmd.partitioning import collectives, partition_verified
+from hlo_passes.runtime import verify_equivalent
+from tests.spmd.partitioning import collectives, partition, partition_verified
 
 
 def _bytes(module) -> int:
@@ -920,3 +921,36 @@ ENTRY e {
 }"""
     module, _ = partition_verified(text)
     assert not collectives(module), collectives(module)
+
+
+def test_select_and_scatter_windows_inside_tiles_run_locally():
+    """Windows no larger than their stride, unpadded, on tiles a whole number of strides long:
+    every window lies inside one tile, so each device runs the op on its own rows and source
+    rows (a stride-2 pool's gradient with 1-row windows fell back to gathering both, with a
+    remark that windows crossed tiles).  Rows no window covers get the init value on a tile as
+    in the whole.  Checked against the unpartitioned module for gaps and touching windows; a
+    tile of 5 rows with stride 2 still needs more than its own rows (not local)."""
+    def module(rows, out, size, stride):
+        return f"""HloModule m, num_partitions=8
+ge {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=GE
+}}
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[2,{rows},6] parameter(0), sharding={{devices=[1,8,1]<=[8]}}
+  g = f32[2,{out},6] parameter(1), sharding={{devices=[1,8,1]<=[8]}}
+  ROOT s = f32[2,{rows},6] select-and-scatter(x, g, f32[] constant(0)), window={{size=1x{size}x1 stride=1x{stride}x1}}, select=ge, scatter=add, sharding={{devices=[1,8,1]<=[8]}}
+}}"""
+    for rows, out, size, stride in [(32, 16, 1, 2), (48, 16, 2, 3), (48, 16, 1, 3), (32, 16, 2, 2)]:
+        m, _ = partition_verified(module(rows, out, size, stride))  # (and no fallback remark)
+        assert not collectives(m), ((rows, size, stride), collectives(m))
+    text = module(40, 20, 1, 2)  # 5 rows a tile: windows start at odd rows on some
+    m, out, _ = partition(text, 8)
+    assert verify_equivalent(text, out, num_devices=8).ok
+    assert collectives(m)

@@ -255,6 +255,8 @@ def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
         if t == 1 or (w.size, w.stride, w.padding_low, w.padding_high) == (1, 1, 0, 0):
             continue
         size, out = operand.array_shape.dims[d], source.array_shape.dims[d]
+        if _windows_within_tiles(w, size, out, t):
+            continue  # the window stays as it is on every tile
         rows = None if size % t or out % t else halos.window_rows(
             w, t, [i * (out // t) for i in range(t)], out // t, [0] * t, w.size)
         h = halos.plan(d, size, t, rows, zero_padding=False) if rows is not None else None
@@ -279,6 +281,23 @@ def select_and_scatter(p: HandlerContext, instr: Instruction) -> PValue:
     new = p.clone(instr, [x, src, init], local_shape(instr.shape, s))
     new.set_attr("window", Window(tuple(dims)))
     return p.reshard(PValue(new, s, instr.shape), target)
+
+
+def _windows_within_tiles(w: WindowDimension, size: int, out: int, t: int) -> bool:
+    """Do the windows along a dim tiled `t` ways (`size` operand rows, `out` source rows) fall
+    each inside one tile, the same number to every tile, a tile's first window at its first row?
+    Then every tile runs the same window on its own rows and source rows, with no exchange.  So
+    it is when windows leave gaps or just touch (size <= stride, no padding or dilation) and a
+    tile is a whole number of strides: a window [k*stride, k*stride + size) never passes the next
+    stride's start.  Rows no window covers receive the init value, on a tile as in the whole (a
+    stride-2 max-pool's gradient with 1-row windows: XLA runs it locally; this fell back to
+    gathering both operands)."""
+    if (w.lhs_dilation, w.rhs_dilation, w.padding_low, w.padding_high) != (1, 1, 0, 0) or w.size > w.stride:
+        return False
+    if size % t or out % t:
+        return False
+    local = size // t
+    return local % w.stride == 0 and local // w.stride == out // t
 
 
 # The value padding rows take so that `select` never prefers them, per comparison direction.
