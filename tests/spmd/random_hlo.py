@@ -629,6 +629,45 @@ def op_scatter(p: Program) -> None:
         p.emit("count", x.dims, f"convert({second.name})")
 
 
+def op_parallel_gather(p: Program) -> None:
+    """A gather or scatter over a matrix whose indices are a concatenate of index components
+    of which one or both are an iota (XLA's "parallel" gathers: row r of the indices reads row r
+    of the matrix), the rest random columns (now and then out of range: clamped, or skipped by
+    a scatter); indices, updates and result randomly sharded.  The iota components become
+    batching dims before partitioning (implicit_batching.py), all of them when both are."""
+    x = p.pick(2)
+    if len(x.dims) != 2:
+        x = p.parameter((p.rng.choice(DIMS), p.rng.choice(DIMS)))
+    r = p.rng
+    rows, cols = x.dims
+    both = r.random() < 0.4
+    width = cols if both else r.randint(1, 6)
+    dims = (1, rows, width)
+    first = p.emit("row", dims, "iota(), iota_dimension=1", etype="s32", sharding=p.maybe_sharding(dims))
+    if both:
+        second = p.emit("col", dims, "iota(), iota_dimension=2", etype="s32", sharding=p.maybe_sharding(dims))
+    else:
+        low, high = (-1, cols) if r.random() < 0.3 else (0, cols - 1)
+        values = "{" + ", ".join("{" + ", ".join(str(r.randint(low, high)) for _ in range(width)) + "}"
+                                 for _ in range(rows)) + "}"
+        second = p.emit("col", dims, "constant({" + values + "})", etype="s32")
+    parts = [first, second] if r.random() < 0.5 else [second, first]
+    index_map = "0,1" if parts[0] is first else "1,0"
+    idx = p.emit("idx", (2, rows, width), f"concatenate({parts[0].name}, {parts[1].name}), dimensions={{0}}",
+                 etype="s32", sharding=p.maybe_sharding((2, rows, width)))
+    if r.random() < 0.5:
+        p.emit("pgather", (rows, width), f"gather({x.name}, {idx.name}), offset_dims={{}}, "
+                                         f"collapsed_slice_dims={{0,1}}, start_index_map={{{index_map}}}, "
+                                         f"index_vector_dim=0, slice_sizes={{1,1}}",
+               sharding=p.maybe_sharding((rows, width)))
+        return
+    upd = next((v for v in p.values if v.dims == (rows, width)), None) or p.parameter((rows, width))
+    reducer = p.reducer(r.choice(("add", "add", "maximum")))
+    p.emit("pscatter", x.dims, f"scatter({x.name}, {idx.name}, {upd.name}), update_window_dims={{}}, "
+                               f"inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{{index_map}}}, "
+                               f"index_vector_dim=0, to_apply={reducer}", sharding=p.maybe_sharding(x.dims))
+
+
 def op_select_and_scatter(p: Program) -> None:
     """A max- or min-pool gradient over the rows of a matrix: a select-and-scatter (select a
     comparison, scatter add) with a random window, stride and padding along dim 0, so that
@@ -1325,7 +1364,7 @@ OPS = {
     "slice": op_slice, "pad": op_pad, "concatenate": op_concatenate, "reverse": op_reverse,
     "dynamic-slice": op_dynamic_slice, "iota": op_iota, "convert": op_convert,
     "reduce-window": op_reduce_window, "convolution": op_convolution, "sort": op_sort,
-    "gather": op_gather, "scatter": op_scatter, "annotate": op_annotate, "partially-manual": op_partially_manual,
+    "gather": op_gather, "scatter": op_scatter, "parallel-gather": op_parallel_gather, "annotate": op_annotate, "partially-manual": op_partially_manual,
     "cholesky": op_cholesky, "triangular-solve": op_triangular_solve, "fft": op_fft,
     "variadic-reduce-window": op_variadic_reduce_window, "take-along": op_take_along,
     "select-and-scatter": op_select_and_scatter,

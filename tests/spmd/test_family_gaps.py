@@ -954,3 +954,37 @@ ENTRY e {{
     m, out, _ = partition(text, 8)
     assert verify_equivalent(text, out, num_devices=8).ok
     assert collectives(m)
+
+
+def test_gather_and_scatter_whose_index_components_are_all_iotas_run_locally():
+    """Indices that are a concatenate of iotas, one per collapsed operand dim (XLA's "parallel"
+    gathers and scatters: row r, column c of the indices reads operand element [r, c]): every
+    component becomes a batching dim, none is left (an index vector of no components, which
+    XLA parses and runs), and the operand, indices and result are tiled alike.  Each device
+    then works on its own tile: no operand gathered whole (the form fell back to that, 4-8x
+    XLA's wire bytes, when no other component remained).  Swapped component order too."""
+    for index_map, first, second in [("0,1", 1, 2), ("1,0", 2, 1)]:
+        for op in ("gather", "scatter"):
+            root = (f"ROOT g = f32[8,4,3] gather(x, c), offset_dims={{2}}, collapsed_slice_dims={{0,1}}, "
+                    f"start_index_map={{{index_map}}}, index_vector_dim=0, slice_sizes={{1,1,3}}, "
+                    "sharding={devices=[8,1,1]<=[8]}"
+                    if op == "gather" else
+                    f"ROOT s = f32[8,4,3] scatter(x, c, u), to_apply=add, update_window_dims={{2}}, "
+                    f"inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{{index_map}}}, "
+                    "index_vector_dim=0, sharding={devices=[8,1,1]<=[8]}")
+            text = f"""HloModule m, num_partitions=8
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[8,4,3] parameter(0), sharding={{devices=[8,1,1]<=[8]}}
+  u = f32[8,4,3] parameter(1), sharding={{devices=[8,1,1]<=[8]}}
+  i1 = s32[1,8,4] iota(), iota_dimension={first}, sharding={{devices=[1,8,1]<=[8]}}
+  i2 = s32[1,8,4] iota(), iota_dimension={second}, sharding={{devices=[1,8,1]<=[8]}}
+  c = s32[2,8,4] concatenate(i1, i2), dimensions={{0}}, sharding={{devices=[1,8,1]<=[8]}}
+  {root}
+}}"""
+            module, _ = partition_verified(text)
+            assert not collectives(module), (index_map, op, collectives(module))

@@ -17,9 +17,12 @@ index component instead).
          scatter_dims_to_operand_dims={1}, input_batching_dims={0},
          scatter_indices_batching_dims={1}, index_vector_dim=0, update_window_dims={2}
 
-Only where another index component remains (an index vector of one component has nothing
-left to address) and the indices are not tiled along the index vector dim.  The new indices
-(slices of the old, concatenated) take the old indices' sharding.
+When every component is such an iota, none remains: the indices become an empty slice along
+the index vector dim (an index vector of no components; XLA parses, partitions and runs such a
+gather or scatter, which reads the operand at the batch positions alone), the form of XLA's
+partitioner tests of "parallel" gathers and scatters (indices a concatenate of iotas).  Not
+when the indices are tiled along the index vector dim.  The new indices (slices of the old,
+concatenated) take the old indices' sharding.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def _rewrite(comp: Computation, instr: Instruction) -> int:
                 and j not in idx_batching and j not in used):
             pairs.append((k, o, j))
             used.add(j)
-    if not pairs or len(pairs) == len(index_map):
+    if not pairs:
         return 0
     s = indices.sharding
     if s is not None and (s.is_tuple or (s.kind is ShardingKind.TILED and s.tile_dims[ivd] > 1)):
@@ -91,10 +94,10 @@ def _rewrite(comp: Computation, instr: Instruction) -> int:
     keep = [k for k in range(len(index_map)) if k not in drop]
     b = Builder(comp, before=instr)
     pieces = []
-    for k in keep:
+    for k in keep or [0]:
         starts = [0] * len(idx_dims)
         limits = list(idx_dims)
-        starts[ivd], limits[ivd] = k, k + 1
+        starts[ivd], limits[ivd] = k, k + 1 if keep else k  # (every component an iota: none left)
         pieces.append(b.slice(indices, starts, limits))
     new_idx = b.concatenate(pieces, ivd) if len(pieces) > 1 else pieces[0]
     if s is not None:
