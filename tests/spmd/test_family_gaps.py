@@ -988,3 +988,23 @@ ENTRY e {{
 }}"""
             module, _ = partition_verified(text)
             assert not collectives(module), (index_map, op, collectives(module))
+
+
+def test_reshard_slices_replicas_before_the_all_to_all_that_fills_another_dim():
+    """A partial sum all-reduced over one mesh axis, wanted tiled over that axis on a new dim and
+    with its batch tiling moved to another dim: the replicas slice the new dim first (free),
+    then the all-to-all moves half as much.  The replicas' budget went to the dim the all-to-all
+    fills, so the all-to-all moved whole tiles and a permute followed (a probe of XLA's grouped
+    batch-and-contracting dot: 1.2x its wire bytes, now its plan)."""
+    src, dst = (tile_map(reader_for("sharding")(s), 4, 4) for s in (
+        "{devices=[2,1,1,1,2]<=[4] last_tile_dim_replicate}", "{devices=[1,2,1,2]<=[4]}"))
+    steps = plan(src, dst, ArrayShape(PrimitiveType.F32, (8, 16, 6, 32)))
+    assert [(s.kind, s.bytes) for s in steps] == [("slice", 0), ("all-to-all", 4 * 16 * 6 * 16 * 4 // 2)]
+    text = """HloModule m, num_partitions=4
+ENTRY e {
+  a = f32[8,16,6,64] parameter(0), sharding={devices=[2,1,1,2]<=[4]}
+  b = f32[8,64,32] parameter(1), sharding={devices=[2,2,1]<=[4]}
+  ROOT d = f32[8,16,6,32] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={3}, rhs_contracting_dims={1}, sharding={devices=[1,2,1,2]<=[4]}
+}"""
+    module, _ = partition_verified(text, 4)
+    assert "collective-permute" not in collectives(module), collectives(module)

@@ -145,7 +145,14 @@ def _refined(cur: TileMap, dst: TileMap, dims: tuple[int, ...]) -> TileMap | Non
     target's own coordinates are used where they nest, so that no permute follows."""
     budget = _holders(cur)
     factors: dict[int, int] = {}
-    for k in range(cur.rank):
+    # A dim an all-to-all can fill (another dim is tiled too finely by the same factor) is
+    # refined last: the replicas' budget goes first to the dims only a slice can tile, so the
+    # all-to-all that follows moves the sliced, smaller tiles (a partial sum all-reduced over one
+    # axis, wanted tiled on a new dim over it and with its batch tiling moved to another: the
+    # slice first halves the all-to-all; refining the dim the all-to-all fills took the budget).
+    move = _factor_move(cur, dst, dims)
+    order = [k for k in range(cur.rank) if move is None or k != move[1]] + ([move[1]] if move else [])
+    for k in order:
         want = dst.dims[k]
         if want > cur.dims[k] and want % cur.dims[k] == 0:
             f = math.gcd(want // cur.dims[k], budget)
