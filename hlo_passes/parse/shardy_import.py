@@ -25,7 +25,10 @@ the same as JAX's GSPMD lowering.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from hlo_passes.ir.attributes import FrontendAttributes, quote
 from hlo_passes.ir.builder import Builder
@@ -33,8 +36,8 @@ from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sdy import AxisRef, SdyMesh, SdySharding, mesh_sharding, to_hlo_sharding
-from hlo_passes.ir.shape import Shape, TupleShape
-from hlo_passes.ir.sharding import Sharding
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.sharding import Sharding, ShardingKind, SubgroupKind
 from hlo_passes.ir.module import Module
 from hlo_passes.parse.sdy import read_manual_axes, read_meshes, read_sharding, read_sharding_per_value
 
@@ -83,10 +86,14 @@ def import_shardy(module: Module) -> bool:
     if text is not None:
         meshes = read_meshes(text)
     manual = _manual_axes_by_computation(module)
+    regions = _region_shardings(module)
     for comp in list(module.computations):
         axes = manual.get(comp, ())
         for instr in comp.post_order():
             target = instr.custom_call_target
+            if (comp in regions and target not in (GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL)
+                    and _sdy_entry(instr, "xla.sdy.sharding") is None and "sharding" in instr.attributes):
+                _exported_body_sharding(instr, regions[comp])
             if target == FUNC_RESULT:
                 _func_result(instr, meshes, axes)
             elif target == GLOBAL_TO_LOCAL:
@@ -300,6 +307,83 @@ def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
     else:
         instr.replace_all_uses_with(results[0])
     comp.remove(instr)
+
+
+def _region_shardings(module: Module) -> dict[Computation, Sharding]:
+    """Manual body -> the HLO sharding its call carries in the exported form (one element of it:
+    every element has the region's manual groups), for the bodies whose calls say so (the
+    exported form has no `xla.sdy.manual_axes` to find them by)."""
+    found: dict[Computation, Sharding] = {}
+    for instr in module.all_instructions():
+        if instr.opcode is not Opcode.CALL or "sharding" not in instr.attributes:
+            continue
+        s = instr.sharding
+        if s is not None and s.is_tuple:
+            s = s.elements[0] if s.elements else None
+        if s is None or s.kind is not ShardingKind.TILED or SubgroupKind.MANUAL not in s.subgroups:
+            continue
+        for callee in instr.called_computations():
+            found.setdefault(callee, s)
+    return found
+
+
+def _exported_body_sharding(instr: Instruction, region: Sharding) -> None:
+    """A sharding XLA's dump of a Shardy-lowered module writes on a value inside a manual body
+    names only the free axes (`{mesh['a'=4,'b'=2], [{?}, {?}]}` in a body manual over 'b'): as
+    the value's HLO sharding it would read "replicated over every device", not "one copy per
+    manual group, split over the free axes", and the body would be computed whole along the
+    free axes (a partially manual shard_map whose result is wanted tiled over 'a' then
+    all-reduced 4x the bytes XLA does).  Made the body's own: the same split of the dims, the
+    region's manual groups, the rest replicas, open dims kept (`unspecified_dims` on a
+    `Sharding` custom-call), as JAX's GSPMD lowering writes it."""
+    s, shape = instr.sharding, instr.shape
+    if s is None or not s.named_mesh or s.is_tuple or not isinstance(shape, ArrayShape):
+        return
+    if s.kind is ShardingKind.TILED and SubgroupKind.MANUAL in s.subgroups:
+        return
+    local = _within_region(s, region, shape.rank)
+    if local is None:
+        return
+    instr.sharding = local
+    if instr.custom_call_target == "Sharding" and s.open_dims:
+        instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, s.open_dims)) + "]"))
+
+
+def _within_region(s: Sharding, region: Sharding, rank: int) -> Sharding | None:
+    """`s` (a split of the dims over free axes, or replicated) on the devices of each of
+    `region`'s manual groups: dims tiled as `s` tiles them, a MANUAL subgroup of the region's
+    groups, the remaining devices replicas.  None when `s` is another kind, or its tiles do not
+    give every manual group the same number of devices."""
+    if s.kind is ShardingKind.REPLICATED:
+        data: tuple[int, ...] = (1,) * rank
+    elif s.kind is ShardingKind.TILED and s.data_rank == rank and set(s.subgroups) <= {SubgroupKind.REPLICATED}:
+        data = s.data_tile_dims
+    else:
+        return None
+    grid = region.tile_assignment
+    assert grid is not None
+    axis = region.data_rank + region.subgroups.index(SubgroupKind.MANUAL)
+    groups = grid.shape[axis]
+    n = grid.size
+    if s.kind is ShardingKind.TILED and s.num_devices != n:
+        return None
+    coords = np.stack(np.unravel_index(np.arange(n), grid.shape), axis=1)
+    group_of = dict(zip(grid.reshape(-1).tolist(), coords[:, axis].tolist()))
+    members: dict[tuple[int, ...], list[int]] = {}
+    for d in range(n):
+        tile = s.tile_index(d) if s.kind is ShardingKind.TILED else (0,) * rank
+        members.setdefault((*tile, group_of[d]), []).append(d)
+    replicas = n // (int(np.prod(data)) * groups)
+    if replicas < 1 or any(len(v) != replicas for v in members.values()):
+        return None
+    arr = np.empty((*data, groups, replicas), np.int64)
+    for key, devs in members.items():
+        arr[key] = devs
+    if replicas == 1:
+        out = Sharding.tiled(arr.reshape(*data, groups), (SubgroupKind.MANUAL,))
+    else:
+        out = Sharding.tiled(arr, (SubgroupKind.MANUAL, SubgroupKind.REPLICATED))
+    return replace(out, open_dims=s.open_dims) if s.open_dims else out
 
 
 def _region_axes(boundary: Instruction, enclosing: tuple[AxisRef, ...] = ()) -> tuple[AxisRef, ...]:

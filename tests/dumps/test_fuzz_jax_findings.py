@@ -314,3 +314,22 @@ def test_seed_3202_a_result_laid_out_otherwise_than_xla_here_chooses_is_a_clear_
     assert isinstance(given, Sharding)
     report = verify_equivalent(before, after, root_sharding=given)
     assert report.ok, report.format()
+
+
+def test_exported_shardy_body_shardings_keep_the_region_manual():
+    """JAX-program quality seed 4019 (--big, shardy), as a small program: `shard_map` manual over
+    'b' only, its body a `psum` over 'b', the result wanted tiled over 'a'.  XLA's dump of the
+    Shardy lowering writes the body's annotations over the free axes alone (`{mesh['a'=4,'b'=2],
+    [{?}, {?}, {?}]}`); read as they stand they said "replicated on every device", the body was
+    computed whole along 'a' and its all-reduce moved 4x XLA's bytes.  Imported as the body's
+    own (the region's manual groups, dims open), the body is split over 'a' as XLA splits it:
+    each device all-reduces [16,2,8], and the partition verifies."""
+    from hlo_passes.stats import module_stats
+    text = (DATA / "partial_shard_map_open_body_shardy.before_optimizations.txt").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    out = print_module(module)
+    reduces = [i for i in module.all_instructions() if i.opcode.value == "all-reduce"]
+    assert [tuple(i.array_shape.dims) for i in reduces] == [(16, 2, 8)], out
+    assert sum(module_stats(module).collective_bytes.values()) == 16 * 2 * 8 * 4
+    assert verify_equivalent(text, out).ok
