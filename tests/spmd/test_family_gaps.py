@@ -1008,3 +1008,34 @@ ENTRY e {
 }"""
     module, _ = partition_verified(text, 4)
     assert "collective-permute" not in collectives(module), collectives(module)
+
+
+def test_a_value_gathered_to_its_sharding_is_read_tiled_where_it_was_computed():
+    """An add annotated replicated between tiled operands and a tiled user: computed where its
+    operands lie and gathered to its own sharding, the user read slices of the gathered value
+    (an all-gather and a dynamic-slice for nothing).  The value it was gathered from is
+    remembered, so the user reads the computed tiles and the gather, unread, is gone (XLA's
+    plan: no collective).  Also across a reduce on a 2-D mesh: the all-reduce stays, the
+    gather after it goes."""
+    text = """HloModule m, num_partitions=8
+ENTRY e {
+  x = f32[64,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  y = f32[64,32] parameter(1), sharding={devices=[8,1]<=[8]}
+  a = f32[64,32] add(x, y), sharding={replicated}
+  ROOT n = f32[64,32] negate(a), sharding={devices=[8,1]<=[8]}
+}"""
+    module, _ = partition_verified(text)
+    assert not collectives(module), collectives(module)
+    text = """HloModule m, num_partitions=8
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16,8,32] parameter(0), sharding={devices=[4,1,2]<=[8]}
+  r = f32[16,8] reduce(x, f32[] constant(0)), dimensions={2}, to_apply=add, sharding={replicated}
+  ROOT n = f32[16,8] negate(r), sharding={devices=[4,1,2]<=[8] last_tile_dim_replicate}
+}"""
+    module, _ = partition_verified(text)
+    assert collectives(module) == {"all-reduce": 1}, collectives(module)

@@ -355,6 +355,26 @@ def _annotations(module):
             if "sharding" in i.attributes}
 
 
+def _calls_whose_result_is_annotated_inside(module):
+    """Annotated calls whose result is a value annotated inside the callee (its root, through
+    nested calls): XLA inlines calls before propagating and the inlined root keeps its own
+    annotation (`ReplaceInstruction` keeps the call's only where the root has none), so the
+    call's is not a user annotation propagation must keep (hypothesis found one: a replicated
+    call of a body whose nested call's root was tiled)."""
+    found = set()
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode.value != "call" or "sharding" not in instr.attributes:
+                continue
+            inner = instr
+            while inner.opcode.value == "call":
+                inner = inner.called_computations()[0].root
+                if "sharding" in inner.attributes:
+                    found.add((comp.name, instr.name))
+                    break
+    return found
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_module(sparse=True))
 def test_propagation_is_idempotent_and_keeps_user_annotations(text):
@@ -363,12 +383,15 @@ def test_propagation_is_idempotent_and_keeps_user_annotations(text):
     params = {(module.entry.name, p.name) for p in module.entry.parameters}
     root = (module.entry.name, module.entry.root.name)
     allowed = "allow_spmd_sharding_propagation_to_parameters" in text
+    overruled = _calls_whose_result_is_annotated_inside(module)
     ShardingPropagation().run(module)
     once = print_module(module)
     after = _annotations(module)
     for key, s in before.items():
         if allowed and (key in params or key == root):
             continue  # the module lets propagation choose these
+        if key in overruled:
+            continue  # XLA's inliner keeps the callee root's annotation, not the call's
         assert after.get(key) == s, f"{key[1]}: {s} became {after.get(key)}"
     if allowed:
         # Not idempotent by design where parameters may be chosen, as in XLA: a parameter whose

@@ -249,6 +249,9 @@ class Partitioner:
         # per-device value -> the wider value it was sliced from without communication (see
         # `reshard`); users wanting the wider form take it instead of gathering the slice
         self._wider: dict[Instruction, PValue] = {}
+        # A result moved by collectives to its sharding -> the value it was moved from (see
+        # `reshard`): a user wanting that sharding back takes it instead of moving it again.
+        self._moved_from: dict[Instruction, PValue] = {}
         self._target_override: dict[Instruction, Sharding] = {}  # a value made again in another sharding
         self._targets: dict[Instruction, tuple[object, Sharding]] = {}  # see `target`
         self._em: Emitter | None = None  # while `partition` runs: see `em`
@@ -326,8 +329,8 @@ class Partitioner:
         self._origin[new] = comp.name
         for instr in comp.instructions:
             module.names.release(instr.name)
-        saved = (self._em, self._reshards, self._wider)
-        self._em, self._reshards, self._wider = Emitter(self.ctx, new), {}, {}
+        saved = (self._em, self._reshards, self._wider, self._moved_from)
+        self._em, self._reshards, self._wider, self._moved_from = Emitter(self.ctx, new), {}, {}, {}
         from hlo_passes.passes.spmd.handlers import handler_for
         from hlo_passes.passes.spmd.handlers.structural import manual as copy_manual
 
@@ -351,7 +354,7 @@ class Partitioner:
             new.root = root.instr
             return new, root.sharding
         finally:
-            self._em, self._reshards, self._wider = saved
+            self._em, self._reshards, self._wider, self._moved_from = saved
 
     def _partition_instruction(self, instr: Instruction, handler: Handler) -> PValue:
         """Run `handler`.  Inside a partially manual region it may ask for a resharding that
@@ -417,8 +420,8 @@ class Partitioner:
         return self._wider.get(value.instr)
 
     def _cheapest_source(self, op: Instruction, value: PValue, sharding: Sharding) -> PValue:
-        """`op`'s value, or the wider one it was sliced from (`reshard`) where moving that to
-        `sharding` costs less: a sort along its sharded dim runs replicated and is sliced to its
+        """`op`'s value, the wider one it was sliced from, or the one collectives moved it from
+        (`reshard`), whichever moves to `sharding` for less: a sort along its sharded dim runs replicated and is sliced to its
         own tiling; a slice of its first rows wants it replicated again, and takes the
         replicated result rather than gathering the tiles back (XLA's partition does the same,
         its propagation having left the sort replicated).  A get-tuple-element's wider value
@@ -432,13 +435,17 @@ class Partitioner:
                                whole.sharding.subsharding(op.operands[0].shape, index),
                                op.shape)
                 self._wider[value.instr] = wider
-        if wider is None:
+        earlier = self._moved_from.get(value.instr)
+        if wider is None and earlier is None:
             return value
         n, model = self.ctx.n, self.ctx.cost_model
-        if reshard_cost(wider.sharding, sharding, op.shape, n, model) < reshard_cost(value.sharding, sharding,
-                                                                                   op.shape, n, model):
-            return wider
-        return value
+        best, best_cost = value, reshard_cost(value.sharding, sharding, op.shape, n, model)
+        for other in (wider, earlier):
+            if other is not None:
+                c = reshard_cost(other.sharding, sharding, op.shape, n, model)
+                if c < best_cost:
+                    best, best_cost = other, c
+        return best
 
     def _tuple_rebuilt(self, op: Instruction, sharding: Sharding) -> PValue | None:
         """A tuple wanted in another sharding is built again from its elements, each resharded
@@ -473,8 +480,14 @@ class Partitioner:
         """`value` in `sharding`; where that only slices (no collective), the wider value is
         remembered for the result's users (`_cheapest_source`)."""
         done = reshard(self.em, value, sharding)
-        if done.instr is not value.instr and self._only_slices(value.sharding, sharding, value.global_shape):
-            self._wider[done.instr] = value
+        if done.instr is not value.instr:
+            if self._only_slices(value.sharding, sharding, value.global_shape):
+                self._wider[done.instr] = value
+            else:
+                # (an op computed where its operands lie and gathered to its own sharding, whose
+                # user wants it tiled as it was computed: the user reads the computed tiles, not
+                # slices of the gathered value; the gather is dead if no other user reads it)
+                self._moved_from[done.instr] = value
         return done
 
     def _only_slices(self, src: Sharding, dst: Sharding, shape: Shape) -> bool:
