@@ -1039,3 +1039,24 @@ ENTRY e {
 }"""
     module, _ = partition_verified(text)
     assert collectives(module) == {"all-reduce": 1}, collectives(module)
+
+
+def test_top_k_whose_positions_nobody_reads_gathers_only_values():
+    """`top_k(x)[0]` along a tiled dim: the positions are neither offset, gathered nor sorted
+    along (they were: two all-gathers and a sort of pairs, twice XLA's bytes); with the positions
+    read, both are gathered as before."""
+    for op in ('custom-call(x), custom_call_target="TopK"', "topk(x), k=8, largest=true"):
+        text = f"""HloModule m, num_partitions=8
+ENTRY e {{
+  x = f32[4,1024] parameter(0), sharding={{devices=[1,8]<=[8]}}
+  t = (f32[4,8], s32[4,8]) {op}, sharding={{{{replicated}}, {{replicated}}}}
+  ROOT v = f32[4,8] get-tuple-element(t), index=0, sharding={{replicated}}
+}}"""
+        module, _ = partition_verified(text)
+        assert collectives(module) == {"all-gather": 1}, (op, collectives(module))
+        both = text.replace("ROOT v = f32[4,8] get-tuple-element(t), index=0, sharding={replicated}",
+                            "v = f32[4,8] get-tuple-element(t), index=0\n"
+                            "  i = s32[4,8] get-tuple-element(t), index=1\n"
+                            "  ROOT r = (f32[4,8], s32[4,8]) tuple(v, i), sharding={{replicated}, {replicated}}")
+        module, _ = partition_verified(both)
+        assert collectives(module) == {"all-gather": 2}, (op, collectives(module))

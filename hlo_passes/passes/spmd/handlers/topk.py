@@ -56,35 +56,52 @@ def topk(p: HandlerContext, instr: Instruction) -> PValue:
     pair = TupleShape((ArrayShape(etype, out_dims), ArrayShape(indices.element_type, out_dims)))
     local = p.clone(instr, [xl], pair)
     vals = b.get_tuple_element(local, 0)
-    pos = b.get_tuple_element(local, 1)
-    offsets = em.device_scalar(cur.coords[:, last] * local_dims[last],
-                               indices.element_type)
-    pos = b.add(pos, b.broadcast(offsets, pos.array_shape))
     groups = groups_varying(cur, [last])
     vals = em.all_gather(vals, last, groups)
-    pos = em.all_gather(pos, last, groups)
-    comparator = _comparator(p.ctx.module, etype, indices.element_type, largest)
-    sorted_ = b.op(Opcode.SORT, TupleShape((vals.shape, pos.shape)), [vals, pos], dimensions=(last,),
-                   is_stable=True, called={"to_apply": comparator})
     limits = out_dims
-    top = [b.slice(b.get_tuple_element(sorted_, i), [0] * len(limits), list(limits)) for i in range(2)]
+    if not _positions_read(instr):
+        # Only the values are read (`jax.lax.top_k(x)[0]`): the positions are neither offset,
+        # gathered nor sorted along (half the bytes; XLA's plan).  The result's positions are a
+        # zero placeholder nothing reads.
+        comparator = _comparator(p.ctx.module, etype, None, largest)
+        sorted_values = b.op(Opcode.SORT, vals.shape, [vals], dimensions=(last,), called={"to_apply": comparator})
+        unread = b.broadcast(b.constant(0, indices.element_type), ArrayShape(indices.element_type, out_dims))
+        top = [b.slice(sorted_values, [0] * len(limits), list(limits)), unread]
+    else:
+        pos = b.get_tuple_element(local, 1)
+        offsets = em.device_scalar(cur.coords[:, last] * local_dims[last],
+                                   indices.element_type)
+        pos = b.add(pos, b.broadcast(offsets, pos.array_shape))
+        pos = em.all_gather(pos, last, groups)
+        comparator = _comparator(p.ctx.module, etype, indices.element_type, largest)
+        sorted_ = b.op(Opcode.SORT, TupleShape((vals.shape, pos.shape)), [vals, pos], dimensions=(last,),
+                       is_stable=True, called={"to_apply": comparator})
+        top = [b.slice(b.get_tuple_element(sorted_, i), [0] * len(limits), list(limits)) for i in range(2)]
     result_tm = cur.keep_dims(list(range(last)))
     out = to_sharding(result_tm)
     value = PValue(b.tuple(top), Sharding.tuple_of([out, out]), instr.shape)
     return p.reshard(value, p.target(instr))
 
 
-def _comparator(module: Module, value_type: PrimitiveType, index_type: PrimitiveType, largest: bool) -> Computation:
+def _positions_read(instr: Instruction) -> bool:
+    """Does anything read the top-k's positions (element 1): a user other than a
+    get-tuple-element of the values, or the computation's result?"""
+    return instr.is_root or any(u.opcode is not Opcode.GET_TUPLE_ELEMENT or u.attr("index") != 0
+                                for u in instr.users)
+
+
+def _comparator(module: Module, value_type: PrimitiveType, index_type: PrimitiveType | None,
+                largest: bool) -> Computation:
     """`compare(a, b)` GT (largest) or LT, the positions riding along (a stable sort keeps the
-    lower position first among equal values)."""
-    name = f"topk.{value_type.value}.{'gt' if largest else 'lt'}.comparator"
+    lower position first among equal values); of the values alone when `index_type` is None."""
+    name = f"topk.{value_type.value}.{'gt' if largest else 'lt'}.{'values.' if index_type is None else ''}comparator"
     for comp in module.computations:
         if comp.name == name:
             return comp
     comp = Computation(name)
     params: list[Instruction] = []
-    for i, (pname, etype) in enumerate((("a", value_type), ("b", value_type), ("i", index_type),
-                                        ("j", index_type))):
+    kinds = [("a", value_type), ("b", value_type)] + ([("i", index_type), ("j", index_type)] if index_type else [])
+    for i, (pname, etype) in enumerate(kinds):
         params.append(comp.add(Instruction(Opcode.PARAMETER, ArrayShape(etype, ()), name=pname,
                                            parameter_number=i)))
     root = Instruction(Opcode.COMPARE, ArrayShape(PrimitiveType.PRED, ()), params[:2], name="better")
