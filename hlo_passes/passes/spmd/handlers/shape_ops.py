@@ -81,8 +81,9 @@ def transpose(p: HandlerContext, instr: Instruction) -> PValue:
 @handles(Opcode.RESHAPE, Opcode.BITCAST)
 def reshape(p: HandlerContext, instr: Instruction) -> PValue:
     """Local reshape on a sharding whose tiles are contiguous chunks of both shapes, chosen by
-    price among: the target's tiling carried back to the operand, the operand's own tiling
-    carried forward (then the result is resharded, e.g. by an all-to-all), and replication."""
+    price among: the target's tiling carried back to the operand, the operand's own tiling or
+    a coarser one carried forward (then the result is resharded, e.g. by an all-to-all), and
+    replication."""
     target = p.target(instr)
     in_dims, out_dims = tuple(instr.operands[0].array_shape.dims), tuple(instr.array_shape.dims)
     n = p.n
@@ -204,7 +205,10 @@ def _reshape_plan(p: HandlerContext, tm: TileMap, target: Sharding, op_sharding:
     n = p.n
     replicated = TileMap.replicated(len(in_dims), n)
     candidates = [reshape_tile_map(c, out_dims, in_dims) for c in _coarsenings(tm)]
-    candidates.append(tile_map(op_sharding, len(in_dims), n))
+    # The operand's own tiling, then coarser ones: a split whose tiles do not line up with the
+    # new minor dim (f32[96] in 8 tiles of 12 -> f32[12,8]) lines up after gathering over the
+    # fewest devices (pairs: 4 tiles of 24, 3 rows of 8 each), where it was gathered whole.
+    candidates.extend(_coarsenings(tile_map(op_sharding, len(in_dims), n)))
     best: tuple[Estimate, TileMap, TileMap] | None = None
     for want in candidates:
         found = _local_reshape(want, in_dims, out_dims)
