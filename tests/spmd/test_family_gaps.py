@@ -1075,3 +1075,20 @@ ENTRY e {
     module, _ = partition_verified(text)  # (and no fallback remark)
     gathers = [i for i in module.all_instructions() if i.opcode.value == "all-gather"]
     assert gathers and all(len(g.replica_groups.groups[0]) == 2 for g in gathers), [g.replica_groups for g in gathers]
+
+
+def test_update_into_a_zero_buffer_untiles_the_buffer_instead_of_moving_it():
+    """A dynamic-update-slice into a zero broadcast tiled on the batch and a sliced dim: the
+    zeros are made again untiled along the sliced dims (nothing moves), the small update is
+    gathered along them, and the result is sliced to its tiling, as XLA does.  Priced as moved
+    (and the in-place update as touching the whole buffer), the plan all-to-alled the update
+    and the whole result instead: 8.5x XLA's bytes."""
+    text = """HloModule m, num_partitions=4
+ENTRY e {
+  p = f32[4,16,16,8] parameter(0), sharding={devices=[2,2,1,1]<=[4]}
+  z = f32[4,64,64,8] broadcast(f32[] constant(0)), dimensions={}, sharding={devices=[2,2,1,1]<=[4]}
+  ROOT d = f32[4,64,64,8] dynamic-update-slice(z, p, s32[] constant(0), s32[] constant(24), s32[] constant(24), s32[] constant(0)), sharding={devices=[2,2,1,1]<=[4]}
+}"""
+    module, _ = partition_verified(text, 4)
+    assert collectives(module) == {"all-gather": 1}, collectives(module)
+    assert _bytes(module) == 2 * 8 * 16 * 8 * 4

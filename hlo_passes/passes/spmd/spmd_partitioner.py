@@ -57,7 +57,7 @@ from hlo_passes.ir.shape import Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
-from hlo_passes.passes.spmd.cost_model import CostModel
+from hlo_passes.passes.spmd.cost_model import ZERO, CostModel, Estimate
 from hlo_passes.passes.spmd.handlers import Handler
 from hlo_passes.passes.spmd.handlers.fallback import whole_per_manual_group
 from hlo_passes.passes.spmd.implicit_batching import make_iota_batching_explicit
@@ -406,6 +406,21 @@ class Partitioner:
                                    or recomputed_whole(self, op, value, sharding)
                                    or reshard(self.em, self._cheapest_source(op, value, sharding), sharding))
         return self._reshards[key]
+
+    def move_cost(self, op: Instruction, sharding: Sharding) -> Estimate:
+        """What `resharded(op, sharding)` would cost: nothing where `op` lies so already or a
+        user has had it made, nothing for an iota or a broadcast of a scalar, which are made
+        again in `sharding` (`_made_again`), else the reshard's price.  Handlers price operands
+        with it: priced as moved, a zero buffer updated in place made the plan move it (a
+        dynamic-update-slice into a broadcast tiled 2x2 took an all-to-all of the whole buffer
+        there and back, 8.5x XLA's bytes, rather than making the zeros again untiled)."""
+        value = self.values[op]
+        if value.sharding == sharding or (op, sharding) in self._reshards:
+            return ZERO
+        if ((op.opcode is Opcode.IOTA or (op.opcode is Opcode.BROADCAST and op.operands[0].array_shape.rank == 0))
+                and op.shape.is_array and not is_manual(value.sharding) and not is_manual(sharding)):
+            return ZERO
+        return reshard_cost(value.sharding, sharding, op.shape, self.ctx.n, self.ctx.cost_model)
 
     def known_reshard(self, op: Instruction, sharding: Sharding) -> PValue | None:
         """`op` in `sharding` if some user has already had it made (nothing more to pay)."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from hlo_passes.ir.computation import Computation
     from hlo_passes.ir.shape import Shape
     from hlo_passes.ir.sharding import Sharding
+    from hlo_passes.passes.spmd.cost_model import Estimate
     from hlo_passes.passes.spmd.handlers import fallback, structural  # bound by _load_handlers at run time
     from hlo_passes.passes.spmd.partition_context import Emitter, PartitionContext, PValue
 
@@ -29,7 +30,7 @@ class HandlerContext(Protocol):
 
     `value(instr)` / `operand(instr, i)`: per-device values already emitted; `operand_as(instr,
     i, sharding)`: operand i resharded (the collectives shared between its users);
-    `reshard(value, sharding)`; `target(instr)`: the sharding instr's result should have;
+    `reshard(value, sharding)`; `move_cost(op, sharding)`: what `resharded` would pay; `target(instr)`: the sharding instr's result should have;
     `clone(instr, operands, shape)`: instr with new operands and per-device shape;
     `partition(comp, param_shardings, root_sharding)`: a called computation partitioned;
     `partition_manual(comp)`: a manual region's body copied; `remark`; `n` devices; `em` the
@@ -47,6 +48,7 @@ class HandlerContext(Protocol):
     def operand(self, instr: Instruction, i: int) -> "PValue": ...
     def operand_as(self, instr: Instruction, i: int, sharding: "Sharding") -> Instruction: ...
     def resharded(self, op: Instruction, sharding: "Sharding") -> "PValue": ...
+    def move_cost(self, op: Instruction, sharding: "Sharding") -> "Estimate": ...
     def reshard(self, value: "PValue", sharding: "Sharding") -> "PValue": ...
     def target(self, instr: Instruction) -> "Sharding": ...
     def clone(self, instr: Instruction, operands: Sequence[Instruction], shape: "Shape",
