@@ -333,3 +333,28 @@ def test_exported_shardy_body_shardings_keep_the_region_manual():
     assert [tuple(i.array_shape.dims) for i in reduces] == [(16, 2, 8)], out
     assert sum(module_stats(module).collective_bytes.values()) == 16 * 2 * 8 * 4
     assert verify_equivalent(text, out).ok
+
+
+def test_seed_5019_our_convolution_matches_numpy_where_xlas_partition_doubles_it():
+    """JAX-program quality seed 5019 (--big, gspmd): a convolution (its kernel tiled on the
+    window and input feature, two replicas of each tile) reads a value computed by a shard_map
+    manual over one axis and replicated over the rest.  `verify` reports a MISMATCH on the
+    convolution's output, ours half of the oracle's: the oracle is XLA's partition of the
+    original (the output depends on the manual region), and JAX's own run agrees with it.  But
+    XLA's partition is the one that is wrong: the convolution computed with NumPy from the
+    convolution's input (an extra output of the module, output 4, on which both partitions
+    agree) is ours, and XLA's is exactly twice it (the replicas' partial sums counted twice).
+    When a jaxlib fixes XLA's partitioner, the last assertion fails."""
+    import numpy as np
+    from hlo_passes.runtime.verify import random_inputs
+    text = (DATA / "conv_after_manual_region_5019.hlo").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    inputs = random_inputs(parse_module(text), seed=0)
+    report = verify_equivalent(text, print_module(module), inputs=inputs)
+    assert [o.ok for o in report.outputs] == [True, True, True, False, True], report.format()
+    x = report.expected[4].reshape(5, 4, 2)  # the convolution's input, as XLA computes it (= ours)
+    k = inputs[7]  # f32[2,2,1]: window 2 (dilated by 2: input positions 0 and 2), 2 in, 1 out
+    truth = (x[:, 0, :] @ k[0] + x[:, 2, :] @ k[1]).reshape(5, 1, 1)
+    np.testing.assert_allclose(report.actual[3], truth, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(report.expected[3], 2 * truth, rtol=1e-5, atol=1e-6)
