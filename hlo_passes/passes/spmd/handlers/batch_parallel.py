@@ -90,7 +90,7 @@ def _cheapest_batch_tiling(p: HandlerContext, instr: Instruction, k: int, result
     for cand in candidates.values():
         c = ZERO
         for op in instr.operands:
-            c += cost(p.value(op).sharding, _extended(cand, op.array_shape.rank), op.shape, n, model)
+            c += p.move_cost(op, _extended(cand, op.array_shape.rank))
         c += _compute(p, instr, k, cand)
         for shape, target in zip(results, targets):
             c += cost(_extended(cand, shape.rank), target, shape, n, model)

@@ -65,7 +65,7 @@ def _where_to_compute(p: HandlerContext, instr: Instruction, target: Sharding) -
     for cand in candidates:
         c = ZERO
         for op in arrays:
-            c += cost(p.value(op).sharding, cand, op.shape, n, model)
+            c += p.move_cost(op, cand)
         local = local_shape(shape, cand)
         c += model.compute(local.element_count, local.byte_size() * (len(arrays) + 1), shape.element_type)
         c += cost(cand, target, shape, n, model)

@@ -102,8 +102,7 @@ class _GatherPlan:
         """What moving the operands to these tilings and the result to its target costs."""
         model, n = p.ctx.cost_model, p.n
         operand, indices = instr.operands
-        return (cost(p.value(operand).sharding, to_sharding(self.operand), operand.shape, n, model)
-                + cost(p.value(indices).sharding, to_sharding(self.indices), indices.shape, n, model)
+        return (p.move_cost(operand, to_sharding(self.operand)) + p.move_cost(indices, to_sharding(self.indices))
                 + cost(to_sharding(self.result), p.target(instr), instr.shape, n, model))
 
 
@@ -278,8 +277,7 @@ class _RowsPlan:
         the sum to the result's target."""
         model, n = p.ctx.cost_model, p.n
         operand, indices = instr.operands
-        return (cost(p.value(operand).sharding, to_sharding(self.operand), operand.shape, n, model)
-                + cost(p.value(indices).sharding, to_sharding(self.indices), indices.shape, n, model)
+        return (p.move_cost(operand, to_sharding(self.operand)) + p.move_cost(indices, to_sharding(self.indices))
                 + partial_sum_cost(instr, self.space, instr.array_shape.rank, self.summed, p.target(instr), n,
                                    model))
 

@@ -426,11 +426,9 @@ def dynamic_update_slice(p: HandlerContext, instr: Instruction) -> PValue:
     if sliced and all(tm.dims[d] > 1 for d in sliced) and not target.is_tuple:
         model, n = p.ctx.cost_model, p.n
         update_sharding = to_sharding(tm.keep_dims([d for d in range(len(dims)) if d not in sliced]))
-        in_place = (cost(p.value(instr.operands[0]).sharding, target, instr.shape, n, model)
-                    + cost(p.value(instr.operands[1]).sharding, update_sharding, instr.operands[1].shape, n, model))
+        in_place = p.move_cost(instr.operands[0], target) + p.move_cost(instr.operands[1], update_sharding)
         moved = _cheapest_local_tiling(p, instr, instr.array_shape, target, tm, sliced)
-        via = (cost(p.value(instr.operands[0]).sharding, moved, instr.shape, n, model)
-               + cost(p.value(instr.operands[1]).sharding, moved, instr.operands[1].shape, n, model)
+        via = (p.move_cost(instr.operands[0], moved) + p.move_cost(instr.operands[1], moved)
                + cost(moved, target, instr.shape, n, model))
         fed = _update_fed_by_halo(p, instr, tm, sliced)
         if fed is not None and fed[1] < in_place and fed[1] < via:
@@ -465,11 +463,10 @@ def _update_fed_by_halo(p: HandlerContext, instr: Instruction, tm: TileMap,
     active = [t * local < min(at + rows, size) and t * local + local > at for t in range(k)]
     window = halos.WindowRows(starts, width, WindowDimension(width))
     halo = halos.plan(d, rows, k, window, True, active, reads_outside=False)
-    model, n = p.ctx.cost_model, p.n
+    model = p.ctx.cost_model
     out = to_sharding(tm)
     u_local = local_shape(update.array_shape, out)
-    moving = (cost(p.value(instr.operands[0]).sharding, out, instr.shape, n, model)
-              + cost(p.value(update).sharding, out, update.shape, n, model)
+    moving = (p.move_cost(instr.operands[0], out) + p.move_cost(update, out)
               + model.transfer(halo.bytes(halos.row_bytes(u_local.dims, d, update.array_shape.element_type.byte_size)),
                                halo.permutes))
     return halo, moving
