@@ -94,6 +94,8 @@ def import_shardy(module: Module) -> bool:
             if (comp in regions and target not in (GLOBAL_TO_LOCAL, LOCAL_TO_GLOBAL)
                     and _sdy_entry(instr, "xla.sdy.sharding") is None and "sharding" in instr.attributes):
                 _exported_body_sharding(instr, regions[comp])
+            if target == "Sharding":
+                _exported_open_dims(instr)
             if target == FUNC_RESULT:
                 _func_result(instr, meshes, axes)
             elif target == GLOBAL_TO_LOCAL:
@@ -347,6 +349,19 @@ def _exported_body_sharding(instr: Instruction, region: Sharding) -> None:
     instr.sharding = local
     if instr.custom_call_target == "Sharding" and s.open_dims:
         instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, s.open_dims)) + "]"))
+
+
+def _exported_open_dims(instr: Instruction) -> None:
+    """A `Sharding` custom-call whose named sharding leaves dims open (`{mesh[...], [{?},
+    {'m', ?}]}`, as XLA's dump of a Shardy lowering writes a shard_map's operands): in the Shardy
+    form those dims are open to propagation, as `unspecified_dims` says to GSPMD's (read closed,
+    a batch tiled outside a partially manual shard_map was gathered into it and the body ran
+    whole along it: 2-4x XLA's bytes or FLOPs).  Only in the Shardy form: XLA's GSPMD
+    propagation takes such an annotation whole (golden/sharding-propagation/named_mesh_open_dims)."""
+    s = instr.sharding
+    if s is None or s.is_tuple or not s.open_dims or "backend_config" in instr.attributes:
+        return
+    instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, s.open_dims)) + "]"))
 
 
 def _within_region(s: Sharding, region: Sharding, rank: int) -> Sharding | None:

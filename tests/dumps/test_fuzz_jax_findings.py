@@ -358,3 +358,20 @@ def test_seed_5019_our_convolution_matches_numpy_where_xlas_partition_doubles_it
     truth = (x[:, 0, :] @ k[0] + x[:, 2, :] @ k[1]).reshape(5, 1, 1)
     np.testing.assert_allclose(report.actual[3], truth, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(report.expected[3], 2 * truth, rtol=1e-5, atol=1e-6)
+
+
+def test_exported_shardy_open_operand_dims_stay_open():
+    """`shard_map(lambda x, w: psum(x @ w, 'm'), axis_names={'m'})` on a (d=2, m=4) mesh, x tiled
+    over 'd' outside: XLA's dump of the Shardy lowering writes the region's operand annotations
+    with open dims (`[{?}, {'m', ?}]`).  Read closed, x was gathered over 'd' into the region and
+    the matmul ran on all its rows (2.5x XLA's bytes, 2x its FLOPs); open, the rows stay tiled
+    over 'd' through the region, as XLA's Shardy partition keeps them: one all-reduce of each
+    device's [16,32] partial product."""
+    from hlo_passes.stats import module_stats
+    text = (DATA / "partial_shard_map_open_operands_shardy.before_optimizations.txt").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    out = print_module(module)
+    kinds = module_stats(module).collective_bytes
+    assert kinds == {"all-reduce": 16 * 32 * 4}, (kinds, out)
+    assert verify_equivalent(text, out).ok
