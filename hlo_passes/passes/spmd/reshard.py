@@ -41,6 +41,7 @@ from typing import Iterable
 import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
+from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
@@ -327,8 +328,42 @@ def plan(src: TileMap, dst: TileMap, shape: ArrayShape, model: CostModel = DEFAU
         best, best_cost = pieces, steps_estimate(pieces, dims, esize, model)
     early = _permutes_before_gathers(best, src, dims, esize)
     if early is not None and steps_estimate(early, dims, esize, model) < best_cost:
-        best = early
+        best, best_cost = early, steps_estimate(early, dims, esize, model)
+    summed = _sum_gathers(best, src, dims, esize)
+    if summed is not None and steps_estimate(summed, dims, esize, model) < best_cost:
+        best = summed
     return best
+
+
+def _sum_gathers(steps: list[Step], src: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
+    """`steps` with each all-gather of a whole dim that only a few tiles hold data of (a dim
+    smaller than its tile count: f32[1,100,3] tiled 8 ways on the 1, seven tiles all padding)
+    made a sum-gather: every device writes its rows (zeros where its tile is padding) into a
+    zero buffer of the whole dim at its offset, and an all-reduce adds the buffers.  The wire
+    then carries twice the dim's real rows, not every tile's padding: a gather of m full tiles
+    out of g moves (g-1) tiles, the sum 2(g-1)/g * m (XLA broadcasts such a row by a select and
+    an all-reduce).  Only where the real tiles are full (m tiles of L rows make the dim) and
+    fewer than half the tiles; None when no step qualifies."""
+    out: list[Step] = []
+    cur = src
+    changed = False
+    for step in steps:
+        if step.kind == "all-gather":
+            k, g = step.dims
+            t, size = cur.dims[k], dims[k]
+            rows = -(-size // t)
+            real = -(-size // rows)
+            if g == t and real * rows == size and 2 * real < g:
+                whole = list(tm_local_dims(cur, dims))
+                whole[k] = size
+                wire = math.prod(whole) * esize * 2 * (g - 1) // g
+                out.append(Step("sum-gather", (k, g), wire, step.result))
+                changed = True
+                cur = step.result
+                continue
+        out.append(step)
+        cur = step.result
+    return out if changed else None
 
 
 def _permutes_before_gathers(steps: list[Step], src: TileMap, dims: tuple[int, ...], esize: int) -> list[Step] | None:
@@ -616,6 +651,9 @@ def reshard(em: Emitter, value: PValue, dst: Sharding) -> PValue:
         elif step.kind == "all-to-all":
             i, j, g = step.dims
             x = _emit_all_to_all(em, x, src_tm, step.result, (i, j, g), dims)
+        elif step.kind == "sum-gather":
+            k, g = step.dims
+            x = _emit_sum_gather(em, x, src_tm, k, g, dims)
         else:
             k, g = step.dims
             x = em.all_gather(x, k, _factor_groups(src_tm, k, g))
@@ -634,6 +672,26 @@ def _plan_of(ctx: PartitionContext, src: Sharding, dst: Sharding, frame: tuple[T
     if found is None:
         found = ctx.reshard_plans[key] = plan(*frame, shape, ctx.cost_model)
     return found
+
+
+def _emit_sum_gather(em: Emitter, x: Instruction, src: TileMap, k: int, g: int, dims: tuple[int, ...]) -> Instruction:
+    """The `_sum_gathers` step: dim k (tiled g ways, rows of L) made whole by adding, over the
+    devices that tile it, zero buffers of the whole dim each holding one device's rows at its
+    offset (a padding-only tile writes zeros; its offset is clamped into the buffer, where it
+    overwrites zeros with zeros).  Adding zeros leaves every value as it was (-0.0 becomes 0.0);
+    a pred value is or-ed."""
+    b = em.b()
+    etype = x.array_shape.element_type
+    rows, size = x.array_shape.dims[k], dims[k]
+    x = em.mask_padding(x, src, dims, [k], 0)
+    whole = tuple(size if d == k else n for d, n in enumerate(x.array_shape.dims))
+    buffer = b.broadcast(b.constant(0, etype), ArrayShape(etype, whole))
+    starts = np.minimum(src.coords[:, k] * rows, size - rows)
+    zero = b.constant(0)
+    written = b.dynamic_update_slice(buffer, x, [em.device_scalar(starts) if d == k else zero
+                                                 for d in range(len(whole))])
+    add = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
+    return em.all_reduce(written, _factor_groups(src, k, g), add)
 
 
 def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:
