@@ -26,7 +26,7 @@ the same as JAX's GSPMD lowering.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -163,7 +163,7 @@ def _mark_open_dims(instr: Instruction, values: tuple[SdySharding, ...]) -> None
         return
     open_dims = [i for i, d in enumerate(values[0].dims) if d.is_open]
     if open_dims:
-        instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
+        _set_unspecified_dims(instr, open_dims)
 
 
 def _func_result(instr: Instruction, meshes: Meshes, manual_axes: tuple[AxisRef, ...]) -> None:
@@ -240,7 +240,7 @@ def _manual_boundary(instr: Instruction, meshes: Meshes, *, entering: bool,
         open_dims = [d for d, dim in enumerate(value.dims) if dim.is_open]
         if open_dims:
             for op in (annotated, boundary):
-                op.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
+                _set_unspecified_dims(op, open_dims)
         results.append(boundary)
     if instr.shape.is_tuple:
         for user in list(instr.users):
@@ -297,7 +297,7 @@ def _manual_boundary_of_exported(instr: Instruction, *, entering: bool) -> None:
         if open_dims:
             for op in (annotated, boundary):
                 if op is not operand:
-                    op.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, open_dims)) + "]"))
+                    _set_unspecified_dims(op, open_dims)
         results.append(boundary)
     if instr.shape.is_tuple:
         for user in list(instr.users):
@@ -336,19 +336,15 @@ def _exported_body_sharding(instr: Instruction, region: Sharding) -> None:
     manual group, split over the free axes", and the body would be computed whole along the
     free axes (a partially manual shard_map whose result is wanted tiled over 'a' then
     all-reduced 4x the bytes XLA does).  Made the body's own: the same split of the dims, the
-    region's manual groups, the rest replicas, open dims kept (`unspecified_dims` on a
-    `Sharding` custom-call), as JAX's GSPMD lowering writes it."""
+    region's manual groups, the rest replicas, open dims kept, as JAX's GSPMD lowering writes it."""
     s, shape = instr.sharding, instr.shape
     if s is None or not s.named_mesh or s.is_tuple or not isinstance(shape, ArrayShape):
         return
     if s.kind is ShardingKind.TILED and SubgroupKind.MANUAL in s.subgroups:
         return
     local = _within_region(s, region, shape.rank)
-    if local is None:
-        return
-    instr.sharding = local
-    if instr.custom_call_target == "Sharding" and s.open_dims:
-        instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, s.open_dims)) + "]"))
+    if local is not None:
+        instr.sharding = local  # (keeps the open dims, which `_exported_open_dims` then marks)
 
 
 def _exported_open_dims(instr: Instruction) -> None:
@@ -361,7 +357,13 @@ def _exported_open_dims(instr: Instruction) -> None:
     s = instr.sharding
     if s is None or s.is_tuple or not s.open_dims or "backend_config" in instr.attributes:
         return
-    instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, s.open_dims)) + "]"))
+    _set_unspecified_dims(instr, s.open_dims)
+
+
+def _set_unspecified_dims(instr: Instruction, dims: Iterable[int]) -> None:
+    """`backend_config="unspecified_dims=[...]"`: the dims an annotation leaves to propagation,
+    as JAX's GSPMD lowering writes them (and sharding_propagation.unspecified_dims reads them)."""
+    instr.set_attr("backend_config", quote("unspecified_dims=[" + ",".join(map(str, dims)) + "]"))
 
 
 def _within_region(s: Sharding, region: Sharding, rank: int) -> Sharding | None:

@@ -129,6 +129,13 @@ class SpmdPartitioner(ModulePass):
             _cleanup(module, self, partitioner.manual_bodies)
 
 
+def _remade(op: Instruction, src: Sharding, dst: Sharding) -> bool:
+    """Is `op` made again in `dst` rather than moved from `src` (`Partitioner._made_again`, and
+    `move_cost`, which prices it so): a broadcast or an iota, outside manual regions."""
+    return (op.opcode in (Opcode.BROADCAST, Opcode.IOTA) and op.shape.is_array
+            and not is_manual(src) and not is_manual(dst))
+
+
 def _refuse_what_it_cannot_partition(module: Module) -> None:
     """Raise an input error for a module this pass cannot partition without changing what it
     computes (see the module docstring): shardings no rule can use, a per-device program, or
@@ -417,9 +424,9 @@ class Partitioner:
         value = self.values[op]
         if value.sharding == sharding or (op, sharding) in self._reshards:
             return ZERO
-        if ((op.opcode is Opcode.IOTA or (op.opcode is Opcode.BROADCAST and op.operands[0].array_shape.rank == 0))
-                and op.shape.is_array and not is_manual(value.sharding) and not is_manual(sharding)):
-            return ZERO
+        if _remade(op, value.sharding, sharding) and (op.opcode is Opcode.IOTA
+                                                      or op.operands[0].array_shape.rank == 0):
+            return ZERO  # (a broadcast of an array reshards its operand: priced as a move)
         return reshard_cost(value.sharding, sharding, op.shape, self.ctx.n, self.ctx.cost_model)
 
     def known_reshard(self, op: Instruction, sharding: Sharding) -> PValue | None:
@@ -479,8 +486,7 @@ class Partitioner:
         common (one zero broadcast initialises every gradient accumulator of a scanned model,
         each sharded its own way; moving it all-to-alls the whole stack of layers).  Only where
         the move would communicate: a local slice is as cheap as making it again."""
-        if (op.opcode not in (Opcode.BROADCAST, Opcode.IOTA) or not op.shape.is_array
-                or is_manual(value.sharding) or is_manual(sharding)
+        if (not _remade(op, value.sharding, sharding)
                 or reshard_cost(value.sharding, sharding, op.shape, self.ctx.n).collectives == 0):
             return None
         from hlo_passes.passes.spmd.handlers import handler_for  # cycle: the handlers import this module
