@@ -96,6 +96,8 @@ def import_shardy(module: Module) -> bool:
                 _exported_body_sharding(instr, regions[comp])
             if target == "Sharding":
                 _exported_open_dims(instr)
+            elif instr.opcode is not Opcode.CUSTOM_CALL:
+                _drop_fully_open(instr)
             if target == FUNC_RESULT:
                 _func_result(instr, meshes, axes)
             elif target == GLOBAL_TO_LOCAL:
@@ -358,6 +360,28 @@ def _exported_open_dims(instr: Instruction) -> None:
     if s is None or s.is_tuple or not s.open_dims or "backend_config" in instr.attributes:
         return
     _set_unspecified_dims(instr, s.open_dims)
+
+
+def _drop_fully_open(instr: Instruction) -> None:
+    """An op's named sharding that names no axis and leaves every dim open (`{mesh[...], [{?},
+    {?}]}`, as XLA's dump of a Shardy lowering writes on the tuple of a jit's results) constrains
+    nothing: Shardy's propagation fills it like an unannotated value.  Read as a fixed
+    replicated sharding it stopped a result's tiling from reaching back into a shard_map body
+    (the body then ran whole along a free axis: 4x XLA's FLOPs).  Entry parameters and roots
+    keep theirs: there the sharding is the jit's signature."""
+    s = instr.sharding
+    if s is None or instr.opcode is Opcode.PARAMETER or instr.is_root:
+        return
+    shapes = _element_shapes(instr)
+    elements = s.elements if s.is_tuple else (s,)
+    if len(elements) == len(shapes) and all(_is_fully_open(e, shape) for e, shape in zip(elements, shapes)):
+        instr.remove_attr("sharding")
+
+
+def _is_fully_open(s: Sharding, shape: Shape) -> bool:
+    rank = shape.rank if isinstance(shape, ArrayShape) else 0
+    return (s.named_mesh and s.kind is ShardingKind.REPLICATED and rank > 0
+            and tuple(s.open_dims) == tuple(range(rank)))
 
 
 def _set_unspecified_dims(instr: Instruction, dims: Iterable[int]) -> None:

@@ -375,3 +375,25 @@ def test_exported_shardy_open_operand_dims_stay_open():
     kinds = module_stats(module).collective_bytes
     assert kinds == {"all-reduce": 16 * 32 * 4}, (kinds, out)
     assert verify_equivalent(text, out).ok
+
+
+def test_exported_shardy_fully_open_result_tuple_lets_the_result_tiling_into_the_body():
+    """`shard_map(lambda y: all_gather(y, 'b', axis=1, tiled=True) * 2, axis_names={'b'},
+    out_specs=P())` on an (a=4, b=2) mesh, x tiled (a, b) outside and the jit's result wanted
+    tiled over 'a'.  XLA's dump of the Shardy lowering writes the tuple of the jit's results
+    fully open (`{{mesh[...], [{?}, {?}, {?}]}}`): read as a fixed replicated sharding it kept
+    the result's 'a' tiling from reaching back through the region's SPMDShardToFullShape, so
+    the body gathered its rows over 'a' and multiplied all 32 of them on every device (4x XLA's
+    FLOPs), slicing its 8 afterwards.  Open, the rows stay tiled over 'a' through the body: the
+    only collective is the body's own all-gather over 'b', of each device's [8,8,8]."""
+    from hlo_passes.stats import module_stats
+    text = (DATA / "partial_shard_map_all_gather_open_results_shardy.before_optimizations.txt").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    out = print_module(module)
+    gathers = [i for i in module.all_instructions() if i.opcode.value == "all-gather"]
+    assert [tuple(i.operands[0].array_shape.dims) for i in gathers] == [(8, 8, 8)], out
+    multiply, = [i for i in module.all_instructions() if i.opcode.value == "multiply"]
+    assert tuple(multiply.array_shape.dims) == (8, 16, 8), out
+    assert module_stats(module).collective_bytes == {"all-gather": 8 * 8 * 8 * 4}
+    assert verify_equivalent(text, out).ok

@@ -1442,7 +1442,7 @@ class _Walk:
         changed = False
         for user in self._users(conv or annotation):
             us = self.state.get(user)
-            if us is None or us.kind is not ShardingKind.TILED:
+            if us is None or us.kind not in (ShardingKind.TILED, ShardingKind.TUPLE):
                 continue
             found = self.sharding_from_user(conv or annotation, user)
             if found is None or su.is_tile_maximal(found):
