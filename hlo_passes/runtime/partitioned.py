@@ -66,7 +66,12 @@ def _whole(sharding: Sharding | None) -> bool:
 
 
 def shard_array(array: np.ndarray, sharding: Sharding | None, device: int) -> np.ndarray:
-    """Device `device`'s tile of a global array (zero-padded past the end of uneven dims)."""
+    """Device `device`'s tile of a global array (zero-padded past the end of uneven dims).  A
+    maximal sharding puts the array on its one device; the others get `poison` in its place,
+    so a program that reads it anywhere else (rather than broadcasting it from its device, as
+    XLA's partition does) computes a wrong value instead of passing by luck."""
+    if sharding is not None and sharding.kind is ShardingKind.MAXIMAL and sharding.device != device:
+        return poison(array)
     if _whole(sharding):
         return array
     if sharding.kind is not ShardingKind.TILED or any(k.value != "replicated" for k in sharding.subgroups):
@@ -81,10 +86,24 @@ def shard_array(array: np.ndarray, sharding: Sharding | None, device: int) -> np
     return tile
 
 
+def poison(array: np.ndarray) -> np.ndarray:
+    """What a device that does not hold a maximal parameter is given in its place: NaN for
+    floating-point and complex arrays, the opposite for pred, the largest value for integers."""
+    kind = array.dtype.kind
+    if kind == "b":
+        return ~array
+    if kind in "iu":
+        return np.full_like(array, np.iinfo(array.dtype).max)
+    return np.full_like(array, np.nan)
+
+
 def assemble_array(per_device: list[np.ndarray], sharding: Sharding | None,
                    global_dims: tuple[int, ...]) -> tuple[np.ndarray, str | None]:
     """The global array from every device's tile, and a problem when devices holding the same
-    tile (replicas) disagree."""
+    tile (replicas) disagree.  A maximal result is its device's buffer (what the others hold
+    is not part of it)."""
+    if sharding is not None and sharding.kind is ShardingKind.MAXIMAL and sharding.device is not None:
+        return per_device[min(sharding.device, len(per_device) - 1)], None
     if _whole(sharding):
         first = per_device[0]
         for d, arr in enumerate(per_device[1:], 1):
@@ -357,5 +376,5 @@ def run_xla_spmd(module: Module, leaf_inputs: list[np.ndarray], num_devices: int
     return outputs, problems, out_shardings
 
 
-__all__ = ["DeviceRun", "PartitionError", "assemble_array", "leaf_shardings", "manual_program",
+__all__ = ["DeviceRun", "PartitionError", "assemble_array", "leaf_shardings", "manual_program", "poison",
            "run_global_partitioned", "run_per_device_program", "run_xla_spmd", "shard_array"]

@@ -301,3 +301,75 @@ ENTRY e {
 }
 """
     partition_verified(text)
+
+
+_BRANCHES_WANT_OTHER_SHARDINGS = """HloModule branches, num_partitions=8
+add {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}
+tiled_branch {
+  x = f32[16,6] parameter(0), sharding={devices=[4,2]<=[8]}
+  ROOT n = f32[16,6] negate(x), sharding={devices=[4,2]<=[8]}
+}
+whole_branch {
+  x = f32[16,6] parameter(0), sharding={replicated}
+  r = f32[16] reduce(x, f32[] constant(0)), dimensions={1}, to_apply=add, sharding={replicated}
+  ROOT b = f32[16,6] broadcast(r), dimensions={0}, sharding={devices=[4,2]<=[8]}
+}
+ENTRY e {
+  i = s32[] parameter(0), sharding={replicated}
+  a = f32[16,6] parameter(1), sharding={devices=[8,1]<=[8]}
+  ROOT c = f32[16,6] conditional(i, a, a), branch_computations={tiled_branch, whole_branch}, sharding={devices=[4,2]<=[8]}
+}
+"""
+
+
+def test_conditional_branches_reshard_their_operand_inside_the_branch_that_wants_it():
+    """Both branches read `a` (rows over 8), one wanting it (4,2), the other whole.  Resharded
+    before the conditional, each device paid both moves (an all-to-all and an all-gather) for
+    the one branch that runs; the branches take `a` as it lies and reshard it inside, so the
+    entry has no collective and each branch holds only its own move."""
+    module, out = partition_verified(_BRANCHES_WANT_OTHER_SHARDINGS)
+    def kinds(comp):
+        return {i.opcode.value for i in comp.instructions if i.opcode.is_collective}
+
+    comps = {c.name: c for c in module.computations}
+    assert not kinds(module.entry), out
+    assert kinds(comps["tiled_branch"]) == {"all-to-all"}, out
+    assert kinds(comps["whole_branch"]) == {"all-gather"}, out
+
+
+@pytest.mark.parametrize("rows,window,start", [(64, 1, 37), (64, 3, 14), (50, 5, 44), (50, 2, 0)])
+def test_a_window_of_a_tiled_dim_is_cut_where_it_lies_and_summed(rows, window, start):
+    """x[start:start+window] of rows tiled 8 ways (50 rows: uneven tiles of 7), wanted whole on
+    every device: each device cuts the part of the window its tile holds, zeros elsewhere, and
+    one all-reduce of the window adds the parts.  Making the rows whole first moved the whole
+    operand (an all-to-all of x, then an all-gather of the window)."""
+    text = f"""HloModule window, num_partitions=8
+ENTRY e {{
+  x = f32[{rows},128] parameter(0), sharding={{devices=[8,1]<=[8]}}
+  ROOT s = f32[{window},128] slice(x), slice={{[{start}:{start + window}], [0:128]}}, sharding={{replicated}}
+}}
+"""
+    module, out = partition_verified(text)
+    assert collectives(module) == {"all-reduce": 1}, out
+    assert _bytes(module) == window * 128 * 4, out
+
+
+@pytest.mark.parametrize("index", [-3, 0, 21, 47, 60])
+def test_a_dynamic_window_of_a_tiled_dim_is_cut_where_it_lies_and_summed(index):
+    """The same with the start a value, clamped as dynamic-slice clamps it (into [0, 50 - 4]),
+    on a 2-D mesh: the rows tiled 4 ways, the columns 2 ways and kept tiled in the result."""
+    text = f"""HloModule dynamic_window, num_partitions=8
+ENTRY e {{
+  x = f32[50,64] parameter(0), sharding={{devices=[4,2]<=[8]}}
+  i = s32[] constant({index})
+  z = s32[] constant(0)
+  ROOT s = f32[4,64] dynamic-slice(x, i, z), dynamic_slice_sizes={{4,64}}, sharding={{devices=[1,2,4]<=[4,2]T(1,0) last_tile_dim_replicate}}
+}}
+"""
+    module, out = partition_verified(text)
+    assert collectives(module) == {"all-reduce": 1}, out
+    assert _bytes(module) == 4 * 32 * 4, out

@@ -53,7 +53,8 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.module import Module
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.program_kind import manual_instructions
-from hlo_passes.ir.shape import Shape, TupleShape
+from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
+from hlo_passes.ir.types import PrimitiveType
 from hlo_passes.ir.sharding import Sharding, ShardingKind
 from hlo_passes.passes.pass_base import ModulePass, option
 from hlo_passes.passes.registry import register_pass
@@ -268,6 +269,8 @@ class Partitioner:
         # shared calls' (body, parameter shardings, root sharding, manual, name) -> how many partitioned
         # copies were made, and the last (the copy, its root sharding)
         self._partitioned: dict[tuple[object, ...], tuple[int, tuple[Computation, Sharding] | None]] = {}
+        # entry parameters only one device is given (`{maximal device=N}`) -> N
+        self._held_by_one_device: dict[Instruction, int] = {}
 
     # -------------------------------------------------------------- driver --
     def run(self) -> None:
@@ -276,10 +279,16 @@ class Partitioner:
         entry = module.entry
         assert entry is not None, "spmd-partition: the module has no entry computation"
         params = [target_sharding(p) for p in entry.parameters]
+        self._held_by_one_device = {p: s.device for p in entry.parameters
+                                    if (s := p.sharding) is not None and s.kind is ShardingKind.MAXIMAL
+                                    and s.device is not None and not p.shape.is_tuple}
         new_entry, root_sharding = self.partition(entry, params, target_sharding(root_of(entry)),
                                                   name=entry.name)
         for p, s in zip(new_entry.parameters, params):
             p.sharding = s
+        for p, device in self._held_by_one_device.items():  # the caller's contract, kept
+            assert p.parameter_number is not None
+            new_entry.parameters[p.parameter_number].sharding = Sharding.maximal(device)
         root_of(new_entry).sharding = root_sharding
         new_entry.is_entry = True
         module.entry = new_entry
@@ -348,6 +357,8 @@ class Partitioner:
                     assert instr.parameter_number is not None
                     s = param_shardings[instr.parameter_number]
                     value = PValue(self.clone(instr, [], local_shape(instr.shape, s)), s, instr.shape)
+                    if instr in self._held_by_one_device:
+                        value = self._broadcast_from(value, self._held_by_one_device[instr])
                 elif manual:
                     value = copy_manual(self, instr)
                 else:
@@ -362,6 +373,25 @@ class Partitioner:
             return new, root.sharding
         finally:
             self._em, self._reshards, self._wider, self._moved_from = saved
+
+    def _broadcast_from(self, value: PValue, device: int) -> PValue:
+        """An entry parameter sharded `{maximal device=N}`: only device N is given it (XLA's
+        calling convention; the other devices' buffers are undefined), so it is computed with
+        as a replicated value made by all-reducing device N's buffer with every other device's
+        zeros, as XLA's partition does (pred is or-ed).  Adding zeros keeps every value but
+        the sign of a zero: XLA:CPU's sum turns -0.0 into 0.0 even with -0.0 as the others'
+        zeros, and carrying floats as integer bits costs two bitcasts an element of FLOPs."""
+        em = self.em
+        b = em.b()
+        x = value.instr
+        shape = x.array_shape
+        etype = shape.element_type
+        owner = b.compare(em.partition_id(), b.constant(device, PrimitiveType.U32), "EQ")
+        mask = b.broadcast(owner, ArrayShape(PrimitiveType.PRED, shape.dims))
+        zero = False if etype is PrimitiveType.PRED else 0
+        kept = b.select(mask, x, em.broadcast_scalar(zero, etype, tuple(shape.dims)))
+        combine = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
+        return PValue(em.all_reduce(kept, [tuple(range(self.ctx.n))], combine), value.sharding, value.global_shape)
 
     def _partition_instruction(self, instr: Instruction, handler: Handler) -> PValue:
         """Run `handler`.  Inside a partially manual region it may ask for a resharding that
@@ -427,7 +457,25 @@ class Partitioner:
         if _remade(op, value.sharding, sharding) and (op.opcode is Opcode.IOTA
                                                       or op.operands[0].array_shape.rank == 0):
             return ZERO  # (a broadcast of an array reshards its operand: priced as a move)
-        return reshard_cost(value.sharding, sharding, op.shape, self.ctx.n, self.ctx.cost_model)
+        n, model = self.ctx.n, self.ctx.cost_model
+        return min(reshard_cost(s, sharding, op.shape, n, model) for s in self._source_shardings(op, value))
+
+    def _source_shardings(self, op: Instruction, value: PValue) -> list[Sharding]:
+        """The shardings `_cheapest_source` chooses among (without building the element of a
+        wider tuple it would build): a slice of a sort's first rows prices reading the sort's
+        replicated result, not gathering its tiles back."""
+        found = [value.sharding]
+        wider = self._wider.get(value.instr)
+        if wider is not None:
+            found.append(wider.sharding)
+        elif op.opcode is Opcode.GET_TUPLE_ELEMENT:
+            whole = self._wider.get(self.values[op.operands[0]].instr)
+            if whole is not None and whole.sharding.is_tuple:
+                found.append(whole.sharding.subsharding(op.operands[0].shape, op.attr("index")))
+        earlier = self._moved_from.get(value.instr)
+        if earlier is not None:
+            found.append(earlier.sharding)
+        return found
 
     def known_reshard(self, op: Instruction, sharding: Sharding) -> PValue | None:
         """`op` in `sharding` if some user has already had it made (nothing more to pay)."""

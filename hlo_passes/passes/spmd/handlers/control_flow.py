@@ -4,8 +4,9 @@ A while loop's operand, body parameter, body root, condition parameter and resul
 all carry the loop's (tuple) sharding, so the body is partitioned once with it
 and its root resharded back to it.  A call's callee is partitioned per call site
 with its parameters' annotated shardings (or the operands' shardings when it has
-none); conditional branches likewise, their roots resharded to the result's
-sharding.
+none); a conditional's branches take their operands as they lie (a reshard their
+parameters' annotations ask for happens inside the branch, paid only when it runs), their
+roots resharded to the result's sharding.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hlo_passes.ir.instruction import Instruction
 from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
-from hlo_passes.passes.spmd.partition_context import PValue, local_shape, root_of
+from hlo_passes.passes.spmd.partition_context import PValue, is_manual, local_shape, root_of
 
 
 def _param_sharding(p: HandlerContext, comp: Computation, i: int, fallback: Sharding) -> Sharding:
@@ -58,7 +59,14 @@ def conditional(p: HandlerContext, instr: Instruction) -> PValue:
     branches = instr.branch_computations
     operands, new_branches = [selector], []
     for b, comp in enumerate(branches):
-        s = _param_sharding(p, comp, 0, p.operand(instr, b + 1).sharding)
+        # A branch takes its operand as it lies and reshards it inside, for the users that want
+        # it otherwise (as XLA's partition does: its parameters' annotations are read as the
+        # branch's first ops): a reshard before the conditional is paid for every branch, one
+        # inside only when its branch runs.  Manual operands cross as annotated.
+        own = p.operand(instr, b + 1).sharding
+        s = _param_sharding(p, comp, 0, own)
+        if not (is_manual(s) or is_manual(own)):
+            s = own
         operands.append(p.operand_as(instr, b + 1, s))
         new_comp, _ = p.partition(comp, [s], target)
         new_branches.append(new_comp)

@@ -28,8 +28,8 @@ from hlo_passes.ir.sharding import Sharding
 from hlo_passes.passes.spmd import halo as halos
 from hlo_passes.passes.spmd.handlers import HandlerContext, handles
 from hlo_passes.passes.spmd.cost_model import ZERO, Estimate, cheapest
-from hlo_passes.passes.spmd.partition_context import (PValue, is_manual, local_shape, tile_map, tm_local_dims,
-                                                       to_sharding)
+from hlo_passes.passes.spmd.partition_context import (PValue, groups_varying, is_manual, local_shape, tile_map,
+                                                       tm_local_dims, to_sharding)
 from hlo_passes.passes.spmd.reshard import cost
 from hlo_passes.passes.spmd.tile_map import TileMap
 
@@ -143,6 +143,8 @@ def slice_(p: HandlerContext, instr: Instruction) -> PValue:
     # output row r reads input row r * stride + start: a size-1 window
     windows = {d: WindowDimension(1, spec.strides[d], -spec.starts[d]) for d in fixed}
     done = _shifted(p, instr, fixed, windows, zero_padding=True, reads_outside=False)
+    if done is None:
+        done = _summed_from_holders(p, instr, fixed)
     return done if done is not None else local_except(p, instr, fixed)
 
 
@@ -408,7 +410,86 @@ def sort(p: HandlerContext, instr: Instruction) -> PValue:
 def dynamic_slice(p: HandlerContext, instr: Instruction) -> PValue:
     sizes: tuple[int, ...] = instr.attr("dynamic_slice_sizes")
     dims = instr.operands[0].array_shape.dims
-    return local_except(p, instr, [d for d in range(len(dims)) if sizes[d] != dims[d]])
+    fixed = [d for d in range(len(dims)) if sizes[d] != dims[d]]
+    done = _summed_from_holders(p, instr, fixed)
+    return done if done is not None else local_except(p, instr, fixed)
+
+
+def _summed_from_holders(p: HandlerContext, instr: Instruction, fixed: Sequence[int]) -> PValue | None:
+    """A slice or dynamic-slice that cuts a window out of dims its operand is tiled on, taken
+    where the operand lies: each device cuts the part of the window its own tile holds (zeros
+    elsewhere), and an all-reduce over the devices tiling those dims adds the parts into the
+    window, whole on each of them.  It moves the window's bytes, where making the cut dims
+    whole first (an all-to-all or all-gather of the operand) moves the operand's: a row or an
+    element of a big array costs what it holds, as in XLA's partition.  Taken when the cost
+    model prices it below `local_except`'s plan; None otherwise (or for a strided cut of a
+    tiled dim).  Adding zeros keeps every value but a zero's sign (-0.0 comes back 0.0)."""
+    operand = instr.operands[0]
+    src = p.value(operand)
+    shape, out_shape = operand.array_shape, instr.array_shape
+    s_op, target = src.sharding, p.target(instr)
+    if src.stand_in or s_op.is_tuple or is_manual(s_op) or is_manual(target) or s_op.kind.value != "tiled":
+        return None
+    rank = shape.rank
+    tm = tile_map(s_op, rank, p.n)
+    cut = [d for d in fixed if tm.dims[d] > 1]
+    if not cut:
+        return None
+    spec: SliceSpec | None = instr.attr("slice") if instr.opcode is Opcode.SLICE else None
+    if spec is not None and any(spec.strides[d] != 1 for d in cut):
+        return None
+    summed = to_sharding(tm.keep_dims([d for d in range(rank) if d not in cut]))
+    if summed is None:
+        return None
+    model, n = p.ctx.cost_model, p.n
+    local_out = local_shape(out_shape, summed)
+    group = math.prod(tm.dims[d] for d in cut)
+    mine = model.collective("all-reduce", local_out.byte_size(), group) + cost(summed, target, out_shape, n, model)
+    first_target = target.element(0) if target.is_tuple else target
+    theirs_sharding = _cheapest_local_tiling(p, instr, out_shape, first_target, tile_map(first_target, rank, n), fixed)
+    theirs = p.move_cost(operand, theirs_sharding) + cost(theirs_sharding, target, out_shape, n, model)
+    if not mine < theirs:
+        return None
+    em = p.em
+    b = em.b()
+    etype = shape.element_type
+    local = tm_local_dims(tm, shape.dims)
+    # (no mask for uneven tiles' padding rows: they lie past the array's end, where a window,
+    # clamped inside the array, never reaches)
+    x = src.instr
+    if spec is not None:  # the dims it does not cut are whole here: slice them as the op does
+        x = b.slice(x, [0 if d in cut else spec.starts[d] for d in range(rank)],
+                    [local[d] if d in cut else spec.limits[d] if d in fixed else local[d] for d in range(rank)],
+                    [1 if d in cut else spec.strides[d] for d in range(rank)])
+    zero = b.constant(False if etype is PrimitiveType.PRED else 0, etype)
+    # pad each cut dim by the window on both sides: a start (clamped as the op clamps it into
+    # [0, size - window]) less the tile's offset plus the window then always lies in
+    # [0, tile + window], and a window beside the tile reads padding
+    x = b.pad(x, zero, PaddingConfig(tuple((out_shape.dims[d], out_shape.dims[d], 0) if d in cut else (0, 0, 0)
+                                           for d in range(rank))))
+    s32 = PrimitiveType.S32
+    starts: list[Instruction] = []
+    for d in range(rank):
+        w = out_shape.dims[d]
+        if d not in cut:
+            if spec is None and d in fixed:
+                starts.append(p.operand_as(instr, 1 + d, Sharding.replicated()))
+            else:
+                starts.append(b.constant(0, s32))
+            continue
+        if spec is not None:
+            start = b.constant(spec.starts[d], s32)
+        else:
+            index = p.operand_as(instr, 1 + d, Sharding.replicated())
+            if index.array_shape.element_type is not s32:
+                index = b.convert(index, s32)
+            start = b.maximum(b.minimum(index, b.constant(shape.dims[d] - w, s32)), b.constant(0, s32))
+        offset = em.device_scalar(tm.coords[:, d] * local[d] - w)
+        starts.append(b.subtract(start, offset))
+    window = b.dynamic_slice(x, starts, local_out.dims)
+    combine = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
+    whole = em.all_reduce(window, groups_varying(tm, cut), combine)
+    return p.reshard(PValue(whole, summed, instr.shape), target)
 
 
 @handles(Opcode.DYNAMIC_UPDATE_SLICE)
