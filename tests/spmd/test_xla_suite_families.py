@@ -373,3 +373,44 @@ ENTRY e {{
     module, out = partition_verified(text)
     assert collectives(module) == {"all-reduce": 1}, out
     assert _bytes(module) == 4 * 32 * 4, out
+
+
+def test_a_reshard_several_branches_ask_for_is_made_once_before_the_conditional():
+    """Two branches want `a` (rows over 8) as (4,2), a third whole: the (4,2) reshard is shared
+    before the conditional (one all-to-all, as XLA's partition shares it), the gather happens
+    only inside the branch that asks for it."""
+    text = _BRANCHES_WANT_OTHER_SHARDINGS.replace("tiled_branch {", "tiled_branch_2 {\n  x = f32[16,6] parameter(0), "
+                                                  "sharding={devices=[4,2]<=[8]}\n  ROOT e = f32[16,6] exponential(x), "
+                                                  "sharding={devices=[4,2]<=[8]}\n}\ntiled_branch {", 1)
+    text = text.replace("conditional(i, a, a), branch_computations={tiled_branch, whole_branch}",
+                        "conditional(i, a, a, a), branch_computations={tiled_branch, whole_branch, tiled_branch_2}")
+    module, out = partition_verified(text)
+
+    def kinds(comp):
+        return sorted(i.opcode.value for i in comp.instructions if i.opcode.is_collective)
+
+    comps = {c.name: c for c in module.computations}
+    assert kinds(module.entry) == ["all-to-all"], out
+    assert kinds(comps["tiled_branch"]) == kinds(comps["tiled_branch_2"]) == [], out
+    assert kinds(comps["whole_branch"]) == ["all-gather"], out
+
+
+@pytest.mark.parametrize("sharding", ["{devices=[2,4,1]<=[8]}", "{mesh['d'=2,'m'=4], [{'d'}, {'m'}, {}]}"])
+def test_an_fft_keeps_the_tiling_of_its_leading_dims(sharding):
+    """An rfft over the last dim of activations tiled over batch and features, then an irfft:
+    the transforms run on each device's rows and the result keeps their tiling, as the result
+    is wanted (in the GSPMD and the named-mesh forms).  Without an FFT rule propagation left the transform's result
+    unsharded: it was gathered whole after the local transform, and the inverse ran on every
+    row on every device."""
+    text = f"""HloModule fft, num_partitions=8
+ENTRY e {{
+  x = f32[4,16,64] parameter(0), sharding={sharding}
+  f = c64[4,16,33] fft(x), fft_type=RFFT, fft_length={{64}}
+  g = c64[4,16,33] multiply(f, f)
+  y = f32[4,16,64] fft(g), fft_type=IRFFT, fft_length={{64}}
+  ROOT r = f32[4,16,64] copy(y), sharding={sharding}
+}}
+"""
+    module, out = partition_verified(text)
+    assert not collectives(module), out
+    assert module.entry.root.array_shape.dims == (2, 4, 64), out

@@ -250,6 +250,8 @@ def supports_spatial_partitioning(instr: Instruction, *, in_called: bool, allow_
         return True  # with a channel too (XLA's current rule)
     if op is Opcode.TOPK:
         return shardy_form
+    if op is Opcode.FFT:
+        return True
     if op is Opcode.PARAMETER:
         return allow_parameters or in_called
     if op is Opcode.CUSTOM_CALL:
@@ -700,6 +702,18 @@ def _keeping_carried_constraints(ctx: PropagationContext, loop: Instruction, off
     return su.tuple_sharding(offered_leaves) if kept else offered
 
 
+@forward(Opcode.FFT)
+def _fft_forward(ctx: PropagationContext, instr: Instruction) -> bool:
+    """An FFT's leading dims (all but the transformed ones) take the operand's tiling, the
+    transformed dims none, as Shardy's rule passes them.  XLA's GSPMD propagation has none for
+    the opcode (its partitioner runs a batch-tiled FFT locally all the same): without it an
+    rfft of activations tiled over batch and features was gathered whole after its local
+    transform and everything after it ran replicated (Shardy form: 5x XLA's bytes; GSPMD form:
+    XLA's plan, which gathers too)."""
+    s = infer_from_operands(instr, [ctx.sharding(instr.operands[0])])
+    return s is not None and not su.is_tile_maximal(s) and ctx.improve(s, instr, aggressive=_single_user(ctx, instr))
+
+
 @forward(Opcode.CUSTOM_CALL)
 def _custom_call_forward(ctx: PropagationContext, instr: Instruction) -> bool:
     if is_custom_call(instr, BARRIER_FROM):
@@ -907,6 +921,13 @@ def _topk_backward(ctx: PropagationContext, instr: Instruction, user: Instructio
 @from_user(Opcode.REVERSE)
 def _reverse_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
     return su.reverse(known_sharding(ctx, user), user.dimensions)
+
+
+@from_user(Opcode.FFT)
+def _fft_backward(ctx: PropagationContext, instr: Instruction, user: Instruction) -> Sharding | None:
+    """The operand takes the result's tiling of the leading (batch) dims."""
+    s = infer_from_operands(user, [known_sharding(ctx, user)]) if user.operands[0] is instr else None
+    return None if s is None or su.is_tile_maximal(s) else s
 
 
 @from_user(Opcode.CUSTOM_CALL)

@@ -152,6 +152,18 @@ class PropagationError(PassFailed):
         super().__init__("input", message)
 
 
+def _written_by_shardy(module: Module) -> bool:
+    """Are the module's shardings in the named-mesh form (`{mesh['x'=4], [{'x'}, {}]}`)?
+    XLA prints that form for a program JAX lowered for Shardy, which XLA's Shardy pipeline
+    propagates: Shardy's rules apply (its conflicts, top-k, grouped convolutions, uneven
+    outputs), as for the Shardy custom-calls and attributes `import_shardy` reads."""
+    for instr in module.all_instructions():
+        s = instr.sharding
+        if s is not None and any(e.named_mesh for e in (s.elements if s.is_tuple else (s,))):
+            return True
+    return False
+
+
 @register_pass
 class ShardingPropagation(ModulePass):
     """See the module docstring."""
@@ -177,7 +189,8 @@ class ShardingPropagation(ModulePass):
                "largest annotation's)")
 
     def run(self, module: Module) -> bool:
-        changed = shardy_form = import_shardy(module)
+        changed = import_shardy(module)
+        shardy_form = changed or _written_by_shardy(module)
         if changed:
             self.remark(None, "rewrote Shardy attributes to HLO shardings", "applied")
         if module.entry is None:

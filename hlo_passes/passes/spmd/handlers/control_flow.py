@@ -4,12 +4,14 @@ A while loop's operand, body parameter, body root, condition parameter and resul
 all carry the loop's (tuple) sharding, so the body is partitioned once with it
 and its root resharded back to it.  A call's callee is partitioned per call site
 with its parameters' annotated shardings (or the operands' shardings when it has
-none); a conditional's branches take their operands as they lie (a reshard their
-parameters' annotations ask for happens inside the branch, paid only when it runs), their
-roots resharded to the result's sharding.
+none); a conditional's branches likewise, except that a reshard only one branch asks for
+happens inside that branch (paid only when it runs), their roots resharded to the result's
+sharding.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from hlo_passes.ir.computation import Computation
 from hlo_passes.ir.instruction import Instruction
@@ -58,14 +60,16 @@ def conditional(p: HandlerContext, instr: Instruction) -> PValue:
     key = "branch_computations" if "branch_computations" in instr.called else None
     branches = instr.branch_computations
     operands, new_branches = [selector], []
+    wanted = [_param_sharding(p, comp, 0, p.operand(instr, b + 1).sharding) for b, comp in enumerate(branches)]
+    asks = Counter((instr.operands[b + 1], s) for b, s in enumerate(wanted))
     for b, comp in enumerate(branches):
-        # A branch takes its operand as it lies and reshards it inside, for the users that want
-        # it otherwise (as XLA's partition does: its parameters' annotations are read as the
-        # branch's first ops): a reshard before the conditional is paid for every branch, one
-        # inside only when its branch runs.  Manual operands cross as annotated.
+        # A reshard only this branch asks for happens inside it, paid only when it runs (a
+        # reshard before the conditional is paid whichever branch runs); one that several
+        # branches ask for of the same operand is made once before, shared.  Manual operands
+        # cross as annotated.
         own = p.operand(instr, b + 1).sharding
-        s = _param_sharding(p, comp, 0, own)
-        if not (is_manual(s) or is_manual(own)):
+        s = wanted[b]
+        if asks[(instr.operands[b + 1], s)] == 1 and not (is_manual(s) or is_manual(own)):
             s = own
         operands.append(p.operand_as(instr, b + 1, s))
         new_comp, _ = p.partition(comp, [s], target)
