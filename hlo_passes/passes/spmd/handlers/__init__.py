@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hlo_passes.ir.shape import Shape
     from hlo_passes.ir.sharding import Sharding
     from hlo_passes.passes.spmd.cost_model import Estimate
-    from hlo_passes.passes.spmd.handlers import fallback, structural  # bound by _load_handlers at run time
+    from hlo_passes.passes.spmd.handlers import fallback, single_device, structural  # bound by _load_handlers at run time
     from hlo_passes.passes.spmd.partition_context import Emitter, PartitionContext, PValue
 
 class HandlerContext(Protocol):
@@ -101,12 +101,14 @@ _LOADED: list[bool] = []
 def handler_for(instr: Instruction) -> Handler:
     if not _LOADED:
         # Once: the handler modules import this package (a cycle at import time).  Loading them
-        # binds them here too (`structural`, `fallback`), as importing a submodule does.
+        # binds them here too (`structural`, `fallback`, `single_device`), as importing a submodule does.
         _load_handlers()
 
     if is_fully_manual(instr.sharding if "sharding" in instr.attributes else None) and not (
             instr.opcode is Opcode.CUSTOM_CALL and instr.custom_call_target in _CUSTOM_CALLS):
         return structural.manual
+    if single_device.runs_on_one_device(instr):
+        return single_device.on_its_device
     if instr.opcode is Opcode.CUSTOM_CALL:
         return _CUSTOM_CALLS.get(instr.custom_call_target or "", fallback.replicate)
     return _TABLE.get(instr.opcode, fallback.replicate)
