@@ -237,3 +237,25 @@ def test_an_uneven_output_is_evened_after_the_value_is_computed_in_shardy_form()
     assert cost_analysis(out)["flops"] <= cost_analysis(xla)["flops"]
     assert _bytes(out) <= _bytes(xla)
     assert partitioned.entry.root.array_shape.dims == (2, 30)
+
+
+def test_a_conflicting_users_tiling_gives_the_result_its_free_axis():
+    """JAX's Shardy dump of an MoE expert einsum after a constraint to P(None, 'expert') on a
+    (data=2, expert=4) mesh, its relu sliced and constrained back to P(('data', 'expert'))
+    (probe program `moe_a2a_wsc`).  The einsum's result is tiled over the experts by its
+    operands and wanted tiled over ('data', 'expert') on the groups by its user.  GSPMD's merge
+    is all or nothing, so the result stayed replicated over 'data' and every device computed
+    all 8 groups of its expert (2x XLA Shardy's FLOPs); Shardy keeps the prefix of the user's
+    axes that does not conflict ('data'), and each device computes 4."""
+    from pathlib import Path
+    from hlo_passes import parse_module
+    from hlo_passes.passes.spmd.spmd_partitioner import SpmdPartitioner
+    from hlo_passes.runtime import verify_equivalent
+    text = (Path(__file__).resolve().parents[1] / "dumps" / "data"
+            / "moe_einsum_after_constraint_shardy.before_optimizations.txt").read_text()
+    module = parse_module(text)
+    SpmdPartitioner().run(module)
+    out = print_module(module)
+    dot, = [i for i in module.all_instructions() if i.opcode.value == "dot"]
+    assert tuple(dot.array_shape.dims) == (1, 64, 4, 16), out
+    assert verify_equivalent(text, out).ok

@@ -56,7 +56,7 @@ import itertools
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Literal, NamedTuple, Sequence, cast
+from typing import Callable, Collection, Iterable, Iterator, Literal, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -150,6 +150,17 @@ class PropagationError(PassFailed):
 
     def __init__(self, message: str):
         super().__init__("input", message)
+
+
+def _coarser_tilings(tm: TileMap) -> Iterator[TileMap]:
+    """`tm` with one or more tiled dims cut into fewer, larger tiles (the major part of each
+    dim's tiling kept), never `tm` itself."""
+    divisors = [[g for g in range(1, t + 1) if t % g == 0] for t in tm.dims]
+    for gs in itertools.product(*divisors):
+        if all(g == 1 for g in gs):
+            continue
+        coords = tm.coords // np.asarray(gs, np.int64)
+        yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
 
 
 def _written_by_shardy(module: Module) -> bool:
@@ -821,12 +832,39 @@ class _Walk:
             return None
         tiles = su.num_tiles(s) if s.kind is not ShardingKind.TUPLE else 1
         better, merged = su.merge(cur, s, self.may_combine)
+        if better and (not aggressive and isinstance(shape, ArrayShape) and not su.is_tile_maximal(cur)
+                       and su.num_tiles(merged) == tiles and not su.is_subtiling(shape, merged, cur)):
+            better = False
         if not better:
-            return None
-        if (not aggressive and isinstance(shape, ArrayShape) and not su.is_tile_maximal(cur)
-                and su.num_tiles(merged) == tiles and not su.is_subtiling(shape, merged, cur)):
-            return None
+            return self._merged_prefix(cur, s, shape) if self.shardy_form else None
         return merged
+
+    def _merged_prefix(self, cur: Sharding, s: Sharding, shape: Shape) -> Sharding | None:
+        """Shardy form: where `s` contradicts `cur`, the most of `s` that does not — `s` with
+        some dims tiled coarser (the major part of their tiling kept, as Shardy keeps a prefix
+        of a dim's axes) — merged into `cur`, if that tiles more than `cur` does.  An einsum
+        whose result is tiled over the experts by its operands and wanted tiled over (data,
+        experts) on another dim by its user takes the data part there: each device computes its
+        half of the groups, where GSPMD's merge, all or nothing, computed them all (2x XLA
+        Shardy's FLOPs)."""
+        if (not isinstance(shape, ArrayShape) or s.kind is not ShardingKind.TILED or cur.kind is not ShardingKind.TILED
+                or su.is_manual(s) or su.is_manual(cur) or s.num_devices != cur.num_devices):
+            return None
+        rank = shape.rank
+        tm = TileMap.from_sharding(s, s.num_devices, rank)
+        if tm is None:
+            return None
+        base = su.num_tiles(cur)
+        best: Sharding | None = None
+        for coarse in _coarser_tilings(tm):
+            candidate = coarse.to_sharding()
+            if candidate is None or su.is_tile_maximal(candidate):
+                continue
+            merged = su.merge_if_compatible(cur, max(base, su.num_tiles(candidate)) + 1, candidate)
+            if merged is not None and su.num_tiles(merged) > base and su.evenly_partitions(shape, merged) and (
+                    best is None or su.num_tiles(merged) > su.num_tiles(best)):
+                best = merged
+        return best
 
     def improve(self, s: Sharding, instr: Instruction, *, aggressive: bool = False) -> bool:
         new = self.improved(s, instr, aggressive=aggressive)
