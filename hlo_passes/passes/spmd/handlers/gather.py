@@ -529,23 +529,28 @@ def _gathering_is_cheaper(p: HandlerContext, instr: Instruction, idx_tm: TileMap
     (update) dims costs less than the partial-sum form: its all-reduce of every output's local
     result over those dims' devices (both move the indices and updates from where they are;
     the operands go to `out` either way)."""
+    group = int(np.prod([idx_tm.dims[d] for d in partial]))
+    summing = _scatter_price(p, instr, idx_tm, upd_tm, out, group)
+    kept = [d for d in range(idx_tm.rank) if d not in partial]
+    gathering = _scatter_price(p, instr, idx_tm.keep_dims(kept),
+                               upd_tm.keep_dims([d for d in range(upd_tm.rank) if d not in upd_partial]), out, 1)
+    return bool(gathering < summing)
+
+
+def _scatter_price(p: HandlerContext, instr: Instruction, idx_to: TileMap, upd_to: TileMap, out: Sharding,
+                   group: int) -> Estimate:
+    """What a scatter plan moves: its indices and updates from where they lie to `idx_to` and
+    `upd_to`, and (over `group` devices, when more than one) an all-reduce of each output's
+    local result in `out`."""
     n = (len(instr.operands) - 1) // 2
     model = p.ctx.cost_model
-    indices, updates = instr.operands[n], instr.operands[n + 1:]
-
-    def moving(idx_to: TileMap, upd_to: TileMap) -> Estimate:
-        total = cost(p.value(indices).sharding, to_sharding(idx_to), indices.shape, p.n, model)
-        for u in updates:
-            total = total + cost(p.value(u).sharding, to_sharding(upd_to), u.shape, p.n, model)
-        return total
-
-    group = int(np.prod([idx_tm.dims[d] for d in partial]))
-    summing = moving(idx_tm, upd_tm)
+    indices = instr.operands[n]
+    total = cost(p.value(indices).sharding, to_sharding(idx_to), indices.shape, p.n, model)
+    for u in instr.operands[n + 1:]:
+        total = total + cost(p.value(u).sharding, to_sharding(upd_to), u.shape, p.n, model)
     for x in instr.operands[:n]:
-        summing = summing + model.collective("all-reduce", local_shape(x.shape, out).byte_size(), group)
-    kept = [d for d in range(idx_tm.rank) if d not in partial]
-    gathering = moving(idx_tm.keep_dims(kept), upd_tm.keep_dims([d for d in range(upd_tm.rank) if d not in upd_partial]))
-    return bool(gathering < summing)
+        total = total + model.collective("all-reduce", local_shape(x.shape, out).byte_size(), group)
+    return total
 
 
 def _scatter_partial_sums(p: HandlerContext, instr: Instruction, xs: Sequence[Instruction], idx: Instruction,
@@ -678,20 +683,9 @@ def _passthrough_with_partial_sums(p: HandlerContext, instr: Instruction, tm: Ti
            != to_sharding(combined) for u in updates[1:]):
         return None
     idx_tm = combined.remap(indices.array_shape.rank, {i: upd_scatter[k] for k, i in enumerate(idx_batch)})
-    model = p.ctx.cost_model
-
-    def moving(idx_to: TileMap, upd_to: TileMap) -> Estimate:
-        total = cost(p.value(indices).sharding, to_sharding(idx_to), indices.shape, p.n, model)
-        for u in updates:
-            total = total + cost(p.value(u).sharding, to_sharding(upd_to), u.shape, p.n, model)
-        return total
-
     group = int(np.prod([combined.dims[d] for d in partial]))
-    summing = moving(idx_tm, combined)
-    for x in instr.operands[:n]:
-        summing = summing + model.collective("all-reduce", local_shape(x.shape, out).byte_size(), group)
-    whole = moving(tm.remap(indices.array_shape.rank, {}), upd_tm)
-    if not summing < whole:
+    summing = _scatter_price(p, instr, idx_tm, combined, out, group)
+    if not summing < _scatter_price(p, instr, tm.remap(indices.array_shape.rank, {}), upd_tm, out, 1):
         return None
     xs = [p.operand_as(instr, i, out) for i in range(n)]
     idx = p.operand_as(instr, n, to_sharding(idx_tm))
