@@ -434,3 +434,38 @@ ENTRY e {
 """
     module, out = partition_verified(text)
     assert not collectives(module), out
+
+
+def test_a_conditional_whose_branches_agree_on_their_result_is_resharded_once_after_it():
+    """Both branches of `cond(p, a @ b, b.T @ a.T + sum(a))` end with the same tiling of their
+    result, which is wanted replicated: the conditional returns it tiled and one all-gather
+    follows it, as XLA's partition does; each branch gathered its own root before (the same
+    bytes when one runs, a copy of the move in every branch)."""
+    text = """HloModule cond_agree, num_partitions=8
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+mm {
+  t = (f32[64,32], f32[32,64]) parameter(0)
+  a = f32[64,32] get-tuple-element(t), index=0
+  b = f32[32,64] get-tuple-element(t), index=1
+  ROOT d = f32[64,64] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+neg {
+  t = (f32[64,32], f32[32,64]) parameter(0)
+  a = f32[64,32] get-tuple-element(t), index=0
+  ROOT n = f32[64,64] concatenate(a, a), dimensions={1}
+}
+ENTRY e {
+  a = f32[64,32] parameter(0), sharding={devices=[8,1]<=[8]}
+  b = f32[32,64] parameter(1), sharding={replicated}
+  p = pred[] parameter(2), sharding={replicated}
+  t = (f32[64,32], f32[32,64]) tuple(a, b)
+  ROOT c = f32[64,64] conditional(p, t, t), true_computation=mm, false_computation=neg, sharding={replicated}
+}
+"""
+    module, out = partition_verified(text)
+    gathers = [i for i in module.all_instructions() if i.opcode.value == "all-gather"]
+    assert len(gathers) == 1 and gathers[0].parent is module.entry, out

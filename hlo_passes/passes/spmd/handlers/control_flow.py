@@ -59,7 +59,7 @@ def conditional(p: HandlerContext, instr: Instruction) -> PValue:
     selector = p.operand_as(instr, 0, Sharding.replicated())
     key = "branch_computations" if "branch_computations" in instr.called else None
     branches = instr.branch_computations
-    operands, new_branches = [selector], []
+    operands, params = [selector], []
     wanted = [_param_sharding(p, comp, 0, p.operand(instr, b + 1).sharding) for b, comp in enumerate(branches)]
     asks = Counter((instr.operands[b + 1], s) for b, s in enumerate(wanted))
     for b, comp in enumerate(branches):
@@ -72,9 +72,17 @@ def conditional(p: HandlerContext, instr: Instruction) -> PValue:
         if asks[(instr.operands[b + 1], s)] == 1 and not (is_manual(s) or is_manual(own)):
             s = own
         operands.append(p.operand_as(instr, b + 1, s))
-        new_comp, _ = p.partition(comp, [s], target)
-        new_branches.append(new_comp)
+        params.append(s)
+    # Where every branch's result comes out in one sharding, the conditional returns it so and
+    # is resharded once after it, as XLA's partition does, rather than each branch resharding
+    # its own root (the same bytes when it runs, but a copy of the move in every branch).
+    natural = [p.partition(comp, [s], None) for comp, s in zip(branches, params)]
+    out = natural[0][1]
+    if is_manual(target) or any(r != out for _, r in natural) or out.is_tuple != target.is_tuple:
+        natural = [p.partition(comp, [s], target) for comp, s in zip(branches, params)]
+        out = target
+    new_branches = [comp for comp, _ in natural]
     called = ({key: tuple(new_branches)} if key else
               {"true_computation": new_branches[0], "false_computation": new_branches[1]})
-    new = p.clone(instr, operands, local_shape(instr.shape, target), **called)
-    return PValue(new, target, instr.shape)
+    new = p.clone(instr, operands, local_shape(instr.shape, out), **called)
+    return p.reshard(PValue(new, out, instr.shape), target)
