@@ -447,6 +447,18 @@ class Emitter:
         return self.b().all_reduce([x], ReplicaGroups.of(groups), red, channel_id=self.ctx.channel_id(),
                                    use_global_device_ids=True)
 
+    def sum_of_parts(self, x: Instruction, groups: DeviceGroups) -> Instruction:
+        """The all-reduce that assembles a value every device of a group holds a part of, zeros
+        elsewhere: an add (a pred's parts or-ed).  Adding zeros keeps every value but a zero's
+        sign (-0.0 comes back 0.0)."""
+        etype = x.array_shape.element_type
+        return self.all_reduce(x, groups, Opcode.OR if etype is PRED else Opcode.ADD)
+
+    def is_device(self, device: int) -> Instruction:
+        """pred[]: is this device `device` (partition-id == device)?"""
+        b = self.b()
+        return b.compare(self.partition_id(), b.constant(device, PrimitiveType.U32), "EQ")
+
     def reduce_scatter(self, x: Instruction, dim: int, groups: DeviceGroups, opcode: Opcode) -> Instruction:
         red = self._reducer(opcode, x.array_shape.element_type)
         return self.b().reduce_scatter(x, dim, ReplicaGroups.of(groups), red,

@@ -41,7 +41,6 @@ from typing import Iterable
 import numpy as np
 
 from hlo_passes.ir.instruction import Instruction
-from hlo_passes.ir.opcode import Opcode
 from hlo_passes.ir.shape import ArrayShape, Shape, TupleShape
 from hlo_passes.ir.sharding import Sharding
 from hlo_passes.ir.types import PrimitiveType
@@ -690,8 +689,7 @@ def _emit_sum_gather(em: Emitter, x: Instruction, src: TileMap, k: int, g: int, 
     zero = b.constant(0)
     written = b.dynamic_update_slice(buffer, x, [em.device_scalar(starts) if d == k else zero
                                                  for d in range(len(whole))])
-    add = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
-    return em.all_reduce(written, _factor_groups(src, k, g), add)
+    return em.sum_of_parts(written, _factor_groups(src, k, g))
 
 
 def _emit_slice(em: Emitter, x: Instruction, src: TileMap, dst: TileMap, dims: tuple[int, ...]) -> Instruction:

@@ -376,22 +376,18 @@ class Partitioner:
 
     def _broadcast_from(self, value: PValue, device: int) -> PValue:
         """An entry parameter sharded `{maximal device=N}`: only device N is given it (XLA's
-        calling convention; the other devices' buffers are undefined), so it is computed with
-        as a replicated value made by all-reducing device N's buffer with every other device's
-        zeros, as XLA's partition does (pred is or-ed).  Adding zeros keeps every value but
-        the sign of a zero: XLA:CPU's sum turns -0.0 into 0.0 even with -0.0 as the others'
-        zeros, and carrying floats as integer bits costs two bitcasts an element of FLOPs."""
+        calling convention; the other devices' buffers are undefined), so the program reads it
+        as the replicated value an all-reduce makes of device N's buffer and every other
+        device's zeros, as XLA's partition does.  (Carrying floats as integer bits would keep a
+        zero's sign, at two bitcasts an element of FLOPs.)"""
         em = self.em
         b = em.b()
         x = value.instr
         shape = x.array_shape
-        etype = shape.element_type
-        owner = b.compare(em.partition_id(), b.constant(device, PrimitiveType.U32), "EQ")
-        mask = b.broadcast(owner, ArrayShape(PrimitiveType.PRED, shape.dims))
-        zero = False if etype is PrimitiveType.PRED else 0
-        kept = b.select(mask, x, em.broadcast_scalar(zero, etype, tuple(shape.dims)))
-        combine = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
-        return PValue(em.all_reduce(kept, [tuple(range(self.ctx.n))], combine), value.sharding, value.global_shape)
+        mask = b.broadcast(em.is_device(device), ArrayShape(PrimitiveType.PRED, shape.dims))
+        zero = False if shape.element_type is PrimitiveType.PRED else 0
+        kept = b.select(mask, x, em.broadcast_scalar(zero, shape.element_type, tuple(shape.dims)))
+        return PValue(em.sum_of_parts(kept, [tuple(range(self.ctx.n))]), value.sharding, value.global_shape)
 
     def _partition_instruction(self, instr: Instruction, handler: Handler) -> PValue:
         """Run `handler`.  Inside a partially manual region it may ask for a resharding that

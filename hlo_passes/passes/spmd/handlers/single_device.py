@@ -65,11 +65,10 @@ def on_its_device(p: HandlerContext, instr: Instruction) -> PValue:
     here = branch("on_its_device", run)
     elsewhere = branch("elsewhere", lambda b, values: _zeros(b, instr.shape))
     b = p.em.b()
-    owner = b.compare(p.em.partition_id(), b.constant(device, PrimitiveType.U32), "EQ")
     packed = b.tuple(operands)
-    cond = b.op(Opcode.CONDITIONAL, result, [owner, packed, packed],
+    cond = b.op(Opcode.CONDITIONAL, result, [p.em.is_device(device), packed, packed],
                 called={"true_computation": here, "false_computation": elsewhere})
-    value = _broadcast_from_owner(p, b, b.get_tuple_element(cond, 0), owner)
+    value = _broadcast_from_owner(p, b, b.get_tuple_element(cond, 0))
     p.remark(instr, f"runs on device {device} only (its sharding), its result broadcast from there", kind="applied")
     return p.reshard(PValue(value, replicated_like(instr.shape), instr.shape), p.target(instr))
 
@@ -84,19 +83,16 @@ def _zeros(b: Builder, shape: Shape) -> Instruction:
     return b.broadcast(zero, shape) if shape.rank else zero
 
 
-def _broadcast_from_owner(p: HandlerContext, b: Builder, x: Instruction, owner: Instruction) -> Instruction:
+def _broadcast_from_owner(p: HandlerContext, b: Builder, x: Instruction) -> Instruction:
     """Every array of `x` as the owner holds it (the others hold zeros: an all-reduce adds
     them in); tokens stay each device's own."""
     shape = x.shape
     if isinstance(shape, TupleShape):
-        return b.tuple([_broadcast_from_owner(p, b, b.get_tuple_element(x, i), owner)
-                        for i in range(len(shape.elements))])
+        return b.tuple([_broadcast_from_owner(p, b, b.get_tuple_element(x, i)) for i in range(len(shape.elements))])
     assert isinstance(shape, ArrayShape)
-    etype = shape.element_type
-    if etype in (PrimitiveType.TOKEN, PrimitiveType.OPAQUE):
+    if shape.element_type in (PrimitiveType.TOKEN, PrimitiveType.OPAQUE):
         return x
-    combine = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
-    return p.em.all_reduce(x, [tuple(range(p.n))], combine)
+    return p.em.sum_of_parts(x, [tuple(range(p.n))])
 
 
 __all__ = ["on_its_device", "runs_on_one_device"]

@@ -487,8 +487,7 @@ def _summed_from_holders(p: HandlerContext, instr: Instruction, fixed: Sequence[
         offset = em.device_scalar(tm.coords[:, d] * local[d] - w)
         starts.append(b.subtract(start, offset))
     window = b.dynamic_slice(x, starts, local_out.dims)
-    combine = Opcode.OR if etype is PrimitiveType.PRED else Opcode.ADD
-    whole = em.all_reduce(window, groups_varying(tm, cut), combine)
+    whole = em.sum_of_parts(window, groups_varying(tm, cut))
     return p.reshard(PValue(whole, summed, instr.shape), target)
 
 
