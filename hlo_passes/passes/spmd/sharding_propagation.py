@@ -56,7 +56,7 @@ import itertools
 import operator
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Collection, Iterable, Iterator, Literal, NamedTuple, Sequence, cast
+from typing import Callable, Collection, Iterable, Literal, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -150,17 +150,6 @@ class PropagationError(PassFailed):
 
     def __init__(self, message: str):
         super().__init__("input", message)
-
-
-def _coarser_tilings(tm: TileMap) -> Iterator[TileMap]:
-    """`tm` with one or more tiled dims cut into fewer, larger tiles (the major part of each
-    dim's tiling kept), never `tm` itself."""
-    divisors = [[g for g in range(1, t + 1) if t % g == 0] for t in tm.dims]
-    for gs in itertools.product(*divisors):
-        if all(g == 1 for g in gs):
-            continue
-        coords = tm.coords // np.asarray(gs, np.int64)
-        yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
 
 
 def _written_by_shardy(module: Module) -> bool:
@@ -856,7 +845,7 @@ class _Walk:
             return None
         base = su.num_tiles(cur)
         best: Sharding | None = None
-        for coarse in _coarser_tilings(tm):
+        for coarse in itertools.islice(tm.coarsenings(), 1, None):  # (the first is `tm` itself)
             candidate = coarse.to_sharding()
             if candidate is None or su.is_tile_maximal(candidate):
                 continue

@@ -19,10 +19,11 @@ manual groups agree.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Final, Iterable, Sequence, TypeAlias
+from typing import Final, Iterable, Iterator, Sequence, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -169,6 +170,14 @@ class TileMap:
             dims[out] = self.dims[src]
         coords.setflags(write=False)
         return TileMap(tuple(dims), coords, self.manual, self.manual_size)
+
+    def coarsenings(self) -> Iterator["TileMap"]:
+        """This map, then it with tiled dims cut into fewer, larger tiles (c -> c // g: the major
+        part of each dim's tiling kept), every combination of divisors."""
+        divisors = [[g for g in range(1, t + 1) if t % g == 0] for t in self.dims]
+        for gs in itertools.product(*divisors):
+            coords = self.coords // np.asarray(gs, np.int64) if self.rank else self.coords
+            yield TileMap(tuple(t // g for t, g in zip(self.dims, gs)), coords, self.manual, self.manual_size)
 
     def keep_dims(self, keep: Iterable[int]) -> "TileMap":
         """Same rank; dims not in `keep` become untiled."""

@@ -27,12 +27,9 @@ from __future__ import annotations
 
 from hlo_passes.ir.instruction import Instruction
 
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator
 
-import numpy as np
 
 from hlo_passes.ir.attributes import WindowDimension
 from hlo_passes.ir.opcode import Opcode
@@ -204,11 +201,13 @@ def _reshape_plan(p: HandlerContext, tm: TileMap, target: Sharding, op_sharding:
     in_dims, out_dims = tuple(element.dims), tuple(shape.dims)
     n = p.n
     replicated = TileMap.replicated(len(in_dims), n)
-    candidates = [reshape_tile_map(c, out_dims, in_dims) for c in _coarsenings(tm)]
+    # `tm` cut into fewer, larger tiles from which the target is a local slice away: f32[10,4]
+    # -> f32[40] tiled 4 ways (tiles of 10) has no operand tiling, tiled 2 ways (tiles of 20) does
+    candidates = [reshape_tile_map(c, out_dims, in_dims) for c in tm.coarsenings()]
     # The operand's own tiling, then coarser ones: a split whose tiles do not line up with the
     # new minor dim (f32[96] in 8 tiles of 12 -> f32[12,8]) lines up after gathering over the
     # fewest devices (pairs: 4 tiles of 24, 3 rows of 8 each), where it was gathered whole.
-    candidates.extend(_coarsenings(tile_map(op_sharding, len(in_dims), n)))
+    candidates.extend(tile_map(op_sharding, len(in_dims), n).coarsenings())
     best: tuple[Estimate, TileMap, TileMap] | None = None
     for want in candidates:
         found = _local_reshape(want, in_dims, out_dims)
@@ -250,16 +249,6 @@ def _local(p: HandlerContext, instr: Instruction, x: Instruction, out: Sharding)
     if new.opcode is Opcode.BITCAST:
         new.opcode = Opcode.RESHAPE
     return new
-
-
-def _coarsenings(tm: TileMap) -> Iterator[TileMap]:
-    """`tm` itself, then `tm` with tiled dims cut into fewer, larger tiles (c -> c // g), from
-    which the target is a local slice away: f32[10,4] -> f32[40] tiled 4 ways (tiles of 10)
-    has no operand tiling, tiled 2 ways (tiles of 20) does."""
-    divisors = [[g for g in range(1, t + 1) if t % g == 0] for t in tm.dims]
-    for gs in itertools.product(*divisors):
-        coords = tm.coords // np.asarray(gs, np.int64) if tm.rank else tm.coords
-        yield TileMap(tuple(t // g for t, g in zip(tm.dims, gs)), coords, tm.manual, tm.manual_size)
 
 
 def _local_reshape(want: TileMap, in_dims: tuple[int, ...],
